@@ -1,0 +1,37 @@
+# Spirula: `make demo` and `make test` are the two set-up commands (README).
+# Both go through `make install`, which is idempotent and fast when nothing changed.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.spirula-installed
+
+.PHONY: install demo test bench shaders clean
+
+install:
+	@bash scripts/install_system_deps.sh
+	@$(MAKE) --no-print-directory $(STAMP)
+
+$(STAMP): pyproject.toml third_party/kompute/kp-0.9.0-spirula.patch scripts/build_kp.sh
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip setuptools wheel
+	@# kp's pybind11 (Debian's 2.10) speaks the numpy 1.x C API
+	@$(BIN)/python -m pip install -q --disable-pip-version-check "numpy>=1.24,<2"
+	@bash scripts/build_kp.sh $(BIN)/python
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[test]" "numpy<2"
+	@touch $(STAMP)
+	@echo "spirula: installed into $(VENV)/ ($(BIN)/spirula)"
+
+shaders: install
+	@$(BIN)/spirula shaders
+
+demo: install shaders
+	$(BIN)/spirula devices
+
+test: install shaders
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python -m pytest benchmarks/ --benchmark-only
+
+clean:
+	rm -rf $(VENV) .cache build

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Spirula needs, only those missing (idempotent,
+# and fast when everything is there). Needs root, or sudo.
+#   Vulkan loader + Mesa's lavapipe (a CPU Vulkan driver, so Spirula runs with
+#   no GPU), the Khronos validation layer (tests), glslang (shader compiler),
+#   and what Kompute's Python module `kp` builds against.
+set -euo pipefail
+PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
+      libfmt-dev pybind11-dev cmake g++ make python3-venv python3-dev"
+missing=""
+for p in $PKGS; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "spirula: installing system packages:$missing"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,43 @@
+// Workgroup-wide exclusive prefix sum of one uint per thread, for any
+// subgroup size: subgroupInclusiveAdd inside each subgroup, then the first
+// subgroup scans the per-subgroup totals in chunks of its own width.
+// Call from uniform control flow (it contains barriers).
+#ifndef SPIRULA_SCAN_GLSL
+#define SPIRULA_SCAN_GLSL
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+// One slot per subgroup, for workgroups of up to 256 threads. A literal size:
+// this file is included before the local_size layout, where gl_WorkGroupSize
+// is still (1, 1, 1).
+shared uint s_scan_subgroup[256];
+shared uint s_scan_total;
+
+uint workgroup_exclusive_scan(uint value, out uint total) {
+    uint inclusive = subgroupInclusiveAdd(value);
+    if (gl_SubgroupInvocationID == gl_SubgroupSize - 1u) {
+        s_scan_subgroup[gl_SubgroupID] = inclusive;
+    }
+    barrier();
+    if (gl_SubgroupID == 0u) {
+        uint carry = 0u;
+        for (uint base = 0u; base < gl_NumSubgroups; base += gl_SubgroupSize) {
+            uint i = base + gl_SubgroupInvocationID;
+            uint x = i < gl_NumSubgroups ? s_scan_subgroup[i] : 0u;
+            uint scanned = subgroupInclusiveAdd(x);
+            if (i < gl_NumSubgroups) {
+                s_scan_subgroup[i] = carry + scanned - x;
+            }
+            carry += subgroupAdd(x);
+        }
+        if (gl_SubgroupInvocationID == 0u) {
+            s_scan_total = carry;
+        }
+    }
+    barrier();
+    total = s_scan_total;
+    uint result = s_scan_subgroup[gl_SubgroupID] + inclusive - value;
+    barrier();   // s_scan_* may be reused by the caller's next scan
+    return result;
+}
+#endif

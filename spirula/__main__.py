@@ -1,0 +1,3 @@
+from spirula.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The ``spirula`` command line (click)."""

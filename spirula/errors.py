@@ -1,0 +1,28 @@
+"""Errors a user sees as one line (the CLI prints ``spirula: error: <message>``)."""
+
+
+class SpirulaError(Exception):
+    """A problem the user can act on: bad input, a missing driver, no memory.
+
+    The message is one line that names the file or object and what is wrong.
+    ``exit_code`` is what the CLI exits with (2: the environment or the
+    command line is unusable; 1: the run itself failed).
+    """
+
+    exit_code = 1
+
+
+class NoVulkanError(SpirulaError):
+    """No Vulkan loader, or no device, or the device index does not exist."""
+
+    exit_code = 2
+
+
+class ShaderCompileError(SpirulaError):
+    """glslangValidator rejected a shader: message names file, line and error."""
+
+    exit_code = 2
+
+
+class OutOfMemoryError(SpirulaError):
+    """A GPU allocation failed; the message gives the sizes asked for."""

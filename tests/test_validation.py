@@ -1,0 +1,31 @@
+"""The Khronos validation layer, with synchronization validation, finds nothing
+wrong in what the runtime records: transfers, dependent dispatches, copies,
+fills, scans, growth, async runs, with the profiler off and on.
+
+The canary proves the check can fail: the same workload with its barriers
+removed is reported as a hazard.
+"""
+import pytest
+
+from conftest import run_validated, validation_messages
+
+WORKLOAD = "import tests.workloads as w; w.runtime(steps=2)"
+
+
+@pytest.mark.parametrize("profile", ["0", "1"], ids=["profiler-off", "profiler-on"])
+def test_runtime_sequences_are_clean_under_sync_validation(validation_layer_available, profile):
+    proc = run_validated(WORKLOAD, SS_PROFILE=profile)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validation_messages(proc) == []
+    if profile == "1":
+        assert "[spirula-profile] ---- GPU time by kernel ----" in proc.stderr
+
+
+def test_validation_canary_reports_a_missing_barrier(validation_layer_available):
+    script = ("from spirula.runtime import sequence as s\n"
+              "plan = s.Recorder.plan\n"
+              "s.Recorder.plan = lambda self: [op for op in plan(self) if op != 'barrier']\n"
+              "import tests.workloads as w\n"
+              "try:\n    w.runtime(steps=1)\nexcept AssertionError:\n    pass\n")
+    proc = run_validated(script)
+    assert any("SYNC-HAZARD" in m for m in validation_messages(proc)), proc.stdout[-2000:]

@@ -1,0 +1,61 @@
+"""Small workloads the tests run in a fresh process (under the validation
+layer, or with SS_PROFILE=1): ``python -c "import tests.workloads as w; w.runtime()"``."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+TEST_SHADERS = Path(__file__).resolve().parent / "shaders"
+
+
+def test_kernels():
+    from spirula.runtime.kernels import KernelRegistry, shader_dir
+    return KernelRegistry(source_dir=TEST_SHADERS, include_dirs=[shader_dir() / "include"])
+
+
+def runtime(steps: int = 3):
+    """Every runtime operation: the four transfers, a recorded sequence with
+    dependent kernels, copies and fills, a prefix sum, buffer growth, async runs."""
+    from spirula.render.scan import PrefixSum
+    from spirula.runtime.device import Device
+    dev = Device()
+    tk = test_kernels()
+    n = 3000
+    a = dev.pool.alloc("w.a", (n,), np.uint32, category="splat")
+    b = dev.pool.alloc("w.b", (n,), np.uint32, category="image")
+    x = dev.pool.alloc("w.x", (n,), np.float32, category="splat x img")
+    dev.upload(a, np.arange(n, dtype=np.uint32))
+    dev.fill(b, 0)
+    dev.fill(x, 1.0)
+    scan = PrefixSum(dev, n)
+    rec = dev.recorder("workload")
+    inc = tk.get("increment")
+    for i in range(4):
+        src, dst = (a, b) if i % 2 == 0 else (b, a)
+        rec.dispatch(inc, -(-n // 256), dict(src=src, dst=dst), push=dict(n=n))
+    rec.dispatch(tk.get("saxpy"), -(-n // 64), dict(x=x, y=x), push=dict(n=n, a=0.5))
+    rec.copy(a, b)
+    scan.record(rec, b, n)
+    rec.fill(x, 2.0, nbytes=16)
+    seq = rec.finish()
+    for _ in range(steps):
+        seq.run()
+    seq.run_async()
+    seq.wait()
+    got = dev.readback(a)
+    assert np.array_equal(got, np.arange(n) + 4 * (steps + 1)), got[:4]
+    dev.pool.resize(a, (4 * n,))
+    dev.copy(a, b, nbytes=4 * n)
+    dev.readback(b)
+    return dev
+
+
+def spin(n: int = 1 << 14, iters: int = 20000):
+    """One long dispatch of the spin kernel (for timestamp vs wall-clock checks)."""
+    from spirula.runtime.device import Device
+    dev = Device()
+    out = dev.pool.alloc("w.spin", (n,), np.uint32)
+    rec = dev.recorder("spin")
+    rec.dispatch(test_kernels().get("spin"), -(-n // 64), dict(out_words=out), push=dict(n=n, iters=iters))
+    return dev, rec.finish()
