@@ -11,7 +11,7 @@ def _exclusive_scan(x):
     return out
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 1023, 1024, 1025, 512 * 16 + 123, 1024 * 1024 + 5])
+@pytest.mark.parametrize("n", [0, 1, 7, 1023, 1024, 1025, 512 * 16 + 123, 1024 * 1024 + 5, 1 << 24])
 def test_prefix_sum_matches_numpy_exactly(device, n):
     rng = np.random.default_rng(n)
     x = rng.integers(0, 1 << 32, max(n, 1), dtype=np.uint64).astype(np.uint32)   # wraps mod 2^32

@@ -35,7 +35,7 @@ def test_dispatch_past_65535_workgroups_is_folded(device, test_kernels):
 
 
 def test_long_chain_of_dependent_dispatches_is_exact(device, test_kernels):
-    n, steps = 100_003, 64
+    n, steps = 100_003, 500
     a = device.pool.alloc("test.chain.a", (n,), np.uint32)
     b = device.pool.alloc("test.chain.b", (n,), np.uint32)
     start = np.arange(n, dtype=np.uint32)

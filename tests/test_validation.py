@@ -29,3 +29,12 @@ def test_validation_canary_reports_a_missing_barrier(validation_layer_available)
               "try:\n    w.runtime(steps=1)\nexcept AssertionError:\n    pass\n")
     proc = run_validated(script)
     assert any("SYNC-HAZARD" in m for m in validation_messages(proc)), proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("profile", ["0", "1"], ids=["profiler-off", "profiler-on"])
+@pytest.mark.parametrize("atomics", ["native", "cas"])
+def test_render_forward_and_backward_are_clean_under_sync_validation(validation_layer_available, profile, atomics):
+    proc = run_validated("import tests.workloads as w; w.render()", SS_PROFILE=profile,
+                         SPIRULA_NO_FLOAT_ATOMICS="1" if atomics == "cas" else "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validation_messages(proc) == []

@@ -59,3 +59,37 @@ def spin(n: int = 1 << 14, iters: int = 20000):
     rec = dev.recorder("spin")
     rec.dispatch(test_kernels().get("spin"), -(-n // 64), dict(out_words=out), push=dict(n=n, iters=iters))
     return dev, rec.finish()
+
+
+def render():
+    """The rasterizer's whole forward and backward: through the numpy API
+    (two evals, exact intersection count) and as one recorded sequence (the
+    training form, intersections read on the GPU), each run twice."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from render_cases import random_scene
+    from spirula.render.api import rasterization, rasterization_backward
+    from spirula.render.rasterizer import Rasterizer, Splats
+    from spirula.runtime.device import Device, set_device
+    dev = Device()
+    set_device(dev)
+    s = random_scene(n=120, sh_degree=2)
+    colors, alphas, _, meta = rasterization(**s, backgrounds=np.ones((2, 3), np.float32))
+    rasterization_backward(meta, np.ones_like(colors), np.ones_like(alphas), absgrad=True)
+
+    splats = Splats.from_numpy(dev, s["means"], s["quats"], np.log(s["scales"]),
+                               np.log(s["opacities"] / (1 - s["opacities"])), s["sh_coeffs"], activated=False)
+    grads = Splats.alloc(dev, splats.n, splats.sh_coeffs, prefix="w.grad")
+    raster = Rasterizer(dev, s["width"], s["height"], 2, capacity=splats.n, isect_capacity=4 * meta["n_isects"])
+    raster.set_cameras(s["viewmats"], s["Ks"])
+    raster.set_backgrounds(None)
+    dev.fill(raster.grad_colors, 0.5)
+    rec = dev.recorder("train-like step")
+    raster.record_project(rec, splats, 2)
+    raster.record_raster(rec)
+    raster.record_backward(rec, splats, 2, grads, absgrad=True)
+    seq = rec.finish()
+    seq.run()
+    seq.run()
+    assert raster.num_intersections() == meta["n_isects"]
+    assert np.isfinite(dev.readback(grads.means)).all()

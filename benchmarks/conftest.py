@@ -1,0 +1,51 @@
+"""Benchmark options. Defaults are small so a CPU (lavapipe) run stays short;
+``--bench-full`` (or SPIRULA_BENCH_FULL=1) selects the GPU workloads of DESIGN.md §7."""
+import os
+
+import pytest
+
+
+def pytest_addoption(parser):
+    g = parser.getgroup("spirula benchmarks")
+    g.addoption("--bench-full", action="store_true", default=os.environ.get("SPIRULA_BENCH_FULL") == "1",
+                help="full-size workloads (for a real GPU)")
+    g.addoption("--bench-n", type=int, default=None, help="problem size N (splats / values)")
+    g.addoption("--bench-iters", type=int, default=None, help="timed repetitions")
+    g.addoption("--bench-json", default=None, help="also write the printed figures to this JSON file")
+
+
+class BenchOptions:
+    def __init__(self, config):
+        self.full = config.getoption("--bench-full")
+        self.n = config.getoption("--bench-n")
+        self.iters = config.getoption("--bench-iters")
+        self.json = config.getoption("--bench-json")
+        self.results = {}
+
+    def pick(self, small, full):
+        return full if self.full else small
+
+    def record(self, name, **values):
+        """Print one figure line and keep it for --bench-json."""
+        self.results[name] = values
+        print("[bench] %-28s %s" % (name, "  ".join("%s=%s" % (k, _fmt(v)) for k, v in values.items())))
+
+
+def _fmt(v):
+    return "%.4g" % v if isinstance(v, float) else str(v)
+
+
+@pytest.fixture(scope="session")
+def bench_opts(request):
+    opts = BenchOptions(request.config)
+    yield opts
+    if opts.json:
+        import json
+        with open(opts.json, "w") as f:
+            json.dump(opts.results, f, indent=1)
+
+
+@pytest.fixture(scope="session")
+def device():
+    from spirula.runtime.device import Device
+    return Device()

@@ -1,0 +1,113 @@
+"""raster_bench: the rasterizer's stages on a fixed random slab (DESIGN.md §7).
+
+    pytest benchmarks/test_raster_bench.py --benchmark-only -s [--bench-full] [--bench-n N]
+
+Default: 20,000 Gaussians at 320x214 (lavapipe-sized); --bench-full: 2M at
+1237x822, the workload of gsplat_raster_bench.py. Stage times are GPU times
+from the profiler's timestamps around each dispatch (medians over the timed
+iterations): projection (projection_fwd), intersect+sort (depth sort, tile
+counts and scan, intersection write, tile sort, tile ranges),
+rasterize_fwd, rasterize_bwd, projection_bwd, and clears (fill). The whole
+forward and forward+backward are also timed by wall clock around one eval.
+"""
+import os
+import statistics
+import time
+
+import numpy as np
+import pytest
+
+from scenes import FOCAL, HEIGHT, WIDTH, camera, make_scene
+
+STAGES = {
+    "projection": ("projection_fwd",),
+    "intersect_sort": ("radix_sort_count", "radix_sort_scatter", "prefix_sum", "intersect_tile_count",
+                       "intersect_tile_write", "tile_ranges"),
+    "rasterize_fwd": ("rasterize_fwd",),
+    "rasterize_bwd": ("rasterize_bwd",),
+    "projection_bwd": ("projection_bwd",),
+    "clears": ("fill",),          # tile ranges (forward) and gradient buffers (backward)
+}
+
+
+@pytest.fixture(scope="module")
+def profiled_device():
+    from spirula.runtime import profiler
+    from spirula.runtime.device import Device
+    old = os.environ.get("SS_PROFILE")
+    os.environ["SS_PROFILE"] = "1"
+    profiler.reset()
+    dev = Device()
+    prof = dev.profiler
+    import atexit
+    atexit.unregister(prof.report_at_exit)       # the figures are printed by the benchmark
+    if old is None:
+        os.environ.pop("SS_PROFILE")
+    profiler.reset()
+    yield dev
+
+
+def _setup(device, opts):
+    from spirula.render.rasterizer import Rasterizer, Splats
+    n = opts.n or opts.pick(20_000, 2_000_000)
+    w, h = (WIDTH, HEIGHT) if opts.full else (320, 214)
+    focal = FOCAL * w / WIDTH
+    s = make_scene(n)
+    splats = Splats.from_numpy(device, s["means"], s["quats"], np.exp(s["log_scales"]),
+                               1 / (1 + np.exp(-s["opacity_logits"])), s["sh"], activated=True, prefix="bench")
+    raster = Rasterizer(device, w, h, 1, capacity=n, name="bench.raster")
+    vm, K = camera(w, h, focal)
+    raster.set_cameras(vm, K)
+    m = raster.forward(splats, 0)
+    rng = np.random.default_rng(1)
+    device.upload(raster.grad_colors, (rng.standard_normal((1, h, w, 3)) * 1e-3).astype(np.float32))
+    grads = Splats.alloc(device, n, 1, prefix="bench.grad")
+    return n, w, h, m, splats, raster, grads
+
+
+def _stage_times(prof, kernels_by_name):
+    out = {}
+    for stage, names in STAGES.items():
+        out[stage] = sum(kernels_by_name.get(k, 0) for k in names) / 1e6
+    return out
+
+
+def test_raster_bench(benchmark, profiled_device, bench_opts):
+    device = profiled_device
+    prof = device.profiler
+    n, w, h, m, splats, raster, grads = _setup(device, bench_opts)
+    rec = device.recorder("bench.fwd")
+    raster.record_project(rec, splats, 0)
+    raster.record_raster(rec)
+    fwd = rec.finish()
+    rec = device.recorder("bench.fwdbwd")
+    raster.record_project(rec, splats, 0)
+    raster.record_raster(rec)
+    raster.record_backward(rec, splats, 0, grads)
+    fwdbwd = rec.finish()
+
+    iters = bench_opts.iters or bench_opts.pick(5, 20)
+    for _ in range(3):
+        fwdbwd.run()
+    runs = []
+    for _ in range(iters):
+        prof.kernels.clear()
+        fwdbwd.run()
+        runs.append(_stage_times(prof, {name: row.ns for name, row in prof.kernels.items()}))
+    stages = {k: statistics.median(r[k] for r in runs) for k in STAGES}
+
+    def wall(seq):
+        seq.run()
+        t = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            seq.run()
+            t.append(time.perf_counter() - t0)
+        return statistics.median(t) * 1e3
+    fwd_ms, fwdbwd_ms = wall(fwd), wall(fwdbwd)
+    bench_opts.record("raster_bench", n=n, width=w, height=h, n_isects=m, device=device.info.name,
+                      **{k + "_ms": v for k, v in stages.items()},
+                      gpu_fwd_ms=sum(stages[k] for k in ("projection", "intersect_sort", "rasterize_fwd")),
+                      gpu_fwd_bwd_ms=sum(stages.values()), wall_fwd_ms=fwd_ms, wall_fwd_bwd_ms=fwdbwd_ms)
+    benchmark.extra_info.update(stages, n_isects=m)
+    benchmark.pedantic(fwdbwd.run, rounds=3, iterations=1)

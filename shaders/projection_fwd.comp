@@ -1,0 +1,131 @@
+#version 450
+// projection_fwd: project every Gaussian into every camera (EWA splatting).
+// One thread per (camera c, Gaussian g), i = c * n + g; workgroup 256, folded.
+// Writes what rasterization needs, and each Gaussian's tile count and depth
+// sort key (the sort runs front to back, then by tile; render/intersect.py).
+//   binding 0  means       [N,3]   f32  read
+//   binding 1  quats       [N,4]   f32  read   wxyz, normalized here
+//   binding 2  scales      [N,3]   f32  read   activated, or log when ACTIVATED = false
+//   binding 3  opacities   [N]     f32  read   activated, or logit when ACTIVATED = false
+//   binding 4  sh          [N,K,3] f32  read   K = SH_COEFFS >= (SH_DEGREE+1)^2
+//   binding 5  cameras     [C,20]  f32  read   viewmat (row-major 4x4), fx, fy, cx, cy
+//   binding 6  xyop        [C*N,4] f32  write  mean2d.x, mean2d.y, opacity, depth
+//   binding 7  conics      [C*N,4] f32  write  a, b, c (inverse 2D covariance), 0
+//   binding 8  rgb         [C*N,4] f32  write  view-dependent colour, 0
+//   binding 9  radii       [C*N,2] i32  write  0 when culled
+//   binding 10 tile_counts [C*N]   u32  write  tiles the bounding box touches
+//   binding 11 depth_keys  [C*N]   u32  write  depth bits (0xffffffff when culled)
+//   binding 12 depth_ids   [C*N]   u32  write  i
+// Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "projection.glsl"
+#include "sh.glsl"
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint SH_DEGREE = 0;
+layout(constant_id = 1) const uint SH_COEFFS = 1;
+layout(constant_id = 2) const bool ACTIVATED = true;
+
+layout(std430, binding = 0) readonly buffer MeansBuf { float means[]; };
+layout(std430, binding = 1) readonly buffer QuatsBuf { vec4 quats[]; };
+layout(std430, binding = 2) readonly buffer ScalesBuf { float scales[]; };
+layout(std430, binding = 3) readonly buffer OpacitiesBuf { float opacities[]; };
+layout(std430, binding = 4) readonly buffer ShBuf { float sh[]; };
+layout(std430, binding = 5) readonly buffer CamerasBuf { float cameras[]; };
+layout(std430, binding = 6) writeonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 7) writeonly buffer ConicsBuf { vec4 conics[]; };
+layout(std430, binding = 8) writeonly buffer RgbBuf { vec4 rgb[]; };
+layout(std430, binding = 9) writeonly buffer RadiiBuf { ivec2 radii[]; };
+layout(std430, binding = 10) writeonly buffer TileCountsBuf { uint tile_counts[]; };
+layout(std430, binding = 11) writeonly buffer DepthKeysBuf { uint depth_keys[]; };
+layout(std430, binding = 12) writeonly buffer DepthIdsBuf { uint depth_ids[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint n_cameras;
+    uint width;
+    uint height;
+    uint tile_width;
+    uint tile_height;
+    float eps2d;
+    float near_plane;
+    float far_plane;
+} pc;
+
+void cull(uint i) {
+    radii[i] = ivec2(0);
+    tile_counts[i] = 0u;
+    depth_keys[i] = 0xffffffffu;
+    depth_ids[i] = i;
+}
+
+void main() {
+    uint i = global_index();
+    if (i >= pc.n * pc.n_cameras) {
+        return;
+    }
+    uint c = i / pc.n, g = i - c * pc.n;
+    Camera cam = LOAD_CAMERA(cameras, c);
+    vec3 mean = vec3(means[3u * g], means[3u * g + 1u], means[3u * g + 2u]);
+    vec3 pcam = cam.R * mean + cam.t;
+    float opacity = opacities[g];
+    if (!ACTIVATED) {
+        opacity = 1.0 / (1.0 + exp(-opacity));
+    }
+    // Written so that NaN fails every test and is culled.
+    if (!(pcam.z > pc.near_plane && pcam.z < pc.far_plane && opacity >= ALPHA_THRESHOLD)) {
+        cull(i);
+        return;
+    }
+    vec3 s = vec3(scales[3u * g], scales[3u * g + 1u], scales[3u * g + 2u]);
+    if (!ACTIVATED) {
+        s = exp(s);
+    }
+    vec4 q = quats[g];
+    mat3 R = quat_to_rotmat(q * inversesqrt(dot(q, q)));
+    mat3 M = mat3(R[0] * s.x, R[1] * s.y, R[2] * s.z);
+    mat3 cov_c = cam.R * (M * transpose(M)) * transpose(cam.R);
+    vec2 clipped;
+    vec2 tanc = clamped_tan(pcam, cam.f, float(pc.width), float(pc.height), clipped);
+    vec3 cov2d = project_cov(cov_c, pcam, tanc, cam.f) + vec3(pc.eps2d, 0.0, pc.eps2d);
+    float det = cov2d.x * cov2d.z - cov2d.y * cov2d.y;
+    vec2 mean2d = cam.f.xy * pcam.xy / pcam.z + cam.f.zw;
+    float extent = opacity_extent(opacity);
+    vec2 radius = ceil(extent * sqrt(vec2(cov2d.x, cov2d.z)));
+    // Phrased as what a visible Gaussian satisfies, so that NaN anywhere culls.
+    bool visible = det > 0.0 && (radius.x > 0.0 || radius.y > 0.0)
+        && mean2d.x + radius.x > 0.0 && mean2d.x - radius.x < float(pc.width)
+        && mean2d.y + radius.y > 0.0 && mean2d.y - radius.y < float(pc.height);
+    if (!visible) {
+        cull(i);
+        return;
+    }
+    float inv_det = 1.0 / det;
+    vec3 conic = vec3(cov2d.z, -cov2d.y, cov2d.x) * inv_det;
+
+    // colour: SH evaluated in the direction from the camera centre to the mean
+    vec3 dir = normalize(mean - camera_position(cam));
+    float basis[16];
+    sh_basis(int(SH_DEGREE), dir, basis);
+    vec3 color = vec3(0.0);
+    uint base = g * SH_COEFFS * 3u;
+    for (uint k = 0u; k < (SH_DEGREE + 1u) * (SH_DEGREE + 1u); ++k) {
+        color += basis[k] * vec3(sh[base + 3u * k], sh[base + 3u * k + 1u], sh[base + 3u * k + 2u]);
+    }
+    color = max(color + 0.5, vec3(0.0));
+
+    vec2 tile_min = clamp(floor(mean2d / 16.0 - radius / 16.0), vec2(0.0),
+                          vec2(pc.tile_width, pc.tile_height));
+    vec2 tile_max = clamp(ceil(mean2d / 16.0 + radius / 16.0), vec2(0.0),
+                          vec2(pc.tile_width, pc.tile_height));
+    uint count = uint(tile_max.x - tile_min.x) * uint(tile_max.y - tile_min.y);
+
+    xyop[i] = vec4(mean2d, opacity, pcam.z);
+    conics[i] = vec4(conic, 0.0);
+    rgb[i] = vec4(color, 0.0);
+    radii[i] = ivec2(radius);
+    tile_counts[i] = count;
+    depth_keys[i] = count > 0u ? floatBitsToUint(pcam.z) : 0xffffffffu;
+    depth_ids[i] = i;
+}

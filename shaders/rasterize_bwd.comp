@@ -1,0 +1,159 @@
+#version 450
+// rasterize_bwd: back-propagate the image gradients to each (camera,
+// Gaussian)'s 2D mean, conic, colour and opacity.
+// One workgroup per 16x16 tile (x, y) of camera z, one thread per pixel,
+// walking the tile list back to front from the last Gaussian any pixel
+// blended. Per Gaussian, the gradients of a subgroup's pixels are summed
+// with subgroup adds, then one lane adds them to the output (float atomics).
+//   binding 0  ranges       [C*T,2]   u32  read
+//   binding 1  isect_ids    [M]       u32  read
+//   binding 2  xyop         [C*N,4]   f32  read
+//   binding 3  conics       [C*N,4]   f32  read
+//   binding 4  rgb          [C*N,4]   f32  read
+//   binding 5  backgrounds  [C,3]     f32  read
+//   binding 6  out_alphas   [C,H,W]   f32  read   from rasterize_fwd (T_final = 1 - alpha)
+//   binding 7  out_last     [C,H,W]   u32  read
+//   binding 8  grad_colors  [C,H,W,3] f32  read   dL/d image colour
+//   binding 9  grad_alphas  [C,H,W]   f32  read   dL/d image alpha
+//   binding 10 grad_xy      [C*N,2]   f32  add    dL/d mean2d (zeroed by the caller)
+//   binding 11 grad_conics  [C*N,3]   f32  add    dL/d (a, b, c)
+//   binding 12 grad_rgb     [C*N,3]   f32  add    dL/d colour
+//   binding 13 grad_opacity [C*N]     f32  add    dL/d opacity (as composited)
+//   binding 14 grad_xy_abs  [C*N,2]   f32  add    sum over pixels of |dL/d mean2d| (when ABSGRAD)
+#extension GL_GOOGLE_include_directive : require
+#include "atomics.glsl"
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_vote : require
+#include "raster.glsl"
+
+layout(local_size_x = 16, local_size_y = 16) in;
+layout(constant_id = 0) const bool ABSGRAD = false;
+
+layout(std430, binding = 0) readonly buffer RangesBuf { uvec2 ranges[]; };
+layout(std430, binding = 1) readonly buffer IsectIdsBuf { uint isect_ids[]; };
+layout(std430, binding = 2) readonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 3) readonly buffer ConicsBuf { vec4 conics[]; };
+layout(std430, binding = 4) readonly buffer RgbBuf { vec4 rgb[]; };
+layout(std430, binding = 5) readonly buffer BackgroundsBuf { float backgrounds[]; };
+layout(std430, binding = 6) readonly buffer OutAlphasBuf { float out_alphas[]; };
+layout(std430, binding = 7) readonly buffer OutLastBuf { uint out_last[]; };
+layout(std430, binding = 8) readonly buffer GradColorsBuf { float grad_colors[]; };
+layout(std430, binding = 9) readonly buffer GradAlphasBuf { float grad_alphas[]; };
+layout(std430, binding = 10) buffer GradXyBuf { GRAD_T grad_xy[]; };
+layout(std430, binding = 11) buffer GradConicsBuf { GRAD_T grad_conics[]; };
+layout(std430, binding = 12) buffer GradRgbBuf { GRAD_T grad_rgb[]; };
+layout(std430, binding = 13) buffer GradOpacityBuf { GRAD_T grad_opacity[]; };
+layout(std430, binding = 14) buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
+
+layout(push_constant) uniform Push {
+    uint width;
+    uint height;
+    uint tile_width;
+    uint tile_height;
+} pc;
+
+shared vec4 s_xyop[TILE_PIXELS];
+shared vec4 s_conic[TILE_PIXELS];
+shared vec4 s_rgb[TILE_PIXELS];
+shared uint s_id[TILE_PIXELS];
+shared uint s_max_last;
+
+void main() {
+    uint c = gl_WorkGroupID.z;
+    uint tile = gl_WorkGroupID.y * pc.tile_width + gl_WorkGroupID.x;
+    uvec2 range = ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint tid = gl_LocalInvocationIndex;
+    uvec2 pix = gl_WorkGroupID.xy * TILE + gl_LocalInvocationID.xy;
+    bool inside = pix.x < pc.width && pix.y < pc.height;
+    vec2 centre = vec2(pix) + 0.5;
+    uint p = (c * pc.height + min(pix.y, pc.height - 1u)) * pc.width + min(pix.x, pc.width - 1u);
+
+    float T_final = inside ? 1.0 - out_alphas[p] : 1.0;
+    uint last = inside ? out_last[p] : 0u;
+    vec3 v_color = inside ? vec3(grad_colors[3u * p], grad_colors[3u * p + 1u], grad_colors[3u * p + 2u])
+                          : vec3(0.0);
+    float v_alpha_out = inside ? grad_alphas[p] : 0.0;
+    vec3 bg = vec3(backgrounds[3u * c], backgrounds[3u * c + 1u], backgrounds[3u * c + 2u]);
+    // gradient of the pixel through T_final, shared by every Gaussian it blends
+    float v_T_final = v_alpha_out - dot(bg, v_color);
+
+    if (tid == 0u) {
+        s_max_last = 0u;
+    }
+    barrier();
+    atomicMax(s_max_last, last);
+    barrier();
+    uint end = range.x + s_max_last;
+
+    float T = T_final;
+    vec3 behind = vec3(0.0);            // colour blended behind the current Gaussian
+    for (uint batch_end = end; batch_end > range.x;) {
+        uint batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
+        uint count = batch_end - batch_start;
+        barrier();                       // the previous batch is consumed
+        if (tid < count) {
+            uint id = isect_ids[batch_start + tid];
+            s_id[tid] = id;
+            s_xyop[tid] = xyop[id];
+            s_conic[tid] = conics[id];
+            s_rgb[tid] = rgb[id];
+        }
+        barrier();
+        for (uint kk = count; kk > 0u; --kk) {
+            uint k = kk - 1u;
+            bool valid = batch_start - range.x + k < last;
+            vec4 g = s_xyop[k];
+            vec3 con = s_conic[k].xyz;
+            vec2 d = g.xy - centre;
+            float sigma = gaussian_sigma(d, con);
+            float vis = exp(-sigma);
+            float raw_alpha = g.z * vis;
+            float alpha = min(MAX_ALPHA, raw_alpha);
+            valid = valid && sigma >= 0.0 && alpha >= MIN_ALPHA;
+            vec2 v_xy = vec2(0.0);
+            vec3 v_con = vec3(0.0);
+            vec3 v_rgb = vec3(0.0);
+            float v_op = 0.0;
+            if (valid) {
+                float ra = 1.0 / (1.0 - alpha);
+                T *= ra;                                      // T before this Gaussian
+                vec3 col = s_rgb[k].rgb;
+                float w = alpha * T;
+                v_rgb = w * v_color;
+                float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
+                behind += col * w;
+                if (raw_alpha <= MAX_ALPHA) {
+                    float v_sigma = -raw_alpha * v_alpha;
+                    v_op = vis * v_alpha;
+                    v_con = vec3(0.5 * d.x * d.x, d.x * d.y, 0.5 * d.y * d.y) * v_sigma;
+                    v_xy = v_sigma * vec2(con.x * d.x + con.y * d.y, con.y * d.x + con.z * d.y);
+                }
+            }
+            if (subgroupAny(valid)) {
+                vec2 v_abs = ABSGRAD ? subgroupAdd(abs(v_xy)) : vec2(0.0);
+                v_xy = subgroupAdd(v_xy);
+                v_con = subgroupAdd(v_con);
+                v_rgb = subgroupAdd(v_rgb);
+                v_op = subgroupAdd(v_op);
+                if (subgroupElect()) {
+                    uint id = s_id[k];
+                    ATOMIC_ADD(grad_xy, 2u * id, v_xy.x);
+                    ATOMIC_ADD(grad_xy, 2u * id + 1u, v_xy.y);
+                    ATOMIC_ADD(grad_conics, 3u * id, v_con.x);
+                    ATOMIC_ADD(grad_conics, 3u * id + 1u, v_con.y);
+                    ATOMIC_ADD(grad_conics, 3u * id + 2u, v_con.z);
+                    ATOMIC_ADD(grad_rgb, 3u * id, v_rgb.x);
+                    ATOMIC_ADD(grad_rgb, 3u * id + 1u, v_rgb.y);
+                    ATOMIC_ADD(grad_rgb, 3u * id + 2u, v_rgb.z);
+                    ATOMIC_ADD(grad_opacity, id, v_op);
+                    if (ABSGRAD) {
+                        ATOMIC_ADD(grad_xy_abs, 2u * id, v_abs.x);
+                        ATOMIC_ADD(grad_xy_abs, 2u * id + 1u, v_abs.y);
+                    }
+                }
+            }
+        }
+        batch_end = batch_start;
+    }
+}

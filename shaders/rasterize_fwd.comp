@@ -1,0 +1,113 @@
+#version 450
+// rasterize_fwd: alpha-composite each tile's Gaussians front to back.
+// One workgroup per 16x16 tile (x, y) of camera z; one thread per pixel. Each
+// batch of up to 256 Gaussians is staged in shared memory; the workgroup stops
+// when every pixel is saturated.
+//   binding 0  ranges      [C*T,2]   u32  read   per tile [start, end) in isect_ids
+//   binding 1  isect_ids   [M]       u32  read   (camera, Gaussian) index, tile-sorted
+//   binding 2  xyop        [C*N,4]   f32  read   mean2d, opacity, depth
+//   binding 3  conics      [C*N,4]   f32  read
+//   binding 4  rgb         [C*N,4]   f32  read
+//   binding 5  backgrounds [C,3]     f32  read
+//   binding 6  out_colors  [C,H,W,3] f32  write  colour + T * background
+//   binding 7  out_alphas  [C,H,W]   f32  write  1 - T
+//   binding 8  out_depths  [C,H,W]   f32  write  sum of depth * alpha * T (not divided)
+//   binding 9  out_last    [C,H,W]   u32  write  entries of the tile list up to the last blended
+#extension GL_GOOGLE_include_directive : require
+#include "raster.glsl"
+
+layout(local_size_x = 16, local_size_y = 16) in;
+
+layout(std430, binding = 0) readonly buffer RangesBuf { uvec2 ranges[]; };
+layout(std430, binding = 1) readonly buffer IsectIdsBuf { uint isect_ids[]; };
+layout(std430, binding = 2) readonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 3) readonly buffer ConicsBuf { vec4 conics[]; };
+layout(std430, binding = 4) readonly buffer RgbBuf { vec4 rgb[]; };
+layout(std430, binding = 5) readonly buffer BackgroundsBuf { float backgrounds[]; };
+layout(std430, binding = 6) writeonly buffer OutColorsBuf { float out_colors[]; };
+layout(std430, binding = 7) writeonly buffer OutAlphasBuf { float out_alphas[]; };
+layout(std430, binding = 8) writeonly buffer OutDepthsBuf { float out_depths[]; };
+layout(std430, binding = 9) writeonly buffer OutLastBuf { uint out_last[]; };
+
+layout(push_constant) uniform Push {
+    uint width;
+    uint height;
+    uint tile_width;
+    uint tile_height;
+} pc;
+
+shared vec4 s_xyop[TILE_PIXELS];
+shared vec4 s_conic[TILE_PIXELS];
+shared vec4 s_rgb[TILE_PIXELS];
+shared uint s_alive[2];
+
+void main() {
+    uint c = gl_WorkGroupID.z;
+    uint tile = gl_WorkGroupID.y * pc.tile_width + gl_WorkGroupID.x;
+    uvec2 range = ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint tid = gl_LocalInvocationIndex;
+    uvec2 pix = gl_WorkGroupID.xy * TILE + gl_LocalInvocationID.xy;
+    bool inside = pix.x < pc.width && pix.y < pc.height;
+    vec2 centre = vec2(pix) + 0.5;
+
+    float T = 1.0;
+    vec3 color = vec3(0.0);
+    float depth = 0.0;
+    uint last = 0u;
+    bool done = !inside;
+    if (tid == 0u) {
+        s_alive[0] = 0u;
+        s_alive[1] = 0u;
+    }
+    barrier();
+    uint batch = 0u;
+    for (uint start = range.x; start < range.y; start += TILE_PIXELS, ++batch) {
+        uint parity = batch & 1u;
+        if (!done) {
+            atomicAdd(s_alive[parity], 1u);
+        }
+        barrier();           // also: every pixel is done with the previous batch
+        if (s_alive[parity] == 0u) {
+            break;           // uniform: every pixel is saturated
+        }
+        if (tid == 0u) {
+            s_alive[parity ^ 1u] = 0u;
+        }
+        uint j = start + tid;
+        if (j < range.y) {
+            uint id = isect_ids[j];
+            s_xyop[tid] = xyop[id];
+            s_conic[tid] = conics[id];
+            s_rgb[tid] = rgb[id];
+        }
+        barrier();
+        uint count = min(TILE_PIXELS, range.y - start);
+        for (uint k = 0u; k < count && !done; ++k) {
+            vec4 g = s_xyop[k];
+            float sigma = gaussian_sigma(g.xy - centre, s_conic[k].xyz);
+            float alpha = min(MAX_ALPHA, g.z * exp(-sigma));
+            if (sigma < 0.0 || alpha < MIN_ALPHA) {
+                continue;
+            }
+            float next_T = T * (1.0 - alpha);
+            if (next_T <= MIN_TRANSMITTANCE) {
+                done = true;
+                break;
+            }
+            float w = alpha * T;
+            color += s_rgb[k].rgb * w;
+            depth += g.w * w;
+            T = next_T;
+            last = start - range.x + k + 1u;
+        }
+    }
+    if (inside) {
+        uint p = (c * pc.height + pix.y) * pc.width + pix.x;
+        out_colors[3u * p] = color.r + T * backgrounds[3u * c];
+        out_colors[3u * p + 1u] = color.g + T * backgrounds[3u * c + 1u];
+        out_colors[3u * p + 2u] = color.b + T * backgrounds[3u * c + 2u];
+        out_alphas[p] = 1.0 - T;
+        out_depths[p] = depth;
+        out_last[p] = last;
+    }
+}

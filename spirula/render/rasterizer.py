@@ -1,0 +1,359 @@
+"""The differentiable Gaussian rasterizer, resident on the GPU.
+
+:class:`Rasterizer` owns every buffer one render of C cameras (W x H) needs
+and records its kernels into a :class:`~spirula.runtime.sequence.Recorder`:
+
+forward, phase 1 (:meth:`record_project`)
+    ``projection_fwd`` -> depth sort (:class:`RadixSort`, 32 bits) ->
+    ``intersect_tile_count`` -> ``prefix_sum``: each visible Gaussian's
+    first intersection slot, front to back; the total is on the GPU.
+forward, phase 2 (:meth:`record_raster`)
+    ``intersect_tile_write`` -> tile sort (stable, ceil(log2(C*T)) bits) ->
+    ``tile_ranges`` -> ``rasterize_fwd``.
+backward (:meth:`record_backward`)
+    ``rasterize_bwd`` -> ``projection_bwd``.
+
+Sorting by depth first (C*N keys) and then only by tile (M keys, 1-2 passes)
+is far cheaper than one 64-bit sort of M (tile, depth) keys, and gives the
+same order: tile-major, then depth, then index.
+
+The intersection buffers have a capacity; phase 2 is recorded for it and
+reads the true count on the GPU. :meth:`forward` (used by the numpy API)
+runs phase 1, reads the count back and sizes phase 2 exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from spirula.render.scan import PrefixSum
+from spirula.render.sort import RadixSort
+from spirula.runtime.buffers import Buffer
+
+TILE = 16
+EPS2D = 0.3
+NEAR_PLANE = 0.01
+FAR_PLANE = 1e10
+
+
+@dataclasses.dataclass
+class Splats:
+    """Gaussian parameters on the GPU, one pool buffer each (category ``splat``).
+
+    means [N,3], quats [N,4] (wxyz, any norm), scales [N,3], opacities [N],
+    sh [N,K,3], all float32. ``activated``: scales and opacities hold the
+    activated values (the numpy API); otherwise log-scales and opacity logits
+    (training).
+    """
+
+    means: Buffer
+    quats: Buffer
+    scales: Buffer
+    opacities: Buffer
+    sh: Buffer
+    activated: bool = True
+
+    @property
+    def n(self) -> int:
+        return self.means.shape[0]
+
+    @property
+    def sh_coeffs(self) -> int:
+        return self.sh.shape[1]
+
+    @classmethod
+    def alloc(cls, device, n: int, sh_coeffs: int, activated: bool = True, prefix: str = "splat",
+              category: str = "splat") -> "Splats":
+        pool = device.pool
+        return cls(pool.alloc(prefix + ".means", (n, 3), np.float32, category),
+                   pool.alloc(prefix + ".quats", (n, 4), np.float32, category),
+                   pool.alloc(prefix + ".scales", (n, 3), np.float32, category),
+                   pool.alloc(prefix + ".opacities", (n,), np.float32, category),
+                   pool.alloc(prefix + ".sh", (n, sh_coeffs, 3), np.float32, category),
+                   activated)
+
+    @classmethod
+    def from_numpy(cls, device, means, quats, scales, opacities, sh, activated: bool = True,
+                   prefix: str = "splat") -> "Splats":
+        sh = np.asarray(sh, np.float32)
+        s = cls.alloc(device, len(means), sh.shape[1], activated, prefix)
+        for buf, arr in zip(s.buffers(), (means, quats, scales, opacities, sh)):
+            device.upload(buf, np.asarray(arr, np.float32))
+        return s
+
+    def buffers(self) -> tuple:
+        return (self.means, self.quats, self.scales, self.opacities, self.sh)
+
+    def to_numpy(self, device) -> dict:
+        return {name: device.readback(buf) for name, buf in
+                zip(("means", "quats", "scales", "opacities", "sh"), self.buffers())}
+
+    def free(self, device):
+        for b in self.buffers():
+            device.pool.free(b)
+
+
+def tile_grid(width: int, height: int) -> tuple:
+    return -(-width // TILE), -(-height // TILE)
+
+
+def pack_cameras(viewmats, Ks) -> np.ndarray:
+    """[C,20] float32: viewmat (4x4 row-major) then fx, fy, cx, cy."""
+    viewmats = np.asarray(viewmats, np.float64).reshape(-1, 4, 4)
+    Ks = np.asarray(Ks, np.float64).reshape(-1, 3, 3)
+    out = np.zeros((len(viewmats), 20), np.float32)
+    out[:, :16] = viewmats.reshape(-1, 16)
+    out[:, 16] = Ks[:, 0, 0]
+    out[:, 17] = Ks[:, 1, 1]
+    out[:, 18] = Ks[:, 0, 2]
+    out[:, 19] = Ks[:, 1, 2]
+    return out
+
+
+class Rasterizer:
+    """Buffers and recorded kernels to render and back-propagate C cameras.
+
+    Args:
+        device: the :class:`~spirula.runtime.device.Device`.
+        width, height: image size (all cameras).
+        n_cameras: C, cameras rendered together.
+        capacity: Gaussians to reserve room for (grows with :meth:`reserve`).
+        isect_capacity: intersections to reserve room for.
+    """
+
+    def __init__(self, device, width: int, height: int, n_cameras: int = 1, capacity: int = 1,
+                 isect_capacity: int = 1, name: str = "raster"):
+        self.device = device
+        self.width, self.height, self.n_cameras = int(width), int(height), int(n_cameras)
+        self.tile_width, self.tile_height = tile_grid(self.width, self.height)
+        self.tiles = self.tile_width * self.tile_height
+        self.name = name
+        pool = device.pool
+        C, H, W = self.n_cameras, self.height, self.width
+        self.cameras = pool.alloc(name + ".cameras", (C, 20), np.float32, "other")
+        self.backgrounds = pool.alloc(name + ".backgrounds", (C, 3), np.float32, "other", zero=True)
+        self.counts = pool.alloc(name + ".counts", (4,), np.uint32, "other", zero=True)
+        self.ranges = pool.alloc(name + ".ranges", (C * self.tiles, 2), np.uint32, "image")
+        self.out_colors = pool.alloc(name + ".colors", (C, H, W, 3), np.float32, "image")
+        self.out_alphas = pool.alloc(name + ".alphas", (C, H, W), np.float32, "image")
+        self.out_depths = pool.alloc(name + ".depths", (C, H, W), np.float32, "image")
+        self.out_last = pool.alloc(name + ".last", (C, H, W), np.uint32, "image")
+        self.grad_colors = pool.alloc(name + ".grad_colors", (C, H, W, 3), np.float32, "image", zero=True)
+        self.grad_alphas = pool.alloc(name + ".grad_alphas", (C, H, W), np.float32, "image", zero=True)
+        self.capacity = 0
+        self.isect_capacity = 0
+        self._per_view = {}
+        self._isect = {}
+        self.depth_sort = RadixSort(device, 1, name + ".depth_sort")
+        self.tile_sort = RadixSort(device, 1, name + ".tile_sort")
+        self.offsets_scan = PrefixSum(device, 1, name=name + ".offsets_scan")
+        self.reserve(capacity, isect_capacity)
+
+    # -- buffers ------------------------------------------------------------------
+    _PER_VIEW = (("xyop", 4, np.float32), ("conics", 4, np.float32), ("rgb", 4, np.float32),
+                 ("radii", 2, np.int32), ("tile_counts", 1, np.uint32), ("depth_keys", 1, np.uint32),
+                 ("depth_ids", 1, np.uint32), ("depth_keys_tmp", 1, np.uint32),
+                 ("depth_ids_tmp", 1, np.uint32), ("offsets", 1, np.uint32),
+                 ("grad_xy", 2, np.float32), ("grad_conics", 3, np.float32), ("grad_rgb", 3, np.float32),
+                 ("grad_opacity", 1, np.float32), ("grad_xy_abs", 2, np.float32))
+    _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
+
+    def reserve(self, n_gaussians: int, n_isects: int = 0) -> bool:
+        """Room for ``n_gaussians`` and ``n_isects``; True if any buffer was reallocated
+        (sequences recorded before must be recorded again)."""
+        grew = False
+        pool = self.device.pool
+        n_gaussians, n_isects = max(int(n_gaussians), 1), max(int(n_isects), 1)
+        if n_gaussians > self.capacity:
+            cap = max(n_gaussians, int(self.capacity * 1.25))
+            rows = self.n_cameras * cap
+            for name, width, dtype in self._PER_VIEW:
+                shape = (rows, width) if width > 1 else (rows,)
+                buf = self._per_view.get(name)
+                if buf is None:
+                    self._per_view[name] = pool.alloc("%s.%s" % (self.name, name), shape, dtype,
+                                                      "splat x img", scratch=name in self._SCRATCH)
+                else:
+                    pool.resize(buf, shape, keep=False, headroom=1.0)
+            self.capacity = cap
+            self.depth_sort.reserve(rows)
+            self.offsets_scan.reserve(rows)
+            grew = True
+        if n_isects > self.isect_capacity:
+            cap = max(n_isects, int(self.isect_capacity * 1.25))
+            for name in ("isect_keys", "isect_ids", "isect_keys_tmp", "isect_ids_tmp"):
+                buf = self._isect.get(name)
+                if buf is None:
+                    self._isect[name] = pool.alloc("%s.%s" % (self.name, name), (cap,), np.uint32,
+                                                   "splat x img", scratch=name in self._SCRATCH)
+                else:
+                    pool.resize(buf, (cap,), keep=False, headroom=1.0)
+            self.isect_capacity = cap
+            self.tile_sort.reserve(cap)
+            grew = True
+        return grew
+
+    def __getattr__(self, name):
+        views = self.__dict__.get("_per_view", {})
+        if name in views:
+            return views[name]
+        isect = self.__dict__.get("_isect", {})
+        if name in isect:
+            return isect[name]
+        raise AttributeError(name)
+
+    def set_cameras(self, viewmats, Ks):
+        """Upload C world->camera matrices [C,4,4] and intrinsics [C,3,3]."""
+        packed = pack_cameras(viewmats, Ks)
+        if len(packed) != self.n_cameras:
+            raise ValueError("%s: %d cameras given, built for %d" % (self.name, len(packed), self.n_cameras))
+        self.device.upload(self.cameras, packed)
+
+    def set_backgrounds(self, backgrounds):
+        """Upload background colours [C,3] (None: black)."""
+        bg = np.zeros((self.n_cameras, 3), np.float32) if backgrounds is None else \
+            np.broadcast_to(np.asarray(backgrounds, np.float32), (self.n_cameras, 3))
+        self.device.upload(self.backgrounds, np.ascontiguousarray(bg))
+
+    @property
+    def total_offset(self) -> int:
+        """Where the intersection count lies in ``offsets_scan.scratch`` (for n Gaussians)."""
+        return self.offsets_scan.total_offset(self.n_cameras * self._n)
+
+    def num_intersections(self) -> int:
+        """The intersection count of the last phase 1 run (a readback)."""
+        return int(self.device.readback(self.offsets_scan.scratch, shape=(1,), dtype=np.uint32,
+                                        offset=4 * self.total_offset)[0])
+
+    # -- recording ----------------------------------------------------------------
+    def _spec(self, splats: Splats, sh_degree: int) -> dict:
+        if (sh_degree + 1) ** 2 > splats.sh_coeffs:
+            raise ValueError("sh_degree %d needs %d SH coefficients, the splats have %d"
+                             % (sh_degree, (sh_degree + 1) ** 2, splats.sh_coeffs))
+        return dict(SH_DEGREE=sh_degree, SH_COEFFS=splats.sh_coeffs, ACTIVATED=int(splats.activated))
+
+    def record_project(self, rec, splats: Splats, sh_degree: int):
+        """Phase 1: project, sort by depth, count and scan the tile overlaps."""
+        n = splats.n
+        if n > self.capacity:
+            raise ValueError("%s: %d Gaussians exceed the reserved %d" % (self.name, n, self.capacity))
+        self._n = n
+        rows = self.n_cameras * n
+        self.device.upload(self.counts, np.array([rows, 0, 0, 0], np.uint32))
+        v = self._per_view
+        rec.dispatch("projection_fwd", -(-rows // 256),
+                     dict(means=splats.means, quats=splats.quats, scales=splats.scales,
+                          opacities=splats.opacities, sh=splats.sh, cameras=self.cameras,
+                          xyop=v["xyop"], conics=v["conics"], rgb=v["rgb"], radii=v["radii"],
+                          tile_counts=v["tile_counts"], depth_keys=v["depth_keys"], depth_ids=v["depth_ids"]),
+                     push=dict(n=n, n_cameras=self.n_cameras, width=self.width, height=self.height,
+                               tile_width=self.tile_width, tile_height=self.tile_height, eps2d=EPS2D,
+                               near_plane=NEAR_PLANE, far_plane=FAR_PLANE),
+                     spec=self._spec(splats, sh_degree))
+        keys, ids = self.depth_sort.record(rec, v["depth_keys"], v["depth_ids"], v["depth_keys_tmp"],
+                                           v["depth_ids_tmp"], max(rows, 1), 32, self.counts, 0)
+        self._sorted_ids = ids
+        rec.dispatch("intersect_tile_count", -(-rows // 256),
+                     dict(sorted_ids=ids, tile_counts=v["tile_counts"], offsets=v["offsets"]), push=dict(n=rows))
+        self.offsets_scan.record(rec, v["offsets"], rows)
+
+    def record_raster(self, rec, isect_capacity: int | None = None):
+        """Phase 2: write and sort the intersections, find the tile ranges, rasterize.
+
+        Recorded for ``isect_capacity`` (default: the reserved capacity)
+        intersections; the true count is read on the GPU.
+        """
+        cap = max(int(isect_capacity or self.isect_capacity), 1)
+        if cap > self.isect_capacity:
+            raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
+        rows = self.n_cameras * self._n
+        v, x = self._per_view, self._isect
+        rec.dispatch("intersect_tile_write", -(-rows // 256),
+                     dict(sorted_ids=self._sorted_ids, offsets=v["offsets"], tile_counts=v["tile_counts"],
+                          xyop=v["xyop"], radii=v["radii"], isect_keys=x["isect_keys"], isect_ids=x["isect_ids"]),
+                     push=dict(n=rows, n_gaussians=self._n, tile_width=self.tile_width,
+                               tile_height=self.tile_height, capacity=cap))
+        bits = max(1, math.ceil(math.log2(max(self.n_cameras * self.tiles, 2))))
+        keys, ids = self.tile_sort.record(rec, x["isect_keys"], x["isect_ids"], x["isect_keys_tmp"],
+                                          x["isect_ids_tmp"], cap, bits, self.offsets_scan.scratch,
+                                          self.total_offset)
+        self._isect_ids = ids
+        rec.fill(self.ranges, 0)
+        rec.dispatch("tile_ranges", -(-cap // 256),
+                     dict(isect_keys=keys, num_isects=self.offsets_scan.scratch, ranges=self.ranges),
+                     push=dict(m_max=cap, count_offset=self.total_offset))
+        rec.dispatch("rasterize_fwd", (self.tile_width, self.tile_height, self.n_cameras),
+                     dict(ranges=self.ranges, isect_ids=ids, xyop=v["xyop"], conics=v["conics"], rgb=v["rgb"],
+                          backgrounds=self.backgrounds, out_colors=self.out_colors, out_alphas=self.out_alphas,
+                          out_depths=self.out_depths, out_last=self.out_last),
+                     push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
+                               tile_height=self.tile_height))
+
+    def record_backward(self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
+        """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
+        ``grads`` (a Splats-shaped set of gradient buffers, fully overwritten).
+        Record after :meth:`record_raster` (it uses that forward's buffers)."""
+        v = self._per_view
+        rows = self.n_cameras * self._n
+        widths = {name: width for name, width, _ in self._PER_VIEW}
+        for name in ("grad_xy", "grad_conics", "grad_rgb", "grad_opacity") + (("grad_xy_abs",) if absgrad else ()):
+            rec.fill(v[name], 0, nbytes=4 * widths[name] * max(rows, 1))
+        rec.dispatch("rasterize_bwd", (self.tile_width, self.tile_height, self.n_cameras),
+                     dict(ranges=self.ranges, isect_ids=self._isect_ids, xyop=v["xyop"], conics=v["conics"],
+                          rgb=v["rgb"], backgrounds=self.backgrounds, out_alphas=self.out_alphas,
+                          out_last=self.out_last, grad_colors=self.grad_colors, grad_alphas=self.grad_alphas,
+                          grad_xy=v["grad_xy"], grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"],
+                          grad_opacity=v["grad_opacity"], grad_xy_abs=v["grad_xy_abs"]),
+                     push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
+                               tile_height=self.tile_height),
+                     spec=dict(ABSGRAD=int(absgrad)))
+        rec.dispatch("projection_bwd", -(-self._n // 128),
+                     dict(means=splats.means, quats=splats.quats, scales=splats.scales, opacities=splats.opacities,
+                          sh=splats.sh, cameras=self.cameras, radii=v["radii"], grad_xy=v["grad_xy"],
+                          grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"], grad_opacity=v["grad_opacity"],
+                          grad_means=grads.means, grad_quats=grads.quats, grad_scales=grads.scales,
+                          grad_opacities=grads.opacities, grad_sh=grads.sh),
+                     push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height,
+                               eps2d=EPS2D),
+                     spec=self._spec(splats, sh_degree))
+
+    def intersections(self) -> tuple:
+        """The last forward's tile-sorted intersections, read back: (tile keys
+        [M] = camera * tiles + tile, ids [M] = camera * N + Gaussian), uint32."""
+        m = min(self.num_intersections(), self.isect_capacity)
+        keys = self._isect["isect_keys"] if self._isect_ids is self._isect["isect_ids"] \
+            else self._isect["isect_keys_tmp"]
+        return (self.device.readback(keys, shape=(m,)), self.device.readback(self._isect_ids, shape=(m,)))
+
+    def free(self):
+        """Return every buffer of this rasterizer to the pool."""
+        pool = self.device.pool
+        for buf in list(self._per_view.values()) + list(self._isect.values()) + [
+                self.cameras, self.backgrounds, self.counts, self.ranges, self.out_colors, self.out_alphas,
+                self.out_depths, self.out_last, self.grad_colors, self.grad_alphas,
+                self.depth_sort.hist, self.depth_sort.scan.scratch, self.tile_sort.hist,
+                self.tile_sort.scan.scratch, self.offsets_scan.scratch]:
+            pool.free(buf)
+
+    # -- whole passes ---------------------------------------------------------------
+    def forward(self, splats: Splats, sh_degree: int) -> int:
+        """Run the forward pass now, sizing the intersection buffers exactly.
+        Returns the number of intersections."""
+        self.reserve(splats.n)
+        rec = self.device.recorder(self.name + ".project")
+        self.record_project(rec, splats, sh_degree)
+        rec.finish().run()
+        m = self.num_intersections()
+        self.reserve(splats.n, m)
+        rec = self.device.recorder(self.name + ".raster")
+        self.record_raster(rec, max(m, 1))
+        rec.finish().run()
+        return m
+
+    def backward(self, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
+        """Run the backward pass now (after :meth:`forward`, grad images uploaded)."""
+        rec = self.device.recorder(self.name + ".backward")
+        self.record_backward(rec, splats, sh_degree, grads, absgrad)
+        rec.finish().run()
