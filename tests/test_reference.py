@@ -172,7 +172,9 @@ def test_culling():
                       [0, 0, -3.0],     # behind the camera
                       [0, 0, 0.005],    # closer than near = 0.01
                       [40.0, 0, 4.0],   # far right of the image, box off-image
+                      [-40.0, 0, 4.0],  # far left
                       [0, -30.0, 4.0],  # far above
+                      [0, 30.0, 4.0],   # far below
                       [0, 0, 4.0]])     # opacity below 1/255
     n = len(means)
     ops = np.array([0.5] * (n - 1) + [0.9 / 255])
@@ -183,6 +185,13 @@ def test_culling():
         assert not np.any(p[k][0, 1:]), k
     ras = rasterize_fwd(p["means2d"], p["conics"], p["colors"], ops, p["depths"], p["radii"], W, H)
     assert {g for (_, _, _, g) in ras["isect"]["isects"]} == {0}
+    # culled pairs contribute no gradient, whatever the cotangents
+    rng = np.random.default_rng(0)
+    gr = projection_bwd(means, [[1.0, 0, 0, 0]] * n, [[0.2] * 3] * n, ops, sh, np.eye(4)[None], K, W, H, 1,
+                        rng.normal(size=(1, n, 2)), rng.normal(size=(1, n, 3)), rng.normal(size=(1, n, 3)),
+                        rng.normal(size=(1, n)), grad_depths=rng.normal(size=(1, n)))
+    for k, v in gr.items():
+        assert not v[1:].any(), k
 
 
 def test_empty_tile_gives_background():
@@ -219,6 +228,64 @@ def test_stop_rule_and_max_alpha():
     np.testing.assert_allclose(r["depths"][0, 9, 10, 0], w @ depths[0, :3], rtol=1e-12)
     r1 = rasterize_fwd(m2d[:, :1], conics[:, :1], cols[:, :1], [1.0], depths[:, :1], radii[:, :1], W, H)
     np.testing.assert_allclose(r1["alphas"][0, 9, 10, 0], 0.99, rtol=1e-15)
+
+
+def _stop_boundary_opacities():
+    """Opacities (o1, o2, o3) with T2 = (1 - o1)(1 - o2) and T2 (1 - o3) == 1e-4 exactly in float64
+    (the reference's own operation order), found by a small deterministic search."""
+    for o1 in np.linspace(0.3, 0.9, 50):
+        for o2 in np.linspace(0.9, 0.98, 50):
+            T2 = (1.0 * (1.0 - o1)) * (1.0 - o2)
+            o3 = 1.0 - 1e-4 / T2
+            if o3 > 0.98:
+                continue
+            cand = o3 + np.arange(-3000, 3000) * np.spacing(o3)
+            hit = np.nonzero(T2 * (1.0 - cand) == 1e-4)[0]
+            if len(hit):
+                return o1, o2, cand[hit[0]], T2
+    raise AssertionError("no exact boundary found")
+
+
+def test_decision_boundaries():
+    """At a pixel centre sigma = 0 and exp(-0) = 1 exactly, so alpha = opacity exactly: the
+    inequalities of the rules are checked at equality. alpha == 1/255 is blended (skip only if
+    below); T' == 1e-4 stops (stop if T' <= 1e-4); sigma < 0 is skipped even though exp(-sigma) > 1."""
+    W, H = 16, 16
+    one = lambda v: np.array(v, dtype=np.float64)[None, None]  # noqa: E731  [1,1,...]
+    args = lambda o, conic=(0.3, 0.0, 0.3): (one([8.5, 8.5]), one(conic), one([1.0, 0.5, 0.25]), [o],  # noqa: E731
+                                             one(2.0), np.full((1, 1, 2), 5), W, H)
+    r = rasterize_fwd(*args(1 / 255))
+    assert r["T_final"][0, 8, 8] == 1.0 - 1 / 255 and r["last"][0, 8, 8] == 1
+    r = rasterize_fwd(*args(np.nextafter(1 / 255, 0)))
+    assert r["alphas"][0, 8, 8, 0] == 0 and r["last"][0, 8, 8] == 0
+    # conic (-0.1, 0, 0.2): sigma = -0.05 one pixel left/right of the centre, 0 at the centre
+    r = rasterize_fwd(*args(0.5, (-0.1, 0.0, 0.2)))
+    assert r["alphas"][0, 8, 7, 0] == 0 and r["alphas"][0, 8, 9, 0] == 0 and r["alphas"][0, 8, 8, 0] == 0.5
+
+    o1, o2, o3, T2 = _stop_boundary_opacities()
+    m2d, con, col = np.full((1, 3, 2), 8.5), np.tile([[[0.3, 0.0, 0.3]]], (1, 3, 1)), np.ones((1, 3, 3))
+    dep, rad = np.array([[1.0, 2.0, 3.0]]), np.full((1, 3, 2), 5)
+    r = rasterize_fwd(m2d, con, col, [o1, o2, o3], dep, rad, W, H)
+    assert r["last"][0, 8, 8] == 2 and r["T_final"][0, 8, 8] == T2
+    o3b = np.nextafter(o3, 0)  # one ulp less opaque: T' > 1e-4, blended
+    assert T2 * (1.0 - o3b) > 1e-4
+    r = rasterize_fwd(m2d, con, col, [o1, o2, o3b], dep, rad, W, H)
+    assert r["last"][0, 8, 8] == 3 and r["T_final"][0, 8, 8] == T2 * (1.0 - o3b)
+
+
+def test_sh_basis_matches_scipy():
+    """Sloan's real SH = Condon-Shortley complex SH (scipy) mapped to reals: m < 0 -> sqrt2 Im Y_l^|m|,
+    m = 0 -> Y_l^0, m > 0 -> sqrt2 Re Y_l^m; index l^2 + l + m. Pins down every constant and sign."""
+    from scipy.special import sph_harm_y
+    d = np.random.default_rng(2).normal(size=(64, 3))
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    theta, phi = np.arccos(d[:, 2]), np.arctan2(d[:, 1], d[:, 0])
+    Y = sh_basis(d, 3)
+    for l in range(4):
+        for m in range(-l, l + 1):
+            y = sph_harm_y(l, abs(m), theta, phi)
+            ref = np.sqrt(2) * y.imag if m < 0 else (y.real if m == 0 else np.sqrt(2) * y.real)
+            np.testing.assert_allclose(Y[:, l * l + l + m], ref, atol=1e-14, err_msg=f"l={l} m={m}")
 
 
 def test_rotmat_matches_scipy():

@@ -249,11 +249,13 @@ def projection_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, wid
         v_mc[:, 2] += -fx * x / z**2 * g_m2d[:, 0] - fy * y / z**2 * g_m2d[:, 1] + g_dep
         # J = [[fx/z, 0, -fx tx/z^2], [0, fy/z, -fy ty/z^2]]; tx = x unclipped, tx = z*const clipped.
         v_mc[:, 2] += -fx / z**2 * v_J[:, 0, 0] - fy / z**2 * v_J[:, 1, 1]
-        for ax, (clip, t, fl, row) in enumerate(((f["clip_x"], tx, fx, 0), (f["clip_y"], ty, fy, 1))):
-            gJ = v_J[:, row, 2]
+        # J[ax, 2] = -fl t/z^2: unclipped t = x (or y): d/dx = -fl/z^2, d/dz = 2 fl t/z^3;
+        # clipped t = z*const: no x (y) dependence, d/dz = fl t/z^3.
+        for ax, clip, t, fl in ((0, f["clip_x"], tx, fx), (1, f["clip_y"], ty, fy)):
+            gJ = v_J[:, ax, 2]
             v_mc[:, ax] += np.where(clip, 0.0, -fl / z**2 * gJ)
             v_mc[:, 2] += np.where(clip, fl * t / z**3, 2 * fl * t / z**3) * gJ
-        v_mc *= m  # v_J, v_covc of culled pairs are already 0 (g_con = 0); this also masks g_m2d paths
+        v_mc *= m  # already 0 for culled pairs (all their cotangents were masked); keeps it explicit
 
         Rv = f["Rv"]
         v_means += v_mc @ Rv          # mc = Rv mean + tv
