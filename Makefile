@@ -5,11 +5,17 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spirula-installed
 
-.PHONY: install demo test bench shaders clean
+.PHONY: install demo test bench shaders cuda clean
 
 install:
 	@bash scripts/install_system_deps.sh
 	@$(MAKE) --no-print-directory $(STAMP)
+	@bash scripts/build_cuda.sh
+
+# The optional CUDA backend (build/libspirula_cuda.so): skipped with one line,
+# and exit status 0, without nvcc or when the build fails.
+cuda:
+	@bash scripts/build_cuda.sh
 
 $(STAMP): pyproject.toml third_party/kompute/kp-0.9.0-spirula.patch scripts/build_kp.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +32,7 @@ shaders: install
 
 demo: install shaders
 	$(BIN)/spirula devices
+	$(BIN)/spirula train --output outputs/demo
 
 test: install shaders
 	$(BIN)/python -m pytest -q tests

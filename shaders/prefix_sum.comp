@@ -1,15 +1,23 @@
 #version 450
-// prefix_sum: exclusive prefix sum of n uint32 in place, as a multi-level scan
-// (spirula/render/scan.py records the levels).
+// prefix_sum: exclusive prefix sum of n uint32 (float32 when FLOAT=1) in
+// place, as a multi-level scan (spirula/render/scan.py records the levels).
 //   PHASE 0: each workgroup scans one block of BLOCK = 256*4 values of `data`
 //            and writes the block's total to sums[sums_offset + block].
 //   PHASE 1: adds the (already scanned) block offsets back:
 //            data[i] += sums[sums_offset + block(i)].
 // Workgroup 256, 4 values per thread, one workgroup per block (folded).
-//   binding 0  data  [data_offset + n] u32  read/write
-//   binding 1  sums  [sums_offset + ceil(n/BLOCK)] u32  read/write
+//   binding 0  data  [data_offset + n] u32 (f32)  read/write
+//   binding 1  sums  [sums_offset + ceil(n/BLOCK)] u32 (f32)  read/write
 //                    (may be the same buffer as data, at another offset)
 #extension GL_GOOGLE_include_directive : require
+#ifndef FLOAT
+#define FLOAT 0
+#endif
+#if FLOAT
+#define SCAN_T float
+#else
+#define SCAN_T uint
+#endif
 #include "common.glsl"
 #include "scan.glsl"
 
@@ -19,8 +27,8 @@ layout(constant_id = 0) const uint PHASE = 0;
 const uint ITEMS = 4u;
 const uint BLOCK = 256u * ITEMS;
 
-layout(std430, binding = 0) buffer DataBuf { uint data[]; };
-layout(std430, binding = 1) buffer SumsBuf { uint sums[]; };
+layout(std430, binding = 0) buffer DataBuf { SCAN_T data[]; };
+layout(std430, binding = 1) buffer SumsBuf { SCAN_T sums[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -35,7 +43,7 @@ void main() {
         if (block * BLOCK >= pc.n) {
             return;
         }
-        uint add = sums[pc.sums_offset + block];
+        SCAN_T add = sums[pc.sums_offset + block];
         for (uint k = 0u; k < ITEMS; ++k) {
             if (first + k < pc.n) {
                 data[pc.data_offset + first + k] += add;
@@ -43,14 +51,14 @@ void main() {
         }
         return;
     }
-    uint v[ITEMS];
-    uint local_sum = 0u;
+    SCAN_T v[ITEMS];
+    SCAN_T local_sum = SCAN_T(0);
     for (uint k = 0u; k < ITEMS; ++k) {
-        v[k] = first + k < pc.n ? data[pc.data_offset + first + k] : 0u;
+        v[k] = first + k < pc.n ? data[pc.data_offset + first + k] : SCAN_T(0);
         local_sum += v[k];
     }
-    uint total;
-    uint running = workgroup_exclusive_scan(local_sum, total);
+    SCAN_T total;
+    SCAN_T running = workgroup_exclusive_scan(local_sum, total);
     for (uint k = 0u; k < ITEMS; ++k) {
         if (first + k < pc.n) {
             data[pc.data_offset + first + k] = running;

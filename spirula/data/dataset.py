@@ -94,7 +94,7 @@ def detect_format(path) -> tuple:
                        "with cameras.bin or cameras.txt)" % p)
 
 
-def load_dataset(path, downscale=None, eval_split="interval:8", background="white", seed=0) -> Scene:
+def load_dataset(path, downscale=None, eval_split="interval:8", background="auto", seed=0) -> Scene:
     """Load a COLMAP, Blender or nerfstudio dataset into a :class:`Scene`.
 
     ``downscale``: N > 1 trains on ``images_N`` (computed and cached when the
@@ -102,14 +102,18 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="whit
     puts frames 0, N, 2N, ... (sorted by name) in ``test``; ``"none"`` trains
     on everything. Blender keeps its own train/test files unless
     ``"none"`` (then its test frames join train). ``background``: ``'white'``,
-    ``'black'`` or RGB in [0,1]; RGBA images are composited onto it.
+    ``'black'``, RGB in [0,1], or ``'auto'``: white for Blender scenes (as
+    NeRF-synthetic is evaluated), black otherwise (as 3DGS trains real scenes);
+    RGBA images are composited onto it.
     ``seed``: for random points. Every problem with the input raises
     :class:`~spirula.errors.SpirulaError` with a one-line message naming the file.
     """
     interval = parse_eval_split(eval_split)
-    bg = parse_background(background)
     n = parse_downscale(downscale)
     fmt, root, origin = detect_format(path)
+    if isinstance(background, str) and background.lower() == "auto":
+        background = "white" if fmt == "blender" else "black"
+    bg = parse_background(background)
     points = colors = None
     n_train_blender = None
     if fmt == "nerfstudio":

@@ -295,6 +295,21 @@ class Rasterizer:
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
         ``grads`` (a Splats-shaped set of gradient buffers, fully overwritten).
         Record after :meth:`record_raster` (it uses that forward's buffers)."""
+        self.record_raster_backward(rec, absgrad)
+        v = self._per_view
+        rec.dispatch("projection_bwd", -(-self._n // 128),
+                     dict(means=splats.means, quats=splats.quats, scales=splats.scales, opacities=splats.opacities,
+                          sh=splats.sh, cameras=self.cameras, radii=v["radii"], grad_xy=v["grad_xy"],
+                          grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"], grad_opacity=v["grad_opacity"],
+                          grad_means=grads.means, grad_quats=grads.quats, grad_scales=grads.scales,
+                          grad_opacities=grads.opacities, grad_sh=grads.sh),
+                     push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height,
+                               eps2d=EPS2D),
+                     spec=self._spec(splats, sh_degree))
+
+    def record_raster_backward(self, rec, absgrad: bool = False):
+        """``rasterize_bwd`` alone: per (camera, Gaussian) gradients of the 2D
+        mean, conic, colour and opacity in ``grad_xy`` etc. (zeroed first)."""
         v = self._per_view
         rows = self.n_cameras * self._n
         widths = {name: width for name, width, _ in self._PER_VIEW}
@@ -309,15 +324,6 @@ class Rasterizer:
                      push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
                                tile_height=self.tile_height),
                      spec=dict(ABSGRAD=int(absgrad)))
-        rec.dispatch("projection_bwd", -(-self._n // 128),
-                     dict(means=splats.means, quats=splats.quats, scales=splats.scales, opacities=splats.opacities,
-                          sh=splats.sh, cameras=self.cameras, radii=v["radii"], grad_xy=v["grad_xy"],
-                          grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"], grad_opacity=v["grad_opacity"],
-                          grad_means=grads.means, grad_quats=grads.quats, grad_scales=grads.scales,
-                          grad_opacities=grads.opacities, grad_sh=grads.sh),
-                     push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height,
-                               eps2d=EPS2D),
-                     spec=self._spec(splats, sh_degree))
 
     def intersections(self) -> tuple:
         """The last forward's tile-sorted intersections, read back: (tile keys

@@ -24,17 +24,18 @@ def level_sizes(n: int) -> list:
 
 
 class PrefixSum:
-    """Records an in-place exclusive prefix sum of up to ``capacity`` uint32.
+    """Records an in-place exclusive prefix sum of up to ``capacity`` uint32
+    (or float32, ``dtype=np.float32``: sums then depend on the order).
 
     The scratch buffer (category ``other``, marked scratch) holds every
     level's block totals; it grows with :meth:`reserve`.
     """
 
-    def __init__(self, device, capacity: int = BLOCK, name: str = "scan.scratch"):
+    def __init__(self, device, capacity: int = BLOCK, name: str = "scan.scratch", dtype=np.uint32):
         self.device = device
+        self.float = np.dtype(dtype) == np.float32
         self.capacity = 0
-        self.scratch = device.pool.alloc(name, (self._scratch_words(capacity),), np.uint32,
-                                         scratch=True)
+        self.scratch = device.pool.alloc(name, (self._scratch_words(capacity),), dtype, scratch=True)
         self.capacity = capacity
 
     @staticmethod
@@ -67,8 +68,8 @@ class PrefixSum:
         for k in range(len(sizes) - 1):
             rec.dispatch("prefix_sum", groups=sizes[k + 1], buffers=dict(data=bufs[k], sums=self.scratch),
                          push=dict(n=sizes[k] if k else n, data_offset=offsets[k], sums_offset=offsets[k + 1]),
-                         spec=dict(PHASE=0))
+                         spec=dict(PHASE=0), defines=dict(FLOAT=int(self.float)))
         for k in range(len(sizes) - 3, -1, -1):
             rec.dispatch("prefix_sum", groups=sizes[k + 1], buffers=dict(data=bufs[k], sums=self.scratch),
                          push=dict(n=sizes[k] if k else n, data_offset=offsets[k], sums_offset=offsets[k + 1]),
-                         spec=dict(PHASE=1))
+                         spec=dict(PHASE=1), defines=dict(FLOAT=int(self.float)))

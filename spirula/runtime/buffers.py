@@ -34,9 +34,9 @@ class Buffer:
     (bytes) is what is allocated. ``version`` changes when it is reallocated."""
 
     __slots__ = ("pool", "name", "category", "dtype", "shape", "capacity", "tensor",
-                 "version", "scratch", "__weakref__")
+                 "version", "scratch", "host", "__weakref__")
 
-    def __init__(self, pool, name, category, dtype, shape, capacity, tensor, scratch):
+    def __init__(self, pool, name, category, dtype, shape, capacity, tensor, scratch, host=False):
         self.pool = pool
         self.name = name
         self.category = category
@@ -46,6 +46,7 @@ class Buffer:
         self.tensor = tensor
         self.version = 0
         self.scratch = scratch
+        self.host = host
 
     @property
     def size(self) -> int:
@@ -60,6 +61,15 @@ class Buffer:
     @property
     def alive(self) -> bool:
         return self.tensor is not None
+
+    def host_view(self) -> np.ndarray:
+        """The mapped memory of a host-visible buffer (``alloc(host=True)``), as
+        ``shape``/``dtype``: writes reach the GPU at the next submission, and GPU
+        writes are visible once a sequence that made them has been waited for."""
+        if not self.host:
+            raise ValueError("%s is not host-visible" % self.name)
+        words = self.tensor.data()
+        return words.view(np.uint8)[:self.nbytes].view(self.dtype).reshape(self.shape)
 
     def __repr__(self):
         return "Buffer(%r, %s, %s%s, %d/%d B)" % (self.name, self.category, self.dtype.name,
@@ -82,14 +92,25 @@ class BufferPool:
 
     # -- allocation -------------------------------------------------------------
     def alloc(self, name: str, shape, dtype=np.float32, category: str = "other", *,
-              scratch: bool = False, capacity: int | None = None, zero: bool = False) -> Buffer:
+              scratch: bool = False, capacity: int | None = None, zero: bool = False,
+              host: bool = False) -> Buffer:
         """A new buffer of ``shape`` and ``dtype`` (contents undefined unless ``zero``;
-        NaN-filled when ``SPIRULA_POISON_BUFFERS=1``, as the tests run)."""
+        NaN-filled when ``SPIRULA_POISON_BUFFERS=1``, as the tests run).
+
+        ``host=True``: small host-visible memory that shaders read and write
+        directly and the host maps (:meth:`Buffer.host_view`); not part of the
+        VRAM accounting.
+        """
         if category not in CATEGORIES:
             raise ValueError("unknown buffer category %r (one of %s)" % (category, ", ".join(CATEGORIES)))
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         nbytes = int(math.prod(shape)) * np.dtype(dtype).itemsize
         cap = _round_capacity(max(nbytes, capacity or 0))
+        if host:
+            buf = Buffer(self, name, category, dtype, shape, cap, self.device.new_host_tensor(cap // 4),
+                         scratch, host=True)
+            buf.host_view()[...] = 0
+            return buf
         buf = Buffer(self, name, category, dtype, shape, cap, self._tensor(name, cap), scratch)
         self.buffers[id(buf)] = buf
         self._note_usage()
@@ -108,6 +129,8 @@ class BufferPool:
         """
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         nbytes = int(math.prod(shape)) * buf.dtype.itemsize
+        if buf.host and nbytes > buf.capacity:
+            raise ValueError("host buffer %s cannot grow" % buf.name)
         if nbytes <= buf.capacity:
             buf.shape = shape
             self._note_usage()

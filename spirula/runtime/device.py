@@ -161,6 +161,9 @@ class Device:
     def new_storage_tensor(self, words: int):
         return self.mgr.tensor_t(np.empty(words, np.uint32), self.kp.TensorTypes.storage)
 
+    def new_host_tensor(self, words: int):
+        return self.mgr.tensor_t(np.zeros(words, np.uint32), self.kp.TensorTypes.host)
+
     # -- recording ----------------------------------------------------------------
     def recorder(self, label: str = ""):
         """A :class:`~spirula.runtime.sequence.Recorder` for one sequence of dispatches."""

@@ -1,0 +1,153 @@
+// projection_fwd: project every Gaussian into every camera (EWA splatting).
+// Twin of shaders/projection_fwd.comp. One thread per (camera c, Gaussian g),
+// i = c * n + g; workgroup 256, folded. SH_DEGREE is a template parameter.
+//   binding 0  means       [N,3]   f32  read
+//   binding 1  quats       [N,4]   f32  read   wxyz, normalized here
+//   binding 2  scales      [N,3]   f32  read   activated, or log when ACTIVATED = false
+//   binding 3  opacities   [N]     f32  read   activated, or logit when ACTIVATED = false
+//   binding 4  sh          [N,K,3] f32  read   K = SH_COEFFS >= (SH_DEGREE+1)^2
+//   binding 5  cameras     [C,20]  f32  read   viewmat (row-major 4x4), fx, fy, cx, cy
+//   binding 6  xyop        [C*N,4] f32  write  mean2d.x, mean2d.y, opacity, depth
+//   binding 7  conics      [C*N,4] f32  write  a, b, c (inverse 2D covariance), 0
+//   binding 8  rgb         [C*N,4] f32  write  view-dependent colour, 0
+//   binding 9  radii       [C*N,2] i32  write  0 when culled
+//   binding 10 tile_counts [C*N]   u32  write  tiles the bounding box touches
+//   binding 11 depth_keys  [C*N]   u32  write  depth bits (0xffffffff when culled)
+//   binding 12 depth_ids   [C*N]   u32  write  i
+//   constant_id 0 SH_DEGREE, 1 SH_COEFFS, 2 ACTIVATED
+// Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
+#include "common/launch.cuh"
+#include "common/projection.cuh"
+
+namespace {
+
+using namespace spirula;
+
+struct Push {
+    uint32_t n;
+    uint32_t n_cameras;
+    uint32_t width;
+    uint32_t height;
+    uint32_t tile_width;
+    uint32_t tile_height;
+    float eps2d;
+    float near_plane;
+    float far_plane;
+};
+
+struct Args {
+    const float* means;
+    const float4* quats;
+    const float* scales;
+    const float* opacities;
+    const float* sh;
+    const float* cameras;
+    float4* xyop;
+    float4* conics;
+    float4* rgb;
+    int2* radii;
+    uint32_t* tile_counts;
+    uint32_t* depth_keys;
+    uint32_t* depth_ids;
+};
+
+__device__ __forceinline__ void cull(const Args& a, uint32_t i) {
+    a.radii[i] = make_int2(0, 0);
+    a.tile_counts[i] = 0u;
+    a.depth_keys[i] = 0xffffffffu;
+    a.depth_ids[i] = i;
+}
+
+template <uint32_t SH_DEGREE>
+__global__ void __launch_bounds__(256)
+projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
+    uint32_t i = global_index();
+    if (i >= pc.n * pc.n_cameras) {
+        return;
+    }
+    uint32_t c = i / pc.n, g = i - c * pc.n;
+    Camera cam = load_camera(a.cameras, c);
+    vec3 mean = make3(a.means[3u * g], a.means[3u * g + 1u], a.means[3u * g + 2u]);
+    vec3 pcam = cam.R * mean + cam.t;
+    float opacity = a.opacities[g];
+    if (!ACTIVATED) {
+        opacity = 1.0f / (1.0f + expf(-opacity));
+    }
+    // Written so that NaN fails every test and is culled.
+    if (!(pcam.z > pc.near_plane && pcam.z < pc.far_plane && opacity >= ALPHA_THRESHOLD)) {
+        cull(a, i);
+        return;
+    }
+    vec3 s = make3(a.scales[3u * g], a.scales[3u * g + 1u], a.scales[3u * g + 2u]);
+    if (!ACTIVATED) {
+        s = make3(expf(s.x), expf(s.y), expf(s.z));
+    }
+    vec4 q = load4(a.quats, g);
+    mat3 R = quat_to_rotmat(q * inversesqrt(dot(q, q)));
+    mat3 M = mat3_cols(R.c[0] * s.x, R.c[1] * s.y, R.c[2] * s.z);
+    mat3 cov_c = cam.R * (M * transpose(M)) * transpose(cam.R);
+    vec2 clipped;
+    vec2 tanc = clamped_tan(pcam, cam.f, float(pc.width), float(pc.height), clipped);
+    vec3 cov2d = project_cov(cov_c, pcam, tanc, cam.f) + make3(pc.eps2d, 0.0f, pc.eps2d);
+    float det = cov2d.x * cov2d.z - cov2d.y * cov2d.y;
+    vec2 mean2d = make2(cam.f.x * pcam.x / pcam.z + cam.f.z, cam.f.y * pcam.y / pcam.z + cam.f.w);
+    float extent = opacity_extent(opacity);
+    vec2 radius = make2(ceilf(extent * sqrtf(cov2d.x)), ceilf(extent * sqrtf(cov2d.z)));
+    // Phrased as what a visible Gaussian satisfies, so that NaN anywhere culls.
+    bool visible = det > 0.0f && (radius.x > 0.0f || radius.y > 0.0f)
+        && mean2d.x + radius.x > 0.0f && mean2d.x - radius.x < float(pc.width)
+        && mean2d.y + radius.y > 0.0f && mean2d.y - radius.y < float(pc.height);
+    if (!visible) {
+        cull(a, i);
+        return;
+    }
+    float inv_det = 1.0f / det;
+    vec3 conic = make3(cov2d.z, -cov2d.y, cov2d.x) * inv_det;
+
+    // colour: SH evaluated in the direction from the camera centre to the mean
+    vec3 dir = normalize(mean - camera_position(cam));
+    float basis[16];
+    sh_basis(SH_DEGREE, dir, basis);
+    vec3 color = make3(0.0f, 0.0f, 0.0f);
+    uint32_t base = g * SH_COEFFS * 3u;
+#pragma unroll
+    for (uint32_t k = 0u; k < (SH_DEGREE + 1u) * (SH_DEGREE + 1u); ++k) {
+        color += basis[k] * make3(a.sh[base + 3u * k], a.sh[base + 3u * k + 1u], a.sh[base + 3u * k + 2u]);
+    }
+    color = make3(fmaxf(color.x + 0.5f, 0.0f), fmaxf(color.y + 0.5f, 0.0f), fmaxf(color.z + 0.5f, 0.0f));
+
+    float tw = float(pc.tile_width), th = float(pc.tile_height);
+    vec2 tile_min = make2(glsl_clamp(floorf(mean2d.x / 16.0f - radius.x / 16.0f), 0.0f, tw),
+                          glsl_clamp(floorf(mean2d.y / 16.0f - radius.y / 16.0f), 0.0f, th));
+    vec2 tile_max = make2(glsl_clamp(ceilf(mean2d.x / 16.0f + radius.x / 16.0f), 0.0f, tw),
+                          glsl_clamp(ceilf(mean2d.y / 16.0f + radius.y / 16.0f), 0.0f, th));
+    uint32_t count = uint32_t(tile_max.x - tile_min.x) * uint32_t(tile_max.y - tile_min.y);
+
+    store4(a.xyop, i, make4(mean2d.x, mean2d.y, opacity, pcam.z));
+    store4(a.conics, i, make4(conic.x, conic.y, conic.z, 0.0f));
+    store4(a.rgb, i, make4(color.x, color.y, color.z, 0.0f));
+    a.radii[i] = make_int2(int(radius.x), int(radius.y));
+    a.tile_counts[i] = count;
+    a.depth_keys[i] = count > 0u ? __float_as_uint(pcam.z) : 0xffffffffu;
+    a.depth_ids[i] = i;
+}
+
+}  // namespace
+
+SPIRULA_EXPORT int projection_fwd(const SpirulaLaunch* L) {
+    SPIRULA_CONTRACT(L, 13, 9, 3);
+    Args a{buffer<const float>(L, 0), buffer<const float4>(L, 1), buffer<const float>(L, 2),
+           buffer<const float>(L, 3), buffer<const float>(L, 4), buffer<const float>(L, 5),
+           buffer<float4>(L, 6), buffer<float4>(L, 7), buffer<float4>(L, 8), buffer<int2>(L, 9),
+           buffer<uint32_t>(L, 10), buffer<uint32_t>(L, 11), buffer<uint32_t>(L, 12)};
+    Push pc = push_block<Push>(L);
+    uint32_t sh_coeffs = L->spec[1];
+    bool activated = L->spec[2] != 0u;
+    switch (L->spec[0]) {
+        case 0: return launch(L, dim3(256), projection_fwd_kernel<0>, a, pc, sh_coeffs, activated);
+        case 1: return launch(L, dim3(256), projection_fwd_kernel<1>, a, pc, sh_coeffs, activated);
+        case 2: return launch(L, dim3(256), projection_fwd_kernel<2>, a, pc, sh_coeffs, activated);
+        case 3: return launch(L, dim3(256), projection_fwd_kernel<3>, a, pc, sh_coeffs, activated);
+        default: return static_cast<int>(cudaErrorInvalidValue);   // sh.glsl stops at degree 3
+    }
+}

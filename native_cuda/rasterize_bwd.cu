@@ -1,0 +1,183 @@
+// rasterize_bwd: back-propagate the image gradients to each (camera,
+// Gaussian)'s 2D mean, conic, colour and opacity. Twin of
+// shaders/rasterize_bwd.comp, with subgroups as 32-lane warps and native
+// float atomicAdd (ATOMIC_FLOAT is always 1 on CUDA).
+// One workgroup per 16x16 tile (x, y) of camera z, one thread per pixel,
+// walking the tile list back to front from the last Gaussian any pixel
+// blended. Per Gaussian, the gradients of a warp's pixels are summed with
+// warp adds, then one lane adds them to the output.
+//   binding 0  ranges       [C*T,2]   u32  read
+//   binding 1  isect_ids    [M]       u32  read
+//   binding 2  xyop         [C*N,4]   f32  read
+//   binding 3  conics       [C*N,4]   f32  read
+//   binding 4  rgb          [C*N,4]   f32  read
+//   binding 5  backgrounds  [C,3]     f32  read
+//   binding 6  out_alphas   [C,H,W]   f32  read   from rasterize_fwd (T_final = 1 - alpha)
+//   binding 7  out_last     [C,H,W]   u32  read
+//   binding 8  grad_colors  [C,H,W,3] f32  read   dL/d image colour
+//   binding 9  grad_alphas  [C,H,W]   f32  read   dL/d image alpha
+//   binding 10 grad_xy      [C*N,2]   f32  add    dL/d mean2d (zeroed by the caller)
+//   binding 11 grad_conics  [C*N,3]   f32  add    dL/d (a, b, c)
+//   binding 12 grad_rgb     [C*N,3]   f32  add    dL/d colour
+//   binding 13 grad_opacity [C*N]     f32  add    dL/d opacity (as composited)
+//   binding 14 grad_xy_abs  [C*N,2]   f32  add    sum over pixels of |dL/d mean2d| (when ABSGRAD)
+//   constant_id 0 ABSGRAD
+#include "common/launch.cuh"
+#include "common/raster.cuh"
+#include "common/warp.cuh"
+
+namespace {
+
+using namespace spirula;
+
+struct Push {
+    uint32_t width;
+    uint32_t height;
+    uint32_t tile_width;
+    uint32_t tile_height;
+};
+
+struct Args {
+    const uint2* ranges;
+    const uint32_t* isect_ids;
+    const float4* xyop;
+    const float4* conics;
+    const float4* rgb;
+    const float* backgrounds;
+    const float* out_alphas;
+    const uint32_t* out_last;
+    const float* grad_colors;
+    const float* grad_alphas;
+    float* grad_xy;
+    float* grad_conics;
+    float* grad_rgb;
+    float* grad_opacity;
+    float* grad_xy_abs;
+};
+
+template <bool ABSGRAD>
+__global__ void __launch_bounds__(TILE_PIXELS) rasterize_bwd_kernel(Args a, Push pc) {
+    __shared__ float4 s_xyop[TILE_PIXELS];
+    __shared__ float4 s_conic[TILE_PIXELS];
+    __shared__ float4 s_rgb[TILE_PIXELS];
+    __shared__ uint32_t s_id[TILE_PIXELS];
+    __shared__ uint32_t s_max_last;
+
+    uint32_t c = blockIdx.z;
+    uint32_t tile = blockIdx.y * pc.tile_width + blockIdx.x;
+    uint2 range = a.ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint32_t tid = local_index();
+    uint32_t pix_x = blockIdx.x * TILE + threadIdx.x, pix_y = blockIdx.y * TILE + threadIdx.y;
+    bool inside = pix_x < pc.width && pix_y < pc.height;
+    vec2 centre = make2(float(pix_x) + 0.5f, float(pix_y) + 0.5f);
+    uint32_t p = (c * pc.height + min(pix_y, pc.height - 1u)) * pc.width + min(pix_x, pc.width - 1u);
+
+    float T_final = inside ? 1.0f - a.out_alphas[p] : 1.0f;
+    uint32_t last = inside ? a.out_last[p] : 0u;
+    vec3 v_color = inside ? make3(a.grad_colors[3u * p], a.grad_colors[3u * p + 1u], a.grad_colors[3u * p + 2u])
+                          : make3(0.0f, 0.0f, 0.0f);
+    float v_alpha_out = inside ? a.grad_alphas[p] : 0.0f;
+    vec3 bg = make3(a.backgrounds[3u * c], a.backgrounds[3u * c + 1u], a.backgrounds[3u * c + 2u]);
+    // gradient of the pixel through T_final, shared by every Gaussian it blends
+    float v_T_final = v_alpha_out - dot(bg, v_color);
+
+    if (tid == 0u) {
+        s_max_last = 0u;
+    }
+    __syncthreads();
+    atomicMax(&s_max_last, last);
+    __syncthreads();
+    uint32_t end = range.x + s_max_last;
+
+    float T = T_final;
+    vec3 behind = make3(0.0f, 0.0f, 0.0f);     // colour blended behind the current Gaussian
+    for (uint32_t batch_end = end; batch_end > range.x;) {
+        uint32_t batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
+        uint32_t count = batch_end - batch_start;
+        __syncthreads();                        // the previous batch is consumed
+        if (tid < count) {
+            uint32_t id = a.isect_ids[batch_start + tid];
+            s_id[tid] = id;
+            s_xyop[tid] = a.xyop[id];
+            s_conic[tid] = a.conics[id];
+            s_rgb[tid] = a.rgb[id];
+        }
+        __syncthreads();
+        for (uint32_t kk = count; kk > 0u; --kk) {
+            uint32_t k = kk - 1u;
+            bool valid = batch_start - range.x + k < last;
+            float4 g = s_xyop[k];
+            float4 cn = s_conic[k];
+            vec3 con = make3(cn.x, cn.y, cn.z);
+            vec2 d = make2(g.x - centre.x, g.y - centre.y);
+            float sigma = gaussian_sigma(d, con);
+            float vis = expf(-sigma);
+            float raw_alpha = g.z * vis;
+            float alpha = fminf(MAX_ALPHA, raw_alpha);
+            valid = valid && sigma >= 0.0f && alpha >= MIN_ALPHA;
+            vec2 v_xy = make2(0.0f, 0.0f);
+            vec3 v_con = make3(0.0f, 0.0f, 0.0f);
+            vec3 v_rgb = make3(0.0f, 0.0f, 0.0f);
+            float v_op = 0.0f;
+            if (valid) {
+                float ra = 1.0f / (1.0f - alpha);
+                T *= ra;                                      // T before this Gaussian
+                float4 cc = s_rgb[k];
+                vec3 col = make3(cc.x, cc.y, cc.z);
+                float w = alpha * T;
+                v_rgb = w * v_color;
+                float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
+                behind += col * w;
+                if (raw_alpha <= MAX_ALPHA) {
+                    float v_sigma = -raw_alpha * v_alpha;
+                    v_op = vis * v_alpha;
+                    v_con = make3(0.5f * d.x * d.x, d.x * d.y, 0.5f * d.y * d.y) * v_sigma;
+                    v_xy = v_sigma * make2(con.x * d.x + con.y * d.y, con.y * d.x + con.z * d.y);
+                }
+            }
+            if (__any_sync(FULL_MASK, valid)) {
+                vec2 v_abs = make2(0.0f, 0.0f);
+                if (ABSGRAD) {
+                    v_abs = make2(warp_add(fabsf(v_xy.x)), warp_add(fabsf(v_xy.y)));
+                }
+                v_xy = make2(warp_add(v_xy.x), warp_add(v_xy.y));
+                v_con = make3(warp_add(v_con.x), warp_add(v_con.y), warp_add(v_con.z));
+                v_rgb = make3(warp_add(v_rgb.x), warp_add(v_rgb.y), warp_add(v_rgb.z));
+                v_op = warp_add(v_op);
+                if (lane_id() == 0u) {                        // subgroupElect(): all lanes are active
+                    uint32_t id = s_id[k];
+                    atomicAdd(&a.grad_xy[2u * id], v_xy.x);
+                    atomicAdd(&a.grad_xy[2u * id + 1u], v_xy.y);
+                    atomicAdd(&a.grad_conics[3u * id], v_con.x);
+                    atomicAdd(&a.grad_conics[3u * id + 1u], v_con.y);
+                    atomicAdd(&a.grad_conics[3u * id + 2u], v_con.z);
+                    atomicAdd(&a.grad_rgb[3u * id], v_rgb.x);
+                    atomicAdd(&a.grad_rgb[3u * id + 1u], v_rgb.y);
+                    atomicAdd(&a.grad_rgb[3u * id + 2u], v_rgb.z);
+                    atomicAdd(&a.grad_opacity[id], v_op);
+                    if (ABSGRAD) {
+                        atomicAdd(&a.grad_xy_abs[2u * id], v_abs.x);
+                        atomicAdd(&a.grad_xy_abs[2u * id + 1u], v_abs.y);
+                    }
+                }
+            }
+        }
+        batch_end = batch_start;
+    }
+}
+
+}  // namespace
+
+SPIRULA_EXPORT int rasterize_bwd(const SpirulaLaunch* L) {
+    SPIRULA_CONTRACT(L, 15, 4, 1);
+    Args a{buffer<const uint2>(L, 0), buffer<const uint32_t>(L, 1), buffer<const float4>(L, 2),
+           buffer<const float4>(L, 3), buffer<const float4>(L, 4), buffer<const float>(L, 5),
+           buffer<const float>(L, 6), buffer<const uint32_t>(L, 7), buffer<const float>(L, 8),
+           buffer<const float>(L, 9), buffer<float>(L, 10), buffer<float>(L, 11), buffer<float>(L, 12),
+           buffer<float>(L, 13), buffer<float>(L, 14)};
+    Push pc = push_block<Push>(L);
+    if (L->spec[0] != 0u) {
+        return launch(L, dim3(TILE, TILE), rasterize_bwd_kernel<true>, a, pc);
+    }
+    return launch(L, dim3(TILE, TILE), rasterize_bwd_kernel<false>, a, pc);
+}

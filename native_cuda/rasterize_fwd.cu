@@ -1,0 +1,128 @@
+// rasterize_fwd: alpha-composite each tile's Gaussians front to back.
+// Twin of shaders/rasterize_fwd.comp. One workgroup per 16x16 tile (x, y) of
+// camera z; one thread per pixel. Each batch of up to 256 Gaussians is
+// staged in shared memory; the workgroup stops when every pixel is saturated.
+//   binding 0  ranges      [C*T,2]   u32  read   per tile [start, end) in isect_ids
+//   binding 1  isect_ids   [M]       u32  read   (camera, Gaussian) index, tile-sorted
+//   binding 2  xyop        [C*N,4]   f32  read   mean2d, opacity, depth
+//   binding 3  conics      [C*N,4]   f32  read
+//   binding 4  rgb         [C*N,4]   f32  read
+//   binding 5  backgrounds [C,3]     f32  read
+//   binding 6  out_colors  [C,H,W,3] f32  write  colour + T * background
+//   binding 7  out_alphas  [C,H,W]   f32  write  1 - T
+//   binding 8  out_depths  [C,H,W]   f32  write  sum of depth * alpha * T (not divided)
+//   binding 9  out_last    [C,H,W]   u32  write  entries of the tile list up to the last blended
+#include "common/launch.cuh"
+#include "common/raster.cuh"
+
+namespace {
+
+using namespace spirula;
+
+struct Push {
+    uint32_t width;
+    uint32_t height;
+    uint32_t tile_width;
+    uint32_t tile_height;
+};
+
+struct Args {
+    const uint2* ranges;
+    const uint32_t* isect_ids;
+    const float4* xyop;
+    const float4* conics;
+    const float4* rgb;
+    const float* backgrounds;
+    float* out_colors;
+    float* out_alphas;
+    float* out_depths;
+    uint32_t* out_last;
+};
+
+__global__ void __launch_bounds__(TILE_PIXELS) rasterize_fwd_kernel(Args a, Push pc) {
+    __shared__ float4 s_xyop[TILE_PIXELS];
+    __shared__ float4 s_conic[TILE_PIXELS];
+    __shared__ float4 s_rgb[TILE_PIXELS];
+    __shared__ uint32_t s_alive[2];
+
+    uint32_t c = blockIdx.z;
+    uint32_t tile = blockIdx.y * pc.tile_width + blockIdx.x;
+    uint2 range = a.ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint32_t tid = local_index();
+    uint32_t pix_x = blockIdx.x * TILE + threadIdx.x, pix_y = blockIdx.y * TILE + threadIdx.y;
+    bool inside = pix_x < pc.width && pix_y < pc.height;
+    vec2 centre = make2(float(pix_x) + 0.5f, float(pix_y) + 0.5f);
+
+    float T = 1.0f;
+    vec3 color = make3(0.0f, 0.0f, 0.0f);
+    float depth = 0.0f;
+    uint32_t last = 0u;
+    bool done = !inside;
+    if (tid == 0u) {
+        s_alive[0] = 0u;
+        s_alive[1] = 0u;
+    }
+    __syncthreads();
+    uint32_t batch = 0u;
+    for (uint32_t start = range.x; start < range.y; start += TILE_PIXELS, ++batch) {
+        uint32_t parity = batch & 1u;
+        if (!done) {
+            atomicAdd(&s_alive[parity], 1u);
+        }
+        __syncthreads();         // also: every pixel is done with the previous batch
+        if (s_alive[parity] == 0u) {
+            break;               // uniform: every pixel is saturated
+        }
+        if (tid == 0u) {
+            s_alive[parity ^ 1u] = 0u;
+        }
+        uint32_t j = start + tid;
+        if (j < range.y) {
+            uint32_t id = a.isect_ids[j];
+            s_xyop[tid] = a.xyop[id];
+            s_conic[tid] = a.conics[id];
+            s_rgb[tid] = a.rgb[id];
+        }
+        __syncthreads();
+        uint32_t count = min(TILE_PIXELS, range.y - start);
+        for (uint32_t k = 0u; k < count && !done; ++k) {
+            float4 g = s_xyop[k];
+            float4 con = s_conic[k];
+            float sigma = gaussian_sigma(make2(g.x - centre.x, g.y - centre.y), make3(con.x, con.y, con.z));
+            float alpha = fminf(MAX_ALPHA, g.z * expf(-sigma));
+            if (sigma < 0.0f || alpha < MIN_ALPHA) {
+                continue;
+            }
+            float next_T = T * (1.0f - alpha);
+            if (next_T <= MIN_TRANSMITTANCE) {
+                done = true;
+                break;
+            }
+            float w = alpha * T;
+            float4 col = s_rgb[k];
+            color += make3(col.x, col.y, col.z) * w;
+            depth += g.w * w;
+            T = next_T;
+            last = start - range.x + k + 1u;
+        }
+    }
+    if (inside) {
+        uint32_t p = (c * pc.height + pix_y) * pc.width + pix_x;
+        a.out_colors[3u * p] = color.x + T * a.backgrounds[3u * c];
+        a.out_colors[3u * p + 1u] = color.y + T * a.backgrounds[3u * c + 1u];
+        a.out_colors[3u * p + 2u] = color.z + T * a.backgrounds[3u * c + 2u];
+        a.out_alphas[p] = 1.0f - T;
+        a.out_depths[p] = depth;
+        a.out_last[p] = last;
+    }
+}
+
+}  // namespace
+
+SPIRULA_EXPORT int rasterize_fwd(const SpirulaLaunch* L) {
+    SPIRULA_CONTRACT(L, 10, 4, 0);
+    Args a{buffer<const uint2>(L, 0), buffer<const uint32_t>(L, 1), buffer<const float4>(L, 2),
+           buffer<const float4>(L, 3), buffer<const float4>(L, 4), buffer<const float>(L, 5),
+           buffer<float>(L, 6), buffer<float>(L, 7), buffer<float>(L, 8), buffer<uint32_t>(L, 9)};
+    return launch(L, dim3(TILE, TILE), rasterize_fwd_kernel, a, push_block<Push>(L));
+}

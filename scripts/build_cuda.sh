@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend, build/libspirula_cuda.so, from native_cuda/*.cu
+# (`make cuda`; `make install` runs it last). Optional: without nvcc, or when
+# the build fails, it prints one line and exits 0, and the Vulkan backend is
+# unaffected. Skips the build when the sources, flags and nvcc are unchanged.
+#
+#   NVCC=/path/to/nvcc        compiler (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
+#   SPIRULA_CUDA_ARCHS="75 80 86 89 90"   SASS targets; PTX for the last one is added
+#   SPIRULA_CUDA_JOBS=N       parallel compiles (default: the number of cores)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=build/libspirula_cuda.so
+LOG=build/cuda_build.log
+STAMP=build/libspirula_cuda.stamp
+
+skip() {
+  rm -f "$OUT" "$STAMP"     # never leave a library that does not match the sources
+  echo "spirula: CUDA backend not built: $1; the Vulkan backend is unaffected"
+  exit 0
+}
+
+NVCC=${NVCC:-$(command -v nvcc || true)}
+[ -z "$NVCC" ] && [ -x /usr/local/cuda/bin/nvcc ] && NVCC=/usr/local/cuda/bin/nvcc
+if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
+  echo "spirula: CUDA backend not built: nvcc not found (install the CUDA toolkit, or set NVCC); the Vulkan backend is unaffected"
+  exit 0
+fi
+
+ARCHS=${SPIRULA_CUDA_ARCHS:-"75 80 86 89 90"}
+GENCODE=()
+last=""
+for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_$a,code=sm_$a"); last=$a; done
+GENCODE+=(-gencode "arch=compute_$last,code=compute_$last")
+# IEEE arithmetic (no --use_fast_math), so CUDA and Vulkan results stay close.
+FLAGS=(-std=c++17 -O3 -Xcompiler -fPIC -Xcompiler -fvisibility=hidden "${GENCODE[@]}")
+
+SOURCES=(native_cuda/*.cu)
+[ -e "${SOURCES[0]}" ] || skip "no sources in native_cuda/"
+mkdir -p build
+
+key=$( { "$NVCC" --version; echo "${FLAGS[*]}"; cat native_cuda/*.cu native_cuda/common/*.cuh "$0"; } | sha256sum | cut -c1-32)
+if [ -s "$OUT" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$key" ]; then
+  exit 0
+fi
+
+OBJ=$(mktemp -d build/cuda_obj.XXXXXX)
+trap 'rm -rf "$OBJ"' EXIT
+JOBS=${SPIRULA_CUDA_JOBS:-$(nproc 2>/dev/null || echo 2)}
+t0=$(date +%s)
+: > "$LOG"
+# One nvcc per source, JOBS at a time; each writes its own log.
+printf '%s\n' "${SOURCES[@]}" | xargs -P "$JOBS" -I{} sh -c '
+  src="$1"; shift; obj="$0/$(basename "$src" .cu).o"
+  "$@" -c "$src" -o "$obj" > "$obj.log" 2>&1 || { echo "FAILED $src" >> "$obj.log"; exit 1; }
+' "$OBJ" {} "$NVCC" "${FLAGS[@]}"
+status=$?
+cat "$OBJ"/*.log >> "$LOG" 2>/dev/null
+if [ $status != 0 ]; then
+  first=$(grep -m1 -E 'error|FAILED' "$LOG" | cut -c1-200)
+  skip "nvcc failed (${first:-see $LOG}; full log in $LOG)"
+fi
+# Link: cudart static (the library needs only the driver, libcuda.so.1, at run
+# time); its symbols stay hidden, so only the kernels and spirula_cuda_* are exported.
+if ! "$NVCC" -shared -o "$OUT.tmp" "$OBJ"/*.o -Xlinker --exclude-libs,ALL >> "$LOG" 2>&1; then
+  skip "linking failed (see $LOG)"
+fi
+mv -f "$OUT.tmp" "$OUT"
+echo "$key" > "$STAMP"
+echo "spirula: built $OUT (${#SOURCES[@]} sources, sm_${ARCHS// /, sm_} + compute_$last PTX) in $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,85 @@
+#version 450
+// densify_adc_write: write the splats that density control leaves into new
+// buffers, at the offsets of the scanned counts. GROUP 0 writes the
+// parameters: kept and cloned splats are copied; a split splat becomes two
+// children at mean + R (s * z), z ~ N(0, I), with scales s / 1.6. GROUP 1
+// and 2 write an Adam moment (first, second): copied for kept splats and a
+// clone's original, 0 for a clone's copy and for split children.
+// One thread per old splat i < n (workgroup 256, folded).
+//   binding 0-4  src: means [N,3], quats [N,4], scales [N,3], opacities [N], sh [N,K,3]  read
+//   binding 5-9  dst: the same, [N',...]                                              write
+//   binding 10   actions   [N]  u32  read
+//   binding 11   offsets   [N]  u32  read   where splat i's outputs start
+//   binding 12   out_counts[N]  u32  read   outputs of splat i (0: pruned)
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+#include "projection.glsl"
+#include "random.glsl"
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint GROUP = 0;
+layout(constant_id = 1) const uint SH_COEFFS = 1;
+
+layout(std430, binding = 0) readonly buffer SrcMeansBuf { float src_means[]; };
+layout(std430, binding = 1) readonly buffer SrcQuatsBuf { vec4 src_quats[]; };
+layout(std430, binding = 2) readonly buffer SrcScalesBuf { float src_scales[]; };
+layout(std430, binding = 3) readonly buffer SrcOpacitiesBuf { float src_opacities[]; };
+layout(std430, binding = 4) readonly buffer SrcShBuf { float src_sh[]; };
+layout(std430, binding = 5) writeonly buffer DstMeansBuf { float dst_means[]; };
+layout(std430, binding = 6) writeonly buffer DstQuatsBuf { vec4 dst_quats[]; };
+layout(std430, binding = 7) writeonly buffer DstScalesBuf { float dst_scales[]; };
+layout(std430, binding = 8) writeonly buffer DstOpacitiesBuf { float dst_opacities[]; };
+layout(std430, binding = 9) writeonly buffer DstShBuf { float dst_sh[]; };
+layout(std430, binding = 10) readonly buffer ActionsBuf { uint actions[]; };
+layout(std430, binding = 11) readonly buffer OffsetsBuf { uint offsets[]; };
+layout(std430, binding = 12) readonly buffer OutCountsBuf { uint out_counts[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    uint seed;
+} pc;
+
+const float LOG_SPLIT_SHRINK = 0.47000362924573558;   // log(1.6)
+
+void write_row(uint dst, uint src, bool zero, vec3 mean_offset, float scale_offset) {
+    for (uint k = 0u; k < 3u; ++k) {
+        dst_means[3u * dst + k] = zero ? 0.0 : src_means[3u * src + k] + mean_offset[k];
+        dst_scales[3u * dst + k] = zero ? 0.0 : src_scales[3u * src + k] + scale_offset;
+    }
+    dst_quats[dst] = zero ? vec4(0.0) : src_quats[src];
+    dst_opacities[dst] = zero ? 0.0 : src_opacities[src];
+    for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
+        dst_sh[3u * SH_COEFFS * dst + k] = zero ? 0.0 : src_sh[3u * SH_COEFFS * src + k];
+    }
+}
+
+void main() {
+    uint i = global_index();
+    if (i >= pc.n || out_counts[i] == 0u) {
+        return;
+    }
+    uint action = actions[i];
+    uint o = offsets[i];
+    if (GROUP != 0u) {                     // Adam moments
+        write_row(o, i, action == 2u, vec3(0.0), 0.0);
+        if (action != 0u) {
+            write_row(o + 1u, i, true, vec3(0.0), 0.0);
+        }
+        return;
+    }
+    if (action != 2u) {
+        write_row(o, i, false, vec3(0.0), 0.0);
+        if (action == 1u) {
+            write_row(o + 1u, i, false, vec3(0.0), 0.0);
+        }
+        return;
+    }
+    vec4 q = src_quats[i];
+    mat3 R = quat_to_rotmat(q * inversesqrt(dot(q, q)));
+    vec3 s = exp(vec3(src_scales[3u * i], src_scales[3u * i + 1u], src_scales[3u * i + 2u]));
+    for (uint c = 0u; c < 2u; ++c) {
+        vec2 z01 = random_normal2(pc.seed, i, 4u * c);
+        vec2 z23 = random_normal2(pc.seed, i, 4u * c + 2u);
+        write_row(o + c, i, false, R * (s * vec3(z01, z23.x)), -LOG_SPLIT_SHRINK);
+    }
+}

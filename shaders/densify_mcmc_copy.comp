@@ -1,0 +1,93 @@
+#version 450
+// densify_mcmc_copy: give drawn sources' attributes to their new copies, whose
+// Adam moments start at 0.
+//   APPEND = false (relocation): one thread per splat i < n; dead splat i
+//     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
+//     j = dead_offsets[i]'s source.
+//   APPEND = true (growth): one thread per draw j < count; splat n + j
+//     becomes a copy of draw j's source.
+// Workgroup 256, folded.
+//   binding 0-4   means [N,3], quats [N,4], scales [N,3], opacities [N], sh [N,K,3]  f32  read/write
+//   binding 5-14  Adam moments m, v of the same                              f32  write
+//   binding 15    dead_offsets [N]   u32  read   exclusive prefix sum of the dead flags
+//   binding 16    totals       [..]  u32  read   dead count at dead_total_offset
+//   binding 17    sample_src   [..]  u32  read
+//   binding 18    weight_totals [..] f32  read   total sampling weight at weight_total_offset
+//                                                 (0: nothing was drawn)
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const bool APPEND = false;
+layout(constant_id = 1) const uint SH_COEFFS = 1;
+
+layout(std430, binding = 0) buffer MeansBuf { float means[]; };
+layout(std430, binding = 1) buffer QuatsBuf { vec4 quats[]; };
+layout(std430, binding = 2) buffer ScalesBuf { float scales[]; };
+layout(std430, binding = 3) buffer OpacitiesBuf { float opacities[]; };
+layout(std430, binding = 4) buffer ShBuf { float sh[]; };
+layout(std430, binding = 5) writeonly buffer MMeansBuf { float m_means[]; };
+layout(std430, binding = 6) writeonly buffer VMeansBuf { float v_means[]; };
+layout(std430, binding = 7) writeonly buffer MQuatsBuf { vec4 m_quats[]; };
+layout(std430, binding = 8) writeonly buffer VQuatsBuf { vec4 v_quats[]; };
+layout(std430, binding = 9) writeonly buffer MScalesBuf { float m_scales[]; };
+layout(std430, binding = 10) writeonly buffer VScalesBuf { float v_scales[]; };
+layout(std430, binding = 11) writeonly buffer MOpacitiesBuf { float m_opacities[]; };
+layout(std430, binding = 12) writeonly buffer VOpacitiesBuf { float v_opacities[]; };
+layout(std430, binding = 13) writeonly buffer MShBuf { float m_sh[]; };
+layout(std430, binding = 14) writeonly buffer VShBuf { float v_sh[]; };
+layout(std430, binding = 15) readonly buffer DeadOffsetsBuf { uint dead_offsets[]; };
+layout(std430, binding = 16) readonly buffer TotalsBuf { uint totals[]; };
+layout(std430, binding = 17) readonly buffer SampleSrcBuf { uint sample_src[]; };
+layout(std430, binding = 18) readonly buffer WeightTotalsBuf { float weight_totals[]; };
+
+layout(push_constant) uniform Push {
+    uint n;                  // splats before this step
+    uint count;              // APPEND: draws
+    uint dead_total_offset;  // relocation: where the dead count is in totals
+    uint weight_total_offset;
+} pc;
+
+void main() {
+    uint t = global_index();
+    uint dst, src;
+    if (APPEND) {
+        if (t >= pc.count) {
+            return;
+        }
+        dst = pc.n + t;
+        src = sample_src[t];
+    } else {
+        if (t >= pc.n) {
+            return;
+        }
+        uint next = t + 1u < pc.n ? dead_offsets[t + 1u] : totals[pc.dead_total_offset];
+        if (next == dead_offsets[t]) {
+            return;                                   // alive
+        }
+        dst = t;
+        src = sample_src[dead_offsets[t]];
+    }
+    if (!(weight_totals[pc.weight_total_offset] > 0.0)) {
+        return;
+    }
+    for (uint k = 0u; k < 3u; ++k) {
+        means[3u * dst + k] = means[3u * src + k];
+        scales[3u * dst + k] = scales[3u * src + k];
+        m_means[3u * dst + k] = 0.0;
+        v_means[3u * dst + k] = 0.0;
+        m_scales[3u * dst + k] = 0.0;
+        v_scales[3u * dst + k] = 0.0;
+    }
+    quats[dst] = quats[src];
+    m_quats[dst] = vec4(0.0);
+    v_quats[dst] = vec4(0.0);
+    opacities[dst] = opacities[src];
+    m_opacities[dst] = 0.0;
+    v_opacities[dst] = 0.0;
+    for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
+        sh[3u * SH_COEFFS * dst + k] = sh[3u * SH_COEFFS * src + k];
+        m_sh[3u * SH_COEFFS * dst + k] = 0.0;
+        v_sh[3u * SH_COEFFS * dst + k] = 0.0;
+    }
+}

@@ -1,0 +1,34 @@
+#version 450
+// densify_mcmc_weights: MCMC densification (Kheradmand et al. 2024, as gsplat's
+// MCMCStrategy), step 1: each splat's sampling weight (its opacity) and
+// whether it is dead (opacity <= min_opacity). With ALIVE_ONLY, dead splats
+// weigh 0 (relocation samples sources among the living).
+// One thread per splat i < n (workgroup 256, folded).
+//   binding 0  opacities  [N]  f32  read   logits
+//   binding 1  weights    [N]  f32  write  opacity (0 for dead when ALIVE_ONLY)
+//   binding 2  dead       [N]  u32  write  1 if dead (scanned in place afterwards)
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+layout(constant_id = 0) const bool ALIVE_ONLY = true;
+
+layout(std430, binding = 0) readonly buffer OpacitiesBuf { float opacities[]; };
+layout(std430, binding = 1) writeonly buffer WeightsBuf { float weights[]; };
+layout(std430, binding = 2) writeonly buffer DeadBuf { uint dead[]; };
+
+layout(push_constant) uniform Push {
+    uint n;
+    float min_opacity;
+} pc;
+
+void main() {
+    uint i = global_index();
+    if (i >= pc.n) {
+        return;
+    }
+    float o = 1.0 / (1.0 + exp(-opacities[i]));
+    bool is_dead = o <= pc.min_opacity;
+    weights[i] = (ALIVE_ONLY && is_dead) ? 0.0 : o;
+    dead[i] = is_dead ? 1u : 0u;
+}

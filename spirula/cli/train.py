@@ -1,0 +1,173 @@
+"""``spirula train``, ``spirula eval`` and ``spirula render``."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+
+from spirula.cli.main import cli, common_options
+from spirula.errors import SpirulaError
+
+
+def _open_device(backend: str):
+    if backend == "cuda":
+        try:
+            from spirula.backends.cuda import open_cuda_device
+        except ImportError as exc:
+            raise SpirulaError("the CUDA backend is not available in this installation (%s)" % exc) from None
+        return open_cuda_device()
+    from spirula.runtime.device import get_device
+    return get_device()
+
+
+def _log(msg):
+    click.echo(msg, err=True)
+
+
+@cli.command()
+@common_options
+@click.argument("dataset", required=False, type=click.Path(path_type=Path))
+@click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
+@click.option("--iterations", type=int, default=None, help="Training steps [default: 30000; demo: 1500].")
+@click.option("--strategy", type=click.Choice(["mcmc", "adc"]), default="mcmc", show_default=True,
+              help="Densification: MCMC (budget --cap-max) or classic adaptive density control.")
+@click.option("--cap-max", type=int, default=None, help="MCMC splat budget [default: 1000000; demo: 30000].")
+@click.option("--sh-degree", type=click.IntRange(0, 3), default=3, show_default=True)
+@click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
+@click.option("--eval-split", default="interval:8", show_default=True, help="interval:N or none.")
+@click.option("--background", type=click.Choice(["white", "black"]), default=None,
+              help="Background colour [default: white for Blender scenes, black otherwise].")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Run folder [default: outputs/<dataset>-<timestamp>].")
+@click.option("--resume", type=click.Path(path_type=Path), default=None,
+              help="Continue a run (its folder or a ckpt/step-*.npz).")
+@click.option("--eval-every", type=int, default=0, help="Evaluate on the test images every N steps.")
+@click.option("--save-every", type=int, default=7000, show_default=True, help="Checkpoint every N steps.")
+@click.option("--seed", type=int, default=0, show_default=True)
+def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale, eval_split, background, output,
+          resume, eval_every, save_every, seed):
+    """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
+    a Blender/NeRF-synthetic folder (transforms_train.json) or a nerfstudio
+    transforms.json. Without DATASET, trains the built-in demo scene.
+
+    Writes splat.ply, metrics.json, config.json and a checkpoint into the run
+    folder. Ctrl-C saves a checkpoint; --resume continues from it.
+    """
+    from spirula.data import load_dataset
+    from spirula.train.config import TrainConfig
+    from spirula.train.run import default_output_dir, train_run
+
+    demo = dataset is None
+    if resume is not None and dataset is None:
+        saved = _saved_config(resume)
+        dataset = Path(saved["dataset"])
+        demo = False
+    if demo:
+        from spirula.data.demo import ensure_demo_scene
+        dataset = ensure_demo_scene(log=_log)
+    cfg = TrainConfig(iterations=iterations or (1500 if demo else 30_000), strategy=strategy,
+                      cap_max=cap_max or (30_000 if demo else 1_000_000), sh_degree=sh_degree, seed=seed,
+                      downscale=downscale, eval_split=eval_split, background=background, eval_every=eval_every,
+                      save_every=save_every, log_every=50 if demo else 100)
+    scene = load_dataset(dataset, downscale=downscale, eval_split=eval_split,
+                         background=background or "auto", seed=seed)
+    device = _open_device(backend)
+    if output is None:
+        output = resume if resume is not None and Path(resume).is_dir() else \
+            default_output_dir(Path("demo") if demo else Path(dataset))
+    _log("spirula: training %s (%s, %d train / %d test images, %dx%d) on %s, %d steps, %s"
+         % (dataset, scene.source, len(scene.train), len(scene.test), scene.frames[0].width,
+            scene.frames[0].height, device.info.name, cfg.iterations,
+            "MCMC, cap %s" % "{:,}".format(cfg.cap_max) if strategy == "mcmc" else "ADC"))
+    train_run(scene, cfg, device, output, resume=resume, log=_log)
+
+
+def _saved_config(run) -> dict:
+    run = Path(run)
+    folder = run if run.is_dir() else run.parent.parent
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SpirulaError("%s: no readable config.json (%s)" % (folder, exc)) from None
+
+
+def _open_run(run: Path):
+    from spirula.data import load_dataset
+    from spirula.train.run import load_run
+    cfg, params, ckpt, state = load_run(run)
+    saved = _saved_config(run if Path(run).is_dir() else ckpt)
+    scene = load_dataset(saved["dataset"], downscale=cfg.downscale, eval_split=cfg.eval_split,
+                         background=cfg.background or "auto", seed=cfg.seed)
+    return cfg, params, ckpt, scene
+
+
+@cli.command("eval")
+@common_options
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
+def eval_command(run, backend):
+    """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
+    image and mean, written to RUN/metrics-eval.json."""
+    from spirula.train.run import evaluate_run
+    cfg, params, ckpt, scene = _open_run(run)
+    if not scene.test:
+        raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
+    device = _open_device(backend)
+    metrics = evaluate_run(scene, device, params)
+    metrics.update(checkpoint=str(ckpt), n_splats=len(params["means"]))
+    for p in metrics["per_image"]:
+        click.echo("%-32s PSNR %7.3f  SSIM %.4f" % (p["image"], p["psnr"], p["ssim"]))
+    click.echo("mean %-27s PSNR %7.3f  SSIM %.4f" % ("(%d images)" % len(metrics["per_image"]),
+                                                     metrics["psnr"], metrics["ssim"]))
+    folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
+    (folder / "metrics-eval.json").write_text(json.dumps(metrics, indent=1))
+
+
+@cli.command("render")
+@common_options
+@click.argument("run", type=click.Path(exists=True, path_type=Path))
+@click.option("--camera", "cameras", multiple=True,
+              help="A dataset view: its index, 'test:K', 'train:K' or its image name (repeatable) "
+                   "[default: every test view].")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder [default: RUN/renders].")
+@click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
+def render_command(run, cameras, out, backend):
+    """Render a trained run from dataset cameras to PNG files."""
+    from PIL import Image
+
+    from spirula.train.run import SplatRenderer
+    cfg, params, ckpt, scene = _open_run(run)
+    indices = [_camera_index(scene, c) for c in cameras] if cameras else list(scene.test)
+    if not indices:
+        raise SpirulaError("%s: no test views to render; pick some with --camera" % run)
+    device = _open_device(backend)
+    renderer = SplatRenderer(device, params, scene.background)
+    out = out or ((Path(run) if Path(run).is_dir() else ckpt.parent.parent) / "renders")
+    out.mkdir(parents=True, exist_ok=True)
+    for i in indices:
+        f = scene.frames[i]
+        img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
+        path = out / (Path(f.name).stem + ".png")
+        Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(path)
+        click.echo(str(path))
+    renderer.free()
+
+
+def _camera_index(scene, spec: str) -> int:
+    names = [f.name for f in scene.frames]
+    if spec in names:
+        return names.index(spec)
+    try:
+        if ":" in spec:
+            split, k = spec.split(":", 1)
+            return {"test": scene.test, "train": scene.train}[split][int(k)]
+        i = int(spec)
+        if 0 <= i < len(names):
+            return i
+    except (KeyError, ValueError, IndexError):
+        pass
+    raise SpirulaError("--camera %s: no such view (an index 0..%d, test:K, train:K or an image name)"
+                       % (spec, len(names) - 1))

@@ -1,0 +1,202 @@
+"""The embedded demo scene, generated deterministically at first use.
+
+A small ray-traced world: a checkered floor, three striped spheres casting
+shadows, under a sky gradient, seen by 48 cameras circling it (160x120).
+It is written as a COLMAP text model (cameras, images, points3D: surface
+points with the colours a camera saw, plus noise, as SfM would give) with PNG
+images, into ``$SPIRULA_CACHE_DIR`` (default ``~/.cache/spirula``)/demo-v1.
+Nothing is shipped; the same bytes come out on every machine.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+VERSION = "demo-v1"
+WIDTH, HEIGHT, FOCAL = 160, 120, 150.0
+N_VIEWS = 48
+SPHERES = (  # centre, radius, two stripe colours
+    ((0.9, 0.0, 0.5), 0.5, (0.85, 0.2, 0.15), (0.95, 0.8, 0.3)),
+    ((-0.55, 0.8, 0.4), 0.4, (0.15, 0.65, 0.3), (0.9, 0.95, 0.9)),
+    ((-0.45, -0.85, 0.6), 0.6, (0.2, 0.3, 0.85), (0.7, 0.85, 1.0)),
+)
+LIGHT = np.array([0.4, -0.3, 0.87]) / np.linalg.norm([0.4, -0.3, 0.87])
+FLOOR_RADIUS = 3.0
+SKY_RADIUS = 9.0
+
+
+def demo_path() -> Path:
+    env = os.environ.get("SPIRULA_CACHE_DIR")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spirula"
+    return base / VERSION
+
+
+def ensure_demo_scene(log=None) -> Path:
+    """The demo dataset's folder, generating it (a few seconds) if missing."""
+    path = demo_path()
+    if (path / "sparse" / "0" / "points3D.txt").is_file():
+        return path
+    if log:
+        log("spirula: generating the demo scene in %s" % path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=".demo-"))
+    try:
+        _write(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return path
+
+
+# ---- the world -------------------------------------------------------------------
+
+def _sky(d):
+    t = np.clip(d[..., 2], 0, 1)[..., None]
+    return (1 - t) * np.array([0.92, 0.94, 0.97]) + t * np.array([0.35, 0.55, 0.9])
+
+
+def _sphere_hit(o, d, centre, radius):
+    oc = o - np.asarray(centre)
+    b = (oc * d).sum(-1)
+    c = (oc * oc).sum(-1) - radius ** 2
+    disc = b * b - c
+    t = -b - np.sqrt(np.maximum(disc, 0))
+    return np.where((disc > 0) & (t > 1e-4), t, np.inf)
+
+
+def _shade_sphere(p, i):
+    centre, radius, c0, c1 = SPHERES[i]
+    n = (p - np.asarray(centre)) / radius
+    stripes = (np.floor((np.arctan2(n[..., 1], n[..., 0]) / np.pi * 6 + n[..., 2] * 3)) % 2)[..., None]
+    albedo = np.where(stripes > 0, np.asarray(c1), np.asarray(c0))
+    return albedo * (0.35 + 0.65 * np.clip((n * LIGHT).sum(-1), 0, 1))[..., None]
+
+
+def _shade_floor(p):
+    checker = ((np.floor(p[..., 0] * 2) + np.floor(p[..., 1] * 2)) % 2)[..., None]
+    albedo = np.where(checker > 0, np.array([0.82, 0.8, 0.75]), np.array([0.3, 0.28, 0.32]))
+    lit = np.ones(p.shape[:-1])
+    for centre, radius, _, _ in SPHERES:                 # shadows of the spheres
+        lit = np.where(np.isfinite(_sphere_hit(p, np.broadcast_to(LIGHT, p.shape), centre, radius)), 0.0, lit)
+    return albedo * (0.35 + 0.65 * LIGHT[2] * lit)[..., None]
+
+
+def trace(o, d) -> np.ndarray:
+    """Colour [...,3] of rays from o [...,3] along unit d [...,3]."""
+    t_best = np.full(d.shape[:-1], np.inf)
+    colour = _sky(d)
+    t_floor = np.where(d[..., 2] < -1e-6, -o[..., 2] / np.where(d[..., 2] < -1e-6, d[..., 2], -1), np.inf)
+    p = o + d * np.where(np.isfinite(t_floor), t_floor, 0)[..., None]
+    t_floor = np.where((p[..., :2] ** 2).sum(-1) < FLOOR_RADIUS ** 2, t_floor, np.inf)
+    hit = t_floor < t_best
+    colour = np.where(hit[..., None], _shade_floor(p), colour)
+    t_best = np.minimum(t_best, t_floor)
+    for i, (centre, radius, _, _) in enumerate(SPHERES):
+        t = _sphere_hit(o, d, centre, radius)
+        hit = t < t_best
+        colour = np.where(hit[..., None], _shade_sphere(o + d * np.where(hit, t, 0)[..., None], i), colour)
+        t_best = np.minimum(t_best, t)
+    return colour
+
+
+def cameras():
+    """(viewmats [V,4,4] world->camera OpenCV, K [3,3]) of the demo views."""
+    K = np.array([[FOCAL, 0, WIDTH / 2], [0, FOCAL, HEIGHT / 2], [0, 0, 1.0]])
+    views = []
+    for v in range(N_VIEWS):
+        az = 2 * np.pi * v / N_VIEWS
+        el = np.radians(22 + 14 * np.sin(3 * az))
+        r = 4.2 + 0.4 * np.cos(2 * az)
+        eye = np.array([r * np.cos(el) * np.cos(az), r * np.cos(el) * np.sin(az), 0.3 + r * np.sin(el)])
+        fwd = np.array([0, 0, 0.35]) - eye
+        fwd /= np.linalg.norm(fwd)
+        right = np.cross(fwd, [0, 0, 1.0])
+        right /= np.linalg.norm(right)
+        down = np.cross(fwd, right)
+        R = np.stack([right, down, fwd])
+        vm = np.eye(4)
+        vm[:3, :3] = R
+        vm[:3, 3] = -R @ eye
+        views.append(vm)
+    return np.array(views), K
+
+
+def render_view(viewmat, K) -> np.ndarray:
+    """[H,W,3] float image of one view, 2x2 supersampled."""
+    R, t = viewmat[:3, :3], viewmat[:3, 3]
+    eye = -R.T @ t
+    acc = np.zeros((HEIGHT, WIDTH, 3))
+    for dy in (0.25, 0.75):
+        for dx in (0.25, 0.75):
+            ys, xs = np.mgrid[0:HEIGHT, 0:WIDTH]
+            cam = np.stack([(xs + dx - K[0, 2]) / K[0, 0], (ys + dy - K[1, 2]) / K[1, 1], np.ones_like(xs, float)], -1)
+            d = cam @ R            # camera -> world: R^T x, applied row-wise
+            d /= np.linalg.norm(d, axis=-1, keepdims=True)
+            acc += trace(np.broadcast_to(eye, d.shape), d)
+    return np.clip(acc / 4, 0, 1)
+
+
+def seed_points(rng) -> tuple:
+    """Surface points with their shaded colour, plus noise (as SfM gives):
+    on the spheres, the floor and the sky dome."""
+    pts, cols = [], []
+    for i, (centre, radius, _, _) in enumerate(SPHERES):
+        n = rng.standard_normal((900, 3))
+        n /= np.linalg.norm(n, axis=1, keepdims=True)
+        p = np.asarray(centre) + radius * n
+        p = p[p[:, 2] > 0.02]                              # under the floor: never seen
+        pts.append(p)
+        cols.append(_shade_sphere(p, i))
+    r = FLOOR_RADIUS * np.sqrt(rng.random(2500))
+    a = 2 * np.pi * rng.random(2500)
+    p = np.stack([r * np.cos(a), r * np.sin(a), np.zeros_like(r)], 1)
+    pts.append(p)
+    cols.append(_shade_floor(p))
+    d = rng.standard_normal((1200, 3))
+    d[:, 2] = np.abs(d[:, 2]) + 0.05
+    d /= np.linalg.norm(d, axis=1, keepdims=True)
+    pts.append(SKY_RADIUS * d)
+    cols.append(_sky(d))
+    pts, cols = np.concatenate(pts), np.concatenate(cols)
+    return pts + rng.normal(0, 0.01, pts.shape), np.clip(cols + rng.normal(0, 0.03, cols.shape), 0, 1)
+
+
+def _qvec(R):
+    """COLMAP quaternion (w, x, y, z) of a rotation matrix."""
+    w = np.sqrt(max(1 + R[0, 0] + R[1, 1] + R[2, 2], 1e-12)) / 2
+    return np.array([w, (R[2, 1] - R[1, 2]) / (4 * w), (R[0, 2] - R[2, 0]) / (4 * w), (R[1, 0] - R[0, 1]) / (4 * w)])
+
+
+def _write(root: Path):
+    from PIL import Image
+    rng = np.random.default_rng(7)
+    viewmats, K = cameras()
+    (root / "images").mkdir(parents=True)
+    (root / "sparse" / "0").mkdir(parents=True)
+    lines = []
+    for v, vm in enumerate(viewmats):
+        name = "%04d.png" % v
+        Image.fromarray(np.rint(render_view(vm, K) * 255).astype(np.uint8)).save(root / "images" / name)
+        q, t = _qvec(vm[:3, :3]), vm[:3, 3]
+        lines.append("%d %s 1 %s\n\n" % (v + 1, " ".join("%.12g" % x for x in list(q) + list(t)), name))
+    sp = root / "sparse" / "0"
+    (sp / "cameras.txt").write_text("# Spirula demo scene\n1 PINHOLE %d %d %.12g %.12g %.12g %.12g\n"
+                                    % (WIDTH, HEIGHT, K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
+    (sp / "images.txt").write_text("# Spirula demo scene\n" + "".join(lines))
+    pts, cols = seed_points(rng)
+    with open(sp / "points3D.txt", "w") as f:
+        f.write("# Spirula demo scene\n")
+        for i, (p, c) in enumerate(zip(pts, np.rint(cols * 255).astype(int))):
+            f.write("%d %.9g %.9g %.9g %d %d %d 0\n" % (i + 1, p[0], p[1], p[2], c[0], c[1], c[2]))
+
+
+if __name__ == "__main__":
+    print(ensure_demo_scene(log=lambda m: print(m, file=sys.stderr)))

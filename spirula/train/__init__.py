@@ -1,0 +1,1 @@
+"""Training: loss, optimizer (fpbo), densification strategies, the trainer."""

@@ -1,0 +1,86 @@
+"""Training configuration: one dataclass, defaults from DESIGN.md section 2
+(3DGS / gsplat simple_trainer), written to ``config.json`` with every run."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    iterations: int = 30_000
+    strategy: str = "mcmc"              # 'mcmc' | 'adc'
+    cap_max: int = 1_000_000            # MCMC splat budget
+    sh_degree: int = 3
+    sh_every: int = 1000                # one SH band more every N steps
+    seed: int = 0
+    # loss: l1_weight * L1 + ssim_weight * (1 - SSIM)
+    l1_weight: float = 0.8
+    ssim_weight: float = 0.2
+    # Adam
+    beta1: float = 0.9
+    beta2: float = 0.999
+    adam_eps: float = 1e-15
+    lr_means: float = 1.6e-4            # x scene extent, decaying to lr_means_final x extent
+    lr_means_final: float = 1.6e-6
+    lr_quats: float = 1e-3
+    lr_scales: float = 5e-3
+    lr_opacities: float | None = None   # default: 0.05, or 0.025 with MCMC
+    lr_sh0: float = 2.5e-3
+    lr_shN_divisor: float = 20.0
+    # initialization (None: the strategy's default)
+    init_opacity: float | None = None   # MCMC 0.5, ADC 0.1
+    init_scale: float | None = None     # x mean distance to 3 nearest points; MCMC 0.1, ADC 1.0
+    # densification, shared
+    refine_start: int = 500
+    refine_every: int = 100
+    refine_stop: int | None = None      # MCMC 25,000, ADC 15,000
+    min_opacity: float = 0.005
+    # MCMC
+    noise_lr: float = 5e5
+    opacity_reg: float | None = None    # MCMC 0.01, ADC 0
+    scale_reg: float | None = None
+    # ADC
+    grow_grad2d: float = 0.0002
+    grow_scale3d: float = 0.01          # x extent: smaller splats are cloned, larger split
+    prune_scale3d: float = 0.1          # x extent: larger splats are pruned (after the first reset)
+    reset_every: int = 3000
+    absgrad: bool = False
+    # data
+    downscale: int | None = None
+    eval_split: str = "interval:8"
+    background: str | None = None       # default: white for Blender, black otherwise
+    # run
+    eval_every: int = 0
+    save_every: int = 7000
+    log_every: int = 100
+
+    def __post_init__(self):
+        if self.strategy not in ("mcmc", "adc"):
+            raise ValueError("strategy must be 'mcmc' or 'adc', got %r" % self.strategy)
+        mcmc = self.strategy == "mcmc"
+        if self.init_opacity is None:
+            self.init_opacity = 0.5 if mcmc else 0.1
+        if self.init_scale is None:
+            self.init_scale = 0.1 if mcmc else 1.0
+        if self.refine_stop is None:
+            self.refine_stop = 25_000 if mcmc else 15_000
+        if self.opacity_reg is None:
+            self.opacity_reg = 0.01 if mcmc else 0.0
+        if self.scale_reg is None:
+            self.scale_reg = 0.01 if mcmc else 0.0
+        if not 0 <= self.sh_degree <= 3:
+            raise ValueError("sh_degree must be 0..3")
+
+    def opacity_lr(self) -> float:
+        if self.lr_opacities is not None:
+            return self.lr_opacities
+        return 0.025 if self.strategy == "mcmc" else 0.05
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})

@@ -1,0 +1,38 @@
+"""The training loss on the GPU: 0.8 * L1 + 0.2 * (1 - SSIM) (kernels
+``loss_fwd`` and ``loss_bwd``). Only the loss value leaves the GPU."""
+from __future__ import annotations
+
+import numpy as np
+
+from spirula.render.rasterizer import TILE
+
+
+class LossBuffers:
+    """Scratch of the loss for V views of W x H: the SSIM derivative maps,
+    per-workgroup partial sums, and the loss values [loss, L1, SSIM, MSE]."""
+
+    def __init__(self, device, n_views: int, width: int, height: int):
+        self.device = device
+        self.n_views, self.width, self.height = n_views, width, height
+        self.groups = (-(-width // TILE), -(-height // TILE), n_views)
+        pool = device.pool
+        self.ssim_grads = pool.alloc("loss.ssim_grads", (n_views, height, width, 9), np.float32, "image")
+        self.partials = pool.alloc("loss.partials", (int(np.prod(self.groups)), 4), np.float32, "image")
+        self.loss_out = pool.alloc("loss.out", (4,), np.float32, "other", zero=True)
+
+    def record(self, rec, colors, gt_images, params, grad_colors):
+        """Record loss_fwd and loss_bwd: ``grad_colors`` [V,H,W,3] receives dloss/dcolors."""
+        push = dict(width=self.width, height=self.height)
+        rec.dispatch("loss_fwd", self.groups,
+                     dict(colors=colors, gt_images=gt_images, params=params, ssim_grads=self.ssim_grads,
+                          partials=self.partials), push=push)
+        rec.dispatch("loss_bwd", self.groups,
+                     dict(colors=colors, gt_images=gt_images, params=params, ssim_grads=self.ssim_grads,
+                          partials=self.partials, grad_colors=grad_colors, loss_out=self.loss_out),
+                     push=dict(push, n_views=self.n_views, n_partials=int(np.prod(self.groups))))
+
+
+def pack_rgba8(images) -> np.ndarray:
+    """[I,H,W,3] floats in [0,1] -> [I,H,W] uint32 RGBA8 (what loss_fwd reads)."""
+    q = np.clip(np.rint(np.asarray(images, np.float32) * 255.0), 0, 255).astype(np.uint32)
+    return q[..., 0] | (q[..., 1] << 8) | (q[..., 2] << 16) | np.uint32(255 << 24)

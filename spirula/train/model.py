@@ -1,0 +1,112 @@
+"""The trainable splats on the GPU: parameters and Adam moments.
+
+Parameters are stored raw, as the optimizer sees them and as splat.ply holds
+them: means [N,3], quats [N,4] (wxyz, unnormalized), log-scales [N,3],
+opacity logits [N], SH coefficients [N,K,3]. Adam's first and second moments
+have the same shapes. Buffers are allocated for a capacity (MCMC's budget, or
+ADC's count with headroom) and their shapes follow the live count ``n``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from spirula.render.rasterizer import Splats
+
+PARAM_NAMES = ("means", "quats", "scales", "opacities", "sh")
+_WIDTHS = {"means": (3,), "quats": (4,), "scales": (3,), "opacities": (), "sh": None}
+
+
+def _shape(name: str, n: int, sh_coeffs: int) -> tuple:
+    return (n, sh_coeffs, 3) if name == "sh" else (n,) + _WIDTHS[name]
+
+
+def alloc_splats(device, n: int, capacity: int, sh_coeffs: int, prefix: str) -> Splats:
+    """Splats-shaped raw buffers (activated=False) of ``n`` rows and room for ``capacity``."""
+    bufs = []
+    for name in PARAM_NAMES:
+        shape = _shape(name, n, sh_coeffs)
+        row = int(np.prod(shape[1:], dtype=np.int64)) * 4
+        bufs.append(device.pool.alloc("%s.%s" % (prefix, name), shape, np.float32, "splat",
+                                      capacity=row * max(capacity, 1)))
+    return Splats(*bufs, activated=False)
+
+
+class SplatModel:
+    """Parameters (``params``) and Adam moments (``exp_avg``, ``exp_avg_sq``)."""
+
+    def __init__(self, device, n: int, capacity: int, sh_coeffs: int):
+        self.device = device
+        self.sh_coeffs = sh_coeffs
+        self.capacity = max(capacity, n, 1)
+        self.params = alloc_splats(device, n, self.capacity, sh_coeffs, "splat")
+        self.exp_avg = alloc_splats(device, n, self.capacity, sh_coeffs, "splat.adam_m")
+        self.exp_avg_sq = alloc_splats(device, n, self.capacity, sh_coeffs, "splat.adam_v")
+        self.n = n
+
+    def groups(self):
+        return (self.params, self.exp_avg, self.exp_avg_sq)
+
+    def set_count(self, n: int) -> bool:
+        """Change the live count; True if buffers were reallocated (growth past capacity)."""
+        grew = False
+        for group in self.groups():
+            for name, buf in zip(PARAM_NAMES, group.buffers()):
+                grew |= self.device.pool.resize(buf, _shape(name, n, self.sh_coeffs), keep=True)
+        self.n = n
+        self.capacity = max(self.capacity, n)
+        return grew
+
+    def upload(self, arrays: dict, moments: dict | None = None):
+        """Set parameters from numpy (``arrays``: means, quats, scales (log),
+        opacities (logit), sh); moments from ``moments`` ({'exp_avg': {...},
+        'exp_avg_sq': {...}}) or zero."""
+        n = len(arrays["means"])
+        self.set_count(n)
+        for name, buf in zip(PARAM_NAMES, self.params.buffers()):
+            self.device.upload(buf, np.ascontiguousarray(arrays[name], np.float32).reshape(buf.shape))
+        for key, group in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
+            for name, buf in zip(PARAM_NAMES, group.buffers()):
+                if moments is None:
+                    self.device.fill(buf, 0, nbytes=buf.nbytes)
+                else:
+                    self.device.upload(buf, np.ascontiguousarray(moments[key][name], np.float32).reshape(buf.shape))
+
+    def download(self) -> dict:
+        """{'params': {...}, 'exp_avg': {...}, 'exp_avg_sq': {...}} as float32 numpy."""
+        out = {}
+        for key, group in (("params", self.params), ("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
+            out[key] = {name: self.device.readback(buf) for name, buf in zip(PARAM_NAMES, group.buffers())}
+        return out
+
+    def free(self):
+        for group in self.groups():
+            group.free(self.device)
+
+
+def init_from_points(points, colors, cfg, sh_coeffs: int, seed: int = 0) -> dict:
+    """Initial raw parameters from seed points (gsplat simple_trainer's init):
+    log-scale = log(init_scale * mean distance to the 3 nearest other points)
+    (scipy cKDTree), quats uniform in [0,1)^4, opacity logit(init_opacity),
+    SH DC from the point colours ((rgb - 0.5) / C0), higher bands 0."""
+    from scipy.spatial import cKDTree
+    points = np.asarray(points, np.float64)
+    n = len(points)
+    rng = np.random.default_rng(seed)
+    if n >= 2:
+        k = min(4, n)
+        dist, _ = cKDTree(points).query(points, k=k)
+        d = np.sqrt((dist[:, 1:] ** 2).mean(-1))
+        d = np.where(d > 0, d, d[d > 0].min() if (d > 0).any() else 0.01)
+    else:
+        d = np.full(n, 0.01)
+    sh = np.zeros((n, sh_coeffs, 3), np.float32)
+    rgb = np.asarray(colors, np.float64) / 255.0 if colors is not None else np.full((n, 3), 0.5)
+    sh[:, 0] = (rgb - 0.5) / 0.28209479177387814
+    o = float(cfg.init_opacity)
+    return {
+        "means": points.astype(np.float32),
+        "quats": rng.random((n, 4)).astype(np.float32),
+        "scales": np.repeat(np.log(d * cfg.init_scale)[:, None], 3, 1).astype(np.float32),
+        "opacities": np.full(n, np.log(o / (1 - o)), np.float32),
+        "sh": sh,
+    }

@@ -1,0 +1,232 @@
+"""A training run as a user sees it: output folder, progress line,
+checkpoints (atomic, resumable), Ctrl-C, evaluation, splat.ply, metrics.json.
+
+    outputs/<dataset>-<YYYYmmdd-HHMMSS>/
+        config.json     the TrainConfig (and the dataset path)
+        ckpt/step-NNNNNNN.npz   the latest full state (--resume takes it)
+        splat.ply       the standard 3DGS layout
+        metrics.json    PSNR/SSIM per test image and mean, time, peak VRAM, splats
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from spirula.errors import SpirulaError
+from spirula.train.config import TrainConfig
+from spirula.train.trainer import Trainer
+
+
+def default_output_dir(dataset: Path) -> Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("outputs") / ("%s-%s" % (dataset.name or "dataset", stamp))
+
+
+def _atomic_write_bytes(path: Path, write):
+    """Write through a temporary file in the same folder, then rename over
+    ``path``: an interrupted write never leaves a truncated file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_checkpoint(trainer: Trainer, path: Path):
+    state = trainer.state_dict()
+    arrays = {}
+    for group, values in state["model"].items():
+        for name, arr in values.items():
+            arrays["model/%s/%s" % (group, name)] = arr
+    for name, arr in state["strategy"].items():
+        arrays["strategy/%s" % name] = arr
+    meta = dict(step=state["step"], config=state["config"], rng=state["rng"], order=state["order"],
+                isect_capacity=state["isect_capacity"], format=1)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    _atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        z = np.load(path)
+        meta = json.loads(bytes(z["meta"]).decode())
+    except Exception as exc:
+        raise SpirulaError("%s: not a Spirula checkpoint (%s)" % (path, exc)) from None
+    state = dict(meta, model={}, strategy={})
+    for key in z.files:
+        parts = key.split("/")
+        if parts[0] == "model":
+            state["model"].setdefault(parts[1], {})[parts[2]] = z[key]
+        elif parts[0] == "strategy":
+            state["strategy"][parts[1]] = z[key]
+    return state
+
+
+def find_checkpoint(path: Path) -> Path:
+    """A checkpoint file, or the latest one in a run folder or its ckpt/."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    for folder in (path / "ckpt", path):
+        found = sorted(folder.glob("step-*.npz")) if folder.is_dir() else []
+        if found:
+            return found[-1]
+    raise SpirulaError("%s: no checkpoint (ckpt/step-*.npz) found" % path)
+
+
+class Progress:
+    """One status line: step, steps/s, splats, loss, PSNR (rewritten in place on a terminal)."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream = total, stream
+        self.tty = stream.isatty()
+        self.t0 = time.perf_counter()
+        self.last_step, self.last_t = 0, self.t0
+
+    def update(self, step: int, n_splats: int, out: dict, final: bool = False):
+        now = time.perf_counter()
+        rate = (step - self.last_step) / max(now - self.last_t, 1e-9)
+        self.last_step, self.last_t = step, now
+        psnr = -10 * np.log10(max(out["mse"], 1e-12))
+        line = ("step %*d/%d | %7.1f steps/s | %9s splats | loss %.4f | PSNR %.2f"
+                % (len(str(self.total)), step, self.total, rate, "{:,}".format(n_splats), out["loss"], psnr))
+        if self.tty and not final:
+            self.stream.write("\r" + line)
+        else:
+            self.stream.write(("\r" if self.tty else "") + line + "\n")
+        self.stream.flush()
+
+
+def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print) -> dict:
+    """Train, write the outputs, return the metrics dict."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    state = None
+    init = None
+    if resume is not None:
+        state = load_checkpoint(find_checkpoint(resume))
+        init = {k: v for k, v in state["model"]["params"].items()}
+    trainer = Trainer(scene, cfg, device, init=init)
+    if state is not None:
+        trainer.load_state_dict(state)
+        log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
+    (output / "config.json").write_text(json.dumps(dict(json.loads(cfg.to_json()), dataset=str(scene.path)),
+                                                   indent=1, sort_keys=True))
+    ckpt_dir = output / "ckpt"
+
+    def checkpoint():
+        path = ckpt_dir / ("step-%07d.npz" % trainer.step)
+        save_checkpoint(trainer, path)
+        for old in ckpt_dir.glob("step-*.npz"):
+            if old != path:
+                old.unlink()
+        return path
+
+    progress = Progress(cfg.iterations)
+    t_start = time.perf_counter()
+    out = dict(loss=float("nan"), mse=1.0)
+    try:
+        while trainer.step < cfg.iterations:
+            out = trainer.train_step()
+            s = trainer.step
+            if s % cfg.log_every == 0 or s == cfg.iterations:
+                progress.update(s, trainer.model.n, out, final=s == cfg.iterations)
+            if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
+                m = trainer.evaluate()
+                log("\nspirula: step %d: test PSNR %.3f SSIM %.4f" % (s, m["psnr"], m["ssim"]))
+            if cfg.save_every and s % cfg.save_every == 0 and s < cfg.iterations:
+                checkpoint()
+    except KeyboardInterrupt:
+        path = checkpoint()
+        log("\nspirula: interrupted at step %d; checkpoint %s (continue with --resume %s)"
+            % (trainer.step, path, output))
+        raise
+    train_time = time.perf_counter() - t_start
+    path = checkpoint()
+
+    from spirula.data import write_splat_ply
+    arrays = trainer.splat_arrays()
+    write_splat_ply(output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"],
+                    arrays["opacities"], arrays["sh"])
+    metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
+    pool = device.pool
+    metrics.update(step=trainer.step, training_time_s=train_time, n_splats=trainer.model.n,
+                   ms_per_step=1e3 * train_time / max(trainer.step - (state or {}).get("step", 0), 1),
+                   peak_vram_mib=pool._high_total / (1 << 20), device=device.info.name, lpips=None)
+    (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    log("spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
+        % (trainer.step, train_time, "{:,}".format(trainer.model.n),
+           "%.3f" % metrics["psnr"] if metrics["psnr"] is not None else "-",
+           "%.4f" % metrics["ssim"] if metrics["ssim"] is not None else "-"))
+    log("spirula: wrote %s, %s, %s" % (output / "splat.ply", output / "metrics.json", path))
+    trainer.free()
+    return metrics
+
+
+# ---- existing runs: evaluate and render ------------------------------------------------
+
+def load_run(run: Path):
+    """(config dict, raw splat arrays, checkpoint path) of a run folder or checkpoint."""
+    ckpt = find_checkpoint(run)
+    state = load_checkpoint(ckpt)
+    cfg = TrainConfig.from_dict(json.loads(state["config"]))
+    return cfg, state["model"]["params"], ckpt, state
+
+
+class SplatRenderer:
+    """Renders raw splat arrays (log-scales, logits) from any camera."""
+
+    def __init__(self, device, params: dict, background=None):
+        from spirula.render.rasterizer import Splats
+        self.device = device
+        self.splats = Splats.from_numpy(device, params["means"], params["quats"], params["scales"],
+                                        params["opacities"], params["sh"], activated=False, prefix="render")
+        self.sh_degree = int(round(np.sqrt(params["sh"].shape[1]))) - 1
+        self.background = background
+        self._raster = {}
+
+    def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
+        """[H,W,3] float32 (background composited, not clamped)."""
+        from spirula.render.rasterizer import Rasterizer
+        key = (int(width), int(height))
+        raster = self._raster.get(key)
+        if raster is None:
+            raster = self._raster[key] = Rasterizer(self.device, width, height, 1, capacity=self.splats.n,
+                                                     name="render.raster")
+        raster.set_backgrounds(None if self.background is None else np.asarray(self.background)[None])
+        raster.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
+        raster.forward(self.splats, self.sh_degree)
+        return self.device.readback(raster.out_colors)[0]
+
+    def free(self):
+        for r in self._raster.values():
+            r.free()
+        self.splats.free(self.device)
+
+
+def evaluate_run(scene, device, params: dict, indices=None) -> dict:
+    """PSNR/SSIM of the splats on the given (default: test) views."""
+    from spirula.train.metrics import psnr, ssim
+    renderer = SplatRenderer(device, params, scene.background)
+    per = []
+    for i in (scene.test if indices is None else indices):
+        f = scene.frames[i]
+        img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
+        gt = scene.load_image(i)
+        per.append(dict(image=f.name, psnr=psnr(img, gt), ssim=ssim(img, gt)))
+    renderer.free()
+    mean = {k: float(np.mean([p[k] for p in per])) if per else None for k in ("psnr", "ssim")}
+    return dict(per_image=per, **mean)

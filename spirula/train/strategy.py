@@ -1,0 +1,221 @@
+"""Density control on the GPU: MCMC (default) and adaptive density control.
+
+Policy lives here (when to refine, how many splats); the work is done by the
+``densify_*`` kernels, recorded into one sequence per refinement.
+
+- :class:`MCMC` (Kheradmand et al. 2024, as gsplat's ``MCMCStrategy``): a
+  fixed budget ``cap_max``. Every ``refine_every`` steps in
+  (refine_start, refine_stop), dead splats (opacity <= min_opacity) move onto
+  live ones drawn in proportion to opacity, then the count grows 5% (up to the
+  budget) by drawing more; drawn splats share their opacity and shrink so
+  the image is unchanged. Position noise is applied every step by ``fpbo``.
+- :class:`ADC` (Kerbl et al. 2023, as gsplat's ``DefaultStrategy``): clone
+  small and split large splats with a high screen-space gradient, prune
+  transparent and oversized ones, reset opacities every ``reset_every`` steps.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from spirula.render.scan import PrefixSum
+
+
+def make(cfg, trainer):
+    return MCMC(cfg, trainer) if cfg.strategy == "mcmc" else ADC(cfg, trainer)
+
+
+def _seed(cfg, step: int, salt: int) -> int:
+    return (cfg.seed * 0x9E3779B1 + step * 0x85EBCA77 + salt * 0xC2B2AE3D) & 0xFFFFFFFF
+
+
+def _moment_buffers(model) -> dict:
+    m, v = model.exp_avg, model.exp_avg_sq
+    return dict(m_means=m.means, v_means=v.means, m_quats=m.quats, v_quats=v.quats, m_scales=m.scales,
+                v_scales=v.scales, m_opacities=m.opacities, v_opacities=v.opacities, m_sh=m.sh, v_sh=v.sh)
+
+
+class Strategy:
+    def __init__(self, cfg, trainer):
+        self.cfg = cfg
+        self.trainer = trainer
+
+    def capacity(self, n: int) -> int:
+        return n
+
+    def refine_due(self, step: int) -> bool:
+        c = self.cfg
+        return c.refine_start < step < c.refine_stop and step % c.refine_every == 0
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict):
+        pass
+
+
+class MCMC(Strategy):
+    """Relocation and growth within ``cap_max`` splats."""
+
+    def capacity(self, n: int) -> int:
+        return max(self.cfg.cap_max, n)
+
+    def after_step(self, step: int):
+        if self.refine_due(step):
+            self.refine(step)
+
+    def _scratch(self, model):
+        dev = self.trainer.device
+        if getattr(self, "_bufs", None) is None or self._bufs["weights"].capacity < 4 * model.capacity:
+            pool = dev.pool
+            cap = model.capacity
+            self._bufs = dict(
+                weights=pool.alloc("mcmc.weights", (cap,), np.float32, "splat", scratch=True),
+                dead=pool.alloc("mcmc.dead", (cap,), np.uint32, "splat", scratch=True),
+                sample_src=pool.alloc("mcmc.sample_src", (cap,), np.uint32, "splat", scratch=True),
+                copies=pool.alloc("mcmc.copies", (cap,), np.uint32, "splat", scratch=True, zero=True),
+                counts=pool.alloc("mcmc.counts", (4,), np.uint32, "other", zero=True))
+            self._scan_u = PrefixSum(dev, cap, name="mcmc.scan_u")
+            self._scan_f = PrefixSum(dev, cap, name="mcmc.scan_f", dtype=np.float32)
+        return self._bufs
+
+    def refine(self, step: int):
+        """Relocate dead splats, then grow by 5% (up to cap_max)."""
+        tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device
+        n = model.n
+        n_add = max(0, min(cfg.cap_max, int(1.05 * n)) - n)
+        b = self._scratch(model)
+        p = model.params
+        moments = _moment_buffers(model)
+        groups = -(-n // 256)
+        dev.upload(b["counts"], np.array([0, n_add, 0, 0], np.uint32))
+        rec = dev.recorder("mcmc.refine")
+        self._record_draw(rec, p, n, alive_only=True, count_offset=None, seed=_seed(cfg, step, 1), stream=0)
+        rec.dispatch("densify_mcmc_relocate", groups,
+                     dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
+                     push=dict(n=n, min_opacity=cfg.min_opacity),
+                     spec=dict(RESET_SOURCE=1, SH_COEFFS=model.sh_coeffs))
+        rec.dispatch("densify_mcmc_copy", groups,
+                     dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh, **moments,
+                          dead_offsets=b["dead"], totals=self._scan_u.scratch, sample_src=b["sample_src"],
+                          weight_totals=self._scan_f.scratch),
+                     push=dict(n=n, count=0, dead_total_offset=self._scan_u.total_offset(n),
+                               weight_total_offset=self._scan_f.total_offset(n)),
+                     spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs))
+        if n_add > 0:
+            model.set_count(n + n_add)          # within the budget: no reallocation
+            self._record_draw(rec, p, n, alive_only=False, count_offset=1, seed=_seed(cfg, step, 2), stream=2,
+                              count_max=n_add)
+            rec.dispatch("densify_mcmc_relocate", groups,
+                         dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
+                         push=dict(n=n, min_opacity=cfg.min_opacity),
+                         spec=dict(RESET_SOURCE=0, SH_COEFFS=model.sh_coeffs))
+            rec.dispatch("densify_mcmc_copy", -(-n_add // 256),
+                         dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh,
+                              **moments, dead_offsets=b["dead"], totals=self._scan_u.scratch,
+                              sample_src=b["sample_src"], weight_totals=self._scan_f.scratch),
+                         push=dict(n=n, count=n_add, dead_total_offset=0,
+                                   weight_total_offset=self._scan_f.total_offset(n)),
+                         spec=dict(APPEND=1, SH_COEFFS=model.sh_coeffs))
+        rec.finish().run()
+        if n_add > 0:
+            tr.raster.reserve(model.n)
+
+    def _record_draw(self, rec, p, n, alive_only, count_offset, seed, stream, count_max=None):
+        """Weights, their prefix sum, and the draws (count: the dead count when
+        count_offset is None, else counts[count_offset])."""
+        b = self._bufs
+        rec.dispatch("densify_mcmc_weights", -(-n // 256),
+                     dict(opacities=p.opacities, weights=b["weights"], dead=b["dead"]),
+                     push=dict(n=n, min_opacity=self.cfg.min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
+        if count_offset is None:
+            self._scan_u.record(rec, b["dead"], n)
+            counts, offset, count_max = self._scan_u.scratch, self._scan_u.total_offset(n), n
+        else:
+            counts, offset = b["counts"], count_offset
+        self._scan_f.record(rec, b["weights"], n)
+        rec.dispatch("densify_mcmc_sample", -(-count_max // 256),
+                     dict(cdf=b["weights"], totals=self._scan_f.scratch, counts=counts,
+                          sample_src=b["sample_src"], copies=b["copies"]),
+                     push=dict(n=n, count_max=count_max, count_offset=offset,
+                               total_offset=self._scan_f.total_offset(n), seed=seed, stream=stream))
+
+
+class ADC(Strategy):
+    """Clone, split, prune and opacity reset (gsplat DefaultStrategy defaults)."""
+
+    def capacity(self, n: int) -> int:
+        return int(n * 1.5) + 1024
+
+    def after_step(self, step: int):
+        c = self.cfg
+        if step < c.refine_stop and step > c.refine_start and step % c.refine_every == 0:
+            self.refine(step)
+        if step % c.reset_every == 0 and 0 < step < c.refine_stop:
+            self.reset_opacity()
+
+    def refine(self, step: int):
+        tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device
+        n = model.n
+        pool = dev.pool
+        actions = pool.alloc("adc.actions", (max(n, 1),), np.uint32, "splat", scratch=True)
+        counts = pool.alloc("adc.counts", (max(n, 1),), np.uint32, "splat", scratch=True)
+        scan = PrefixSum(dev, max(n, 1), name="adc.scan")
+        rec = dev.recorder("adc.classify")
+        p = model.params
+        rec.dispatch("densify_adc_classify", -(-n // 256),
+                     dict(scales=p.scales, opacities=p.opacities, grad2d_sum=tr.stats[0], vis_count=tr.stats[1],
+                          actions=actions, out_counts=counts),
+                     push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * tr.scene.extent,
+                               prune_scale3d=cfg.prune_scale3d * tr.scene.extent, min_opacity=cfg.min_opacity,
+                               prune_big=int(step > cfg.reset_every), grow=1))
+        offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
+        rec.copy(counts, offsets, nbytes=4 * max(n, 1))
+        scan.record(rec, offsets, n)
+        rec.finish().run()
+        new_n = int(dev.readback(scan.scratch, shape=(1,), offset=4 * scan.total_offset(n))[0])
+
+        from spirula.train.model import SplatModel
+        new = SplatModel(dev, new_n, self.capacity(new_n) if new_n > model.capacity else model.capacity,
+                         model.sh_coeffs)
+        rec = dev.recorder("adc.write")
+        for group, (src, dst) in enumerate(zip(model.groups(), new.groups())):
+            rec.dispatch("densify_adc_write", -(-n // 256),
+                         dict(src_means=src.means, src_quats=src.quats, src_scales=src.scales,
+                              src_opacities=src.opacities, src_sh=src.sh, dst_means=dst.means,
+                              dst_quats=dst.quats, dst_scales=dst.scales, dst_opacities=dst.opacities,
+                              dst_sh=dst.sh, actions=actions, offsets=offsets, out_counts=counts),
+                         push=dict(n=n, seed=_seed(cfg, step, 3)), spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs))
+        rec.finish().run()
+        for b in (actions, counts, offsets, scan.scratch):
+            pool.free(b)
+        model.free()
+        tr.model = new
+        for stat in tr.stats:
+            pool.resize(stat, (new.capacity,), keep=False)
+            dev.fill(stat, 0)
+        tr.raster.reserve(new.capacity)
+
+    def reset_opacity(self):
+        tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device
+        o = 2.0 * cfg.min_opacity
+        rec = dev.recorder("adc.reset")
+        rec.dispatch("densify_adc_reset", -(-model.n // 256),
+                     dict(opacities=model.params.opacities, m_opacities=model.exp_avg.opacities,
+                          v_opacities=model.exp_avg_sq.opacities),
+                     push=dict(n=model.n, ceiling_logit=float(np.log(o / (1 - o)))))
+        rec.finish().run()
+
+    def state_dict(self) -> dict:
+        tr = self.trainer
+        n = tr.model.n
+        return dict(grad2d_sum=tr.device.readback(tr.stats[0], shape=(n,)),
+                    vis_count=tr.device.readback(tr.stats[1], shape=(n,)))
+
+    def load_state_dict(self, state: dict):
+        tr = self.trainer
+        if "grad2d_sum" in state:
+            n = len(state["grad2d_sum"])
+            for stat, key in zip(tr.stats, ("grad2d_sum", "vis_count")):
+                tr.device.pool.resize(stat, (max(n, 1),), keep=False)
+                if n:
+                    tr.device.upload(stat, np.asarray(state[key]))

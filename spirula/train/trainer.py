@@ -1,0 +1,219 @@
+"""The trainer: a whole 3DGS training step as one recorded GPU sequence.
+
+Per step the host writes a few scalars (step, learning rates, which image)
+into host-visible memory and evaluates the recorded step once:
+
+    copy step params + camera -> projection_fwd -> depth sort -> tile counts
+    -> prefix_sum -> intersect_tile_write -> tile sort -> tile_ranges
+    -> rasterize_fwd -> loss_fwd -> loss_bwd -> rasterize_bwd -> fpbo
+    -> copy loss and intersection count to host-visible memory
+
+No image, gradient or parameter crosses the bus; the host reads back four
+floats and one count. The sequence is recorded again only when the splat
+count, the SH degree or a buffer's allocation changes (densification, the
+SH schedule, intersection growth).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from spirula.errors import SpirulaError
+from spirula.render.rasterizer import Rasterizer
+from spirula.train import strategy as strategies
+from spirula.train.config import TrainConfig
+from spirula.train.loss import LossBuffers, pack_rgba8
+from spirula.train.model import SplatModel, init_from_points
+from spirula.train.optimizer import record_fpbo
+from spirula.train.schedule import learning_rates, sh_degree_at
+from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+
+ISECT_HEADROOM = 1.5
+
+
+class Trainer:
+    """Trains splats on a :class:`~spirula.data.Scene` with a :class:`TrainConfig`.
+
+    ``step`` counts completed steps. Use :meth:`train` to run, :meth:`evaluate`
+    for test metrics, :meth:`state_dict` / :meth:`load_state_dict` for
+    checkpoints and :meth:`splat_arrays` for export.
+    """
+
+    def __init__(self, scene, cfg: TrainConfig, device, init: dict | None = None):
+        self.scene, self.cfg, self.device = scene, cfg, device
+        frames = [scene.frames[i] for i in scene.train]
+        if not frames:
+            raise SpirulaError("%s: no training images" % scene.path)
+        sizes = {(f.width, f.height) for f in frames}
+        if len(sizes) > 1:
+            raise SpirulaError("%s: training images of different sizes (%s) are not supported yet; "
+                               "use --downscale or one camera" % (scene.path, sorted(sizes)))
+        self.width, self.height = sizes.pop()
+        self.sh_coeffs = (cfg.sh_degree + 1) ** 2
+        self.step = 0
+        self.rng = np.random.default_rng(cfg.seed)
+        self._order = []
+        pool = device.pool
+
+        # ground truth: every training image on the GPU, RGBA8
+        gt = np.stack([scene.load_image(i) for i in scene.train])
+        self.gt_images = pool.alloc("train.gt_images", (len(frames), self.height, self.width), np.uint32, "image")
+        device.upload(self.gt_images, pack_rgba8(gt))
+        self.viewmats = np.stack([f.viewmat for f in frames]).astype(np.float64)
+        self.Ks = np.stack([f.K for f in frames]).astype(np.float64)
+
+        if init is None:
+            init = init_from_points(scene.points, scene.point_colors, cfg, self.sh_coeffs, seed=cfg.seed)
+        n = len(init["means"])
+        self.strategy = strategies.make(cfg, self)
+        self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
+        self.model.upload(init)
+        self.stats = (pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
+                      pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True))
+
+        self.raster = Rasterizer(device, self.width, self.height, 1, capacity=self.model.capacity, name="train.raster")
+        self.raster.set_backgrounds(scene.background[None])
+        self.loss = LossBuffers(device, 1, self.width, self.height)
+        self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
+        self.host_in = pool.alloc("train.host_in", (STEP_PARAMS_WORDS + 20,), np.uint32, host=True)
+        self.host_out = pool.alloc("train.host_out", (8,), np.float32, host=True)
+        self._seq = None
+        self._seq_key = None
+        self._measure_intersections()
+
+    # -- the recorded step --------------------------------------------------------
+    def _measure_intersections(self, views=8):
+        """Size the intersection buffers from a few training views (phase 1 only)."""
+        idx = self.rng.choice(len(self.viewmats), min(views, len(self.viewmats)), replace=False) \
+            if len(self.viewmats) > views else range(len(self.viewmats))
+        self.raster.reserve(self.model.n)
+        most = 1
+        for i in idx:
+            self.raster.set_cameras(self.viewmats[i:i + 1], self.Ks[i:i + 1])
+            rec = self.device.recorder("train.measure")
+            self.raster.record_project(rec, self.model.params, 0)
+            rec.finish().run()
+            most = max(most, self.raster.num_intersections())
+        self.raster.reserve(self.model.n, int(most * ISECT_HEADROOM))
+
+    def _sequence(self, sh_degree: int):
+        key = (self.model.n, sh_degree, self.raster.isect_capacity)
+        if self._seq is None or self._seq_key != key or self._seq.stale:
+            self._seq = self._record(sh_degree)
+            self._seq_key = key
+        return self._seq
+
+    def _record(self, sh_degree: int):
+        dev, raster, cfg = self.device, self.raster, self.cfg
+        rec = dev.recorder("train.step")
+        rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_WORDS)
+        rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=4 * STEP_PARAMS_WORDS)
+        raster.record_project(rec, self.model.params, sh_degree)
+        raster.record_raster(rec)
+        self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
+        raster.record_raster_backward(rec, absgrad=cfg.absgrad)
+        record_fpbo(rec, self.model, raster, self.params, self.stats, sh_degree,
+                    mcmc_noise=cfg.strategy == "mcmc", adc_stats=cfg.strategy == "adc")
+        rec.copy(self.loss.loss_out, self.host_out, nbytes=16)
+        rec.copy(raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=4 * raster.total_offset,
+                 dst_offset=16)
+        return rec.finish()
+
+    def _next_image(self) -> int:
+        if not self._order:
+            self._order = list(self.rng.permutation(len(self.viewmats)))
+        return int(self._order.pop())
+
+    def _write_params(self, image: int, sh_degree: int):
+        cfg = self.cfg
+        t = self.step + 1
+        lr = learning_rates(cfg, self.step, self.scene.extent)
+        p = step_params(
+            step=t, seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF, n_views=1, n_splats=self.model.n,
+            image_index=[image] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats, lr_scales=lr.scales,
+            lr_opacities=lr.opacities, lr_sh0=lr.sh0, lr_shN=lr.shN, bias1=1 - cfg.beta1 ** t,
+            bias2=1 - cfg.beta2 ** t, beta1=cfg.beta1, beta2=cfg.beta2, adam_eps=cfg.adam_eps,
+            l1_weight=cfg.l1_weight, ssim_weight=cfg.ssim_weight, opacity_reg=cfg.opacity_reg,
+            scale_reg=cfg.scale_reg, noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
+            grad_norm_scale_x=self.width / 2.0, grad_norm_scale_y=self.height / 2.0)
+        view = self.host_in.host_view()
+        view[:STEP_PARAMS_WORDS] = np.frombuffer(p.tobytes(), np.uint32)
+        cam = np.zeros(20, np.float32)
+        cam[:16] = self.viewmats[image].reshape(-1)
+        K = self.Ks[image]
+        cam[16:] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
+        view[STEP_PARAMS_WORDS:] = cam.view(np.uint32)
+
+    def train_step(self) -> dict:
+        """One optimization step (re-run after growing the intersection
+        buffers if they overflowed). Returns loss, l1, ssim, mse and the
+        intersection count."""
+        sh_degree = sh_degree_at(self.cfg, self.step)
+        image = self._next_image()
+        while True:
+            self._write_params(image, sh_degree)
+            self._sequence(sh_degree).run()
+            out = self.host_out.host_view()
+            n_isects = int(out[4:5].view(np.uint32)[0])
+            if n_isects <= self.raster.isect_capacity:
+                break
+            # fpbo left the splats unchanged: grow and run this step again
+            self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
+        if n_isects > 0.9 * self.raster.isect_capacity:
+            self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
+        self.step += 1
+        self.strategy.after_step(self.step - 1)      # 0-based index of this step, as gsplat
+        return dict(loss=float(out[0]), l1=float(out[1]), ssim=float(out[2]), mse=float(out[3]),
+                    n_isects=n_isects)
+
+    # -- evaluation and export ----------------------------------------------------
+    def render(self, viewmat, K, sh_degree: int | None = None) -> np.ndarray:
+        """One image [H,W,3] float32 of the current splats (background composited)."""
+        deg = self.cfg.sh_degree if sh_degree is None else sh_degree
+        self.raster.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
+        self.raster.forward(self.model.params, deg)
+        return self.device.readback(self.raster.out_colors)[0]
+
+    def evaluate(self, indices=None) -> dict:
+        """PSNR and SSIM of every test image (clamped to [0, 1])."""
+        from spirula.train.metrics import psnr, ssim
+        indices = self.scene.test if indices is None else indices
+        per = []
+        for i in indices:
+            f = self.scene.frames[i]
+            if (f.width, f.height) != (self.width, self.height):
+                continue
+            img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step)), 0, 1)
+            gt = self.scene.load_image(i)
+            per.append(dict(image=f.name, psnr=psnr(img, gt), ssim=ssim(img, gt)))
+        mean = {k: float(np.mean([p[k] for p in per])) if per else float("nan") for k in ("psnr", "ssim")}
+        return dict(per_image=per, **mean)
+
+    def splat_arrays(self) -> dict:
+        """Current raw parameters as numpy (means, quats, scales (log), opacities (logit), sh)."""
+        return {k: v for k, v in self.model.download()["params"].items()}
+
+    # -- checkpoints ----------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything --resume needs, as numpy arrays and plain values."""
+        state = self.model.download()
+        return dict(step=self.step, config=self.cfg.to_json(), model=state,
+                    rng=self.rng.bit_generator.state, order=list(map(int, self._order)),
+                    strategy=self.strategy.state_dict(),
+                    isect_capacity=self.raster.isect_capacity)
+
+    def load_state_dict(self, state: dict):
+        model = state["model"]
+        self.model.set_count(len(model["params"]["means"]))
+        self.model.upload(model["params"], {"exp_avg": model["exp_avg"], "exp_avg_sq": model["exp_avg_sq"]})
+        self.step = int(state["step"])
+        self.rng.bit_generator.state = state["rng"]
+        self._order = list(state["order"])
+        self.strategy.load_state_dict(state["strategy"])
+        self.raster.reserve(self.model.n, int(state.get("isect_capacity", 1)))
+        self._seq = None
+
+    def free(self):
+        self.model.free()
+        self.raster.free()
+        for b in (self.gt_images, self.params, self.host_in, self.host_out) + self.stats:
+            self.device.pool.free(b)

@@ -1,0 +1,108 @@
+"""The CUDA backend library builds and exports every ported kernel (no GPU needed).
+
+Skipped only where nvcc is absent. A kernel is ported when
+native_cuda/<name>.cu exists beside shaders/<name>.comp; PORTED lists the
+ones that must stay ported, so losing one fails here.
+"""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PORTED = ("copy", "fill", "prefix_sum", "radix_sort_count", "radix_sort_scatter", "projection_fwd",
+          "intersect_tile_count", "intersect_tile_write", "tile_ranges", "rasterize_fwd", "rasterize_bwd",
+          "projection_bwd")
+NATIVE = ROOT / "native_cuda"
+LIB = ROOT / "build" / "libspirula_cuda.so"
+
+
+def _nvcc():
+    return os.environ.get("NVCC") or shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.access("/usr/local/cuda/bin/nvcc", os.X_OK) else None)
+
+
+@pytest.fixture(scope="module")
+def built_library():
+    if _nvcc() is None:
+        pytest.skip("nvcc not found: the CUDA backend is not built on this machine")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "build_cuda.sh")], cwd=str(ROOT), capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    log = ROOT / "build" / "cuda_build.log"
+    assert LIB.is_file(), "%s\n%s" % (proc.stdout, log.read_text() if log.is_file() else "")
+    return LIB
+
+
+def _exported(lib: Path) -> set:
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) not found")
+    out = subprocess.run([nm, "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def test_every_ported_kernel_has_its_shader_and_no_cu_file_drifts_from_its_name():
+    ported = {p.stem for p in NATIVE.glob("*.cu")} - {"runtime"}
+    shaders = {p.stem for p in (ROOT / "shaders").glob("*.comp")}
+    assert ported - shaders == set(), "native_cuda/*.cu without a shaders/<name>.comp twin"
+    assert set(PORTED) <= ported, "ports removed: %s" % sorted(set(PORTED) - ported)
+
+
+def test_library_exports_every_ported_kernel_and_the_runtime_helpers(built_library):
+    from spirula.backends.cuda import RUNTIME_SYMBOLS
+    names = _exported(built_library)
+    ported = {p.stem for p in NATIVE.glob("*.cu")} - {"runtime"}
+    assert ported - names == set(), "kernels not exported"
+    assert set(RUNTIME_SYMBOLS) - names == set(), "runtime helpers not exported"
+
+
+def test_library_exports_nothing_else(built_library):
+    """cudart is linked statically with its symbols hidden: a kernel named
+    like a libc function could not be shadowed, and nothing leaks."""
+    from spirula.backends.cuda import RUNTIME_SYMBOLS
+    names = _exported(built_library)
+    ported = {p.stem for p in NATIVE.glob("*.cu")} - {"runtime"}
+    extra = {n for n in names - ported - set(RUNTIME_SYMBOLS) if not n.startswith("_")}
+    assert extra == set()
+
+
+def test_library_holds_machine_code_for_every_target(built_library):
+    data = built_library.read_bytes()
+    for arch in ("sm_75", "sm_80", "sm_86", "sm_89", "sm_90"):
+        assert arch.encode() in data, arch
+
+
+def test_rebuild_is_skipped_when_nothing_changed(built_library):
+    before = built_library.stat().st_mtime_ns
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "build_cuda.sh")], cwd=str(ROOT), capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert built_library.stat().st_mtime_ns == before
+
+
+def test_missing_nvcc_is_one_line_and_success():
+    env = dict(os.environ, NVCC="/nonexistent/nvcc")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "build_cuda.sh")], cwd=str(ROOT), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    assert proc.stdout.count("\n") == 1 and "the Vulkan backend is unaffected" in proc.stdout
+
+
+def test_opening_cuda_without_a_gpu_or_library_is_one_line_with_exit_code_2(monkeypatch, tmp_path):
+    import spirula.backends.cuda as cuda
+    from spirula.errors import SpirulaError
+    monkeypatch.setattr(cuda, "_lib", None)
+    monkeypatch.setenv("SPIRULA_CUDA_LIB", str(tmp_path / "libspirula_cuda.so"))
+    with pytest.raises(SpirulaError) as err:
+        cuda.open_cuda_device()
+    assert err.value.exit_code == 2 and "make cuda" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setenv("SPIRULA_CUDA_LIB", str(LIB))
+    monkeypatch.setattr(cuda, "_lib", None)
+    if LIB.is_file() and cuda.cuda_unavailable_reason() is not None:   # built, but no GPU or driver
+        with pytest.raises(SpirulaError) as err:
+            cuda.open_cuda_device()
+        assert err.value.exit_code == 2 and "\n" not in str(err.value)

@@ -1,0 +1,36 @@
+"""The CUDA backend reads each kernel's contract from its GLSL source without
+glslang (spirula/backends/contract.py); it must equal the Vulkan registry's,
+for every shader and compile-time variant."""
+import pytest
+
+from spirula.backends.contract import preprocess, read_kernel
+from spirula.runtime.kernels import KernelRegistry, shader_dir
+
+NAMES = sorted(p.stem for p in shader_dir().glob("*.comp"))
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return KernelRegistry()
+
+
+@pytest.mark.parametrize("defines", [dict(ATOMIC_FLOAT=1, VEC4=1), dict(ATOMIC_FLOAT=0, VEC4=0), {}],
+                         ids=["atomic-vec4", "cas-scalar", "none"])
+@pytest.mark.parametrize("name", NAMES)
+def test_contract_read_without_glslang_equals_glslangs(registry, name, defines):
+    want = registry.get(name, **defines)
+    got = read_kernel(name, defines)
+    assert (got.name, got.bindings, got.push, got.spec, got.local_size) == \
+        (want.name, want.bindings, want.push, want.spec, want.local_size)
+    assert got.key == want.key
+
+
+def test_preprocessor_evaluates_conditions_and_expands_object_macros():
+    text = preprocess("copy", dict(VEC4=1))
+    assert "uvec4 src[]" in text and "uint src[]" not in text
+    text = preprocess("copy", dict(VEC4=0))
+    assert "uint src[]" in text and "uvec4" not in text
+    text = preprocess("rasterize_bwd", dict(ATOMIC_FLOAT=1))
+    assert "float grad_xy[]" in text
+    text = preprocess("rasterize_bwd", dict(ATOMIC_FLOAT=0))
+    assert "uint grad_xy[]" in text
