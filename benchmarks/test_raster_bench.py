@@ -110,4 +110,7 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
                       gpu_fwd_ms=sum(stages[k] for k in ("projection", "intersect_sort", "rasterize_fwd")),
                       gpu_fwd_bwd_ms=sum(stages.values()), wall_fwd_ms=fwd_ms, wall_fwd_bwd_ms=fwdbwd_ms)
     benchmark.extra_info.update(stages, n_isects=m)
+    prof.kernels.clear()
+    fwdbwd.run()
+    print(prof.kernel_report())
     benchmark.pedantic(fwdbwd.run, rounds=3, iterations=1)

@@ -33,7 +33,11 @@ def big_buffers(device, bench_opts):
     device.pool.free(b)
 
 
-def test_copy_bandwidth(benchmark, device, bench_opts, big_buffers):
+@pytest.mark.parametrize("max_groups", [1024, 4096, 16384])
+def test_copy_bandwidth(benchmark, device, bench_opts, big_buffers, max_groups, monkeypatch):
+    """vec4 grid-stride copies; max_groups caps the workgroups of 256 threads."""
+    from spirula.runtime import sequence
+    monkeypatch.setattr(sequence, "GRID_STRIDE_MAX_GROUPS", max_groups)
     a, b, nbytes = big_buffers
     k = bench_opts.pick(4, 40)
     rec = device.recorder("bench.copy")
@@ -43,7 +47,7 @@ def test_copy_bandwidth(benchmark, device, bench_opts, big_buffers):
     seq = rec.finish()
     t = _wall(seq.run, bench_opts.iters or 5)
     gbs = 2 * nbytes * k / t / 1e9
-    bench_opts.record("copy_bandwidth", GBps=gbs, buffer_MiB=nbytes >> 20, copies=k, seconds=t)
+    bench_opts.record("copy_bandwidth_g%d" % max_groups, GBps=gbs, buffer_MiB=nbytes >> 20, copies=k, seconds=t)
     benchmark.extra_info.update(GBps=gbs)
     benchmark.pedantic(seq.run, rounds=3, iterations=1)
 

@@ -18,6 +18,8 @@ Tolerances (element-wise, ``ref`` = the Vulkan result):
 
 Skipped where there is no CUDA GPU or no built library (``make cuda``).
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -34,6 +36,7 @@ R_PLAIN = 5e-4
 R_ATOMIC = 1e-3
 FLIP_FRACTION = 2e-3
 ATOMIC_VIOLATIONS = 2e-3
+REPORT = os.environ.get("SPIRULA_PARITY_REPORT", "") not in ("", "0")   # print what each check saw (-s)
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +104,17 @@ def assert_close(got, want, r, what, violations=0.0, mask=None):
     bad = ~(err <= ABS + r * np.abs(want))
     frac = bad.mean() if bad.size else 0.0
     worst = np.nanmax(np.where(both_nan, 0, err / (ABS + r * np.abs(want)))) if bad.size else 0.0
+    if REPORT:
+        print("\nparity %-18s outside %d/%d, worst %.3g x bound, max|d| %.3g, max|ref| %.3g" % (
+            what, bad.sum(), bad.size, worst, np.nanmax(err) if err.size else 0, np.nanmax(np.abs(want))
+            if want.size else 0))
     assert frac <= violations, "%s: %d of %d elements outside %g + %g|ref| (worst %.3g x the bound)" % (
         what, bad.sum(), bad.size, ABS, r, worst)
 
 
 def assert_few(flips, total, what):
+    if REPORT:
+        print("\nparity %-18s flipped %d/%d" % (what, flips, total))
     assert flips <= FLIP_FRACTION * total, "%s: %d of %d flipped (at most %g)" % (what, flips, total, FLIP_FRACTION)
 
 

@@ -13,7 +13,7 @@ from spirula.runtime.device import resolve_index
 
 
 def _cli(*args, **env):
-    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     e.update(env)
     return subprocess.run([sys.executable, "-m", "spirula", *args], env=e, capture_output=True,
                           text=True, cwd=str(ROOT), timeout=120)

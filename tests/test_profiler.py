@@ -15,7 +15,7 @@ PREFIX = re.escape("[spirula-profile]")
 
 
 def _run(code: str, **env):
-    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     e.pop("SS_PROFILE", None)
     e.update(env)
     return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,

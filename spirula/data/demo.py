@@ -107,12 +107,12 @@ def trace(o, d) -> np.ndarray:
     return colour
 
 
-def cameras():
+def cameras(width=WIDTH, height=HEIGHT, focal=FOCAL, n_views=N_VIEWS):
     """(viewmats [V,4,4] world->camera OpenCV, K [3,3]) of the demo views."""
-    K = np.array([[FOCAL, 0, WIDTH / 2], [0, FOCAL, HEIGHT / 2], [0, 0, 1.0]])
+    K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
     views = []
-    for v in range(N_VIEWS):
-        az = 2 * np.pi * v / N_VIEWS
+    for v in range(n_views):
+        az = 2 * np.pi * v / n_views
         el = np.radians(22 + 14 * np.sin(3 * az))
         r = 4.2 + 0.4 * np.cos(2 * az)
         eye = np.array([r * np.cos(el) * np.cos(az), r * np.cos(el) * np.sin(az), 0.3 + r * np.sin(el)])
@@ -129,38 +129,39 @@ def cameras():
     return np.array(views), K
 
 
-def render_view(viewmat, K) -> np.ndarray:
-    """[H,W,3] float image of one view, 2x2 supersampled."""
+def render_view(viewmat, K, width=WIDTH, height=HEIGHT, supersample=2) -> np.ndarray:
+    """[H,W,3] float image of one view, supersample^2 rays per pixel."""
     R, t = viewmat[:3, :3], viewmat[:3, 3]
     eye = -R.T @ t
-    acc = np.zeros((HEIGHT, WIDTH, 3))
-    for dy in (0.25, 0.75):
-        for dx in (0.25, 0.75):
-            ys, xs = np.mgrid[0:HEIGHT, 0:WIDTH]
+    acc = np.zeros((height, width, 3))
+    offsets = (np.arange(supersample) + 0.5) / supersample
+    for dy in offsets:
+        for dx in offsets:
+            ys, xs = np.mgrid[0:height, 0:width]
             cam = np.stack([(xs + dx - K[0, 2]) / K[0, 0], (ys + dy - K[1, 2]) / K[1, 1], np.ones_like(xs, float)], -1)
             d = cam @ R            # camera -> world: R^T x, applied row-wise
             d /= np.linalg.norm(d, axis=-1, keepdims=True)
             acc += trace(np.broadcast_to(eye, d.shape), d)
-    return np.clip(acc / 4, 0, 1)
+    return np.clip(acc / supersample ** 2, 0, 1)
 
 
-def seed_points(rng) -> tuple:
+def seed_points(rng, density: float = 1.0) -> tuple:
     """Surface points with their shaded colour, plus noise (as SfM gives):
-    on the spheres, the floor and the sky dome."""
+    on the spheres, the floor and the sky dome (``density`` x the default counts)."""
     pts, cols = [], []
     for i, (centre, radius, _, _) in enumerate(SPHERES):
-        n = rng.standard_normal((900, 3))
+        n = rng.standard_normal((int(900 * density), 3))
         n /= np.linalg.norm(n, axis=1, keepdims=True)
         p = np.asarray(centre) + radius * n
         p = p[p[:, 2] > 0.02]                              # under the floor: never seen
         pts.append(p)
         cols.append(_shade_sphere(p, i))
-    r = FLOOR_RADIUS * np.sqrt(rng.random(2500))
-    a = 2 * np.pi * rng.random(2500)
+    r = FLOOR_RADIUS * np.sqrt(rng.random(int(2500 * density)))
+    a = 2 * np.pi * rng.random(len(r))
     p = np.stack([r * np.cos(a), r * np.sin(a), np.zeros_like(r)], 1)
     pts.append(p)
     cols.append(_shade_floor(p))
-    d = rng.standard_normal((1200, 3))
+    d = rng.standard_normal((int(1200 * density), 3))
     d[:, 2] = np.abs(d[:, 2]) + 0.05
     d /= np.linalg.norm(d, axis=1, keepdims=True)
     pts.append(SKY_RADIUS * d)

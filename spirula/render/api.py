@@ -25,7 +25,8 @@ def _check(name: str, arr, shape: tuple) -> np.ndarray:
     bad = ~np.isfinite(a)
     if bad.any():
         row = np.argwhere(bad)[0]
-        raise SpirulaError("%s holds a non-finite value (%r at index %s)" % (name, a[tuple(row)], tuple(row)))
+        raise SpirulaError("%s holds a non-finite value (%s at index %s)"
+                           % (name, float(a[tuple(row)]), tuple(int(i) for i in row)))
     return np.ascontiguousarray(a)
 
 

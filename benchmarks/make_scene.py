@@ -1,0 +1,66 @@
+"""Write the demo world at any resolution as a Blender/NeRF-synthetic dataset
+(transforms_{train,test}.json with OpenGL camera-to-world, JPEG images) with
+seed points (points3D.txt, which gsplat_train.py reads, and points3d.ply, which
+Spirula reads): the training benchmark's scene, read identically by Spirula
+and by the gsplat peer.
+
+    python benchmarks/make_scene.py OUT [--width 1920 --height 1080 --views 48 --density 30]
+"""
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from spirula.data import demo
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--width", type=int, default=1920)
+    ap.add_argument("--height", type=int, default=1080)
+    ap.add_argument("--focal", type=float, default=None, help="pixels [default: 0.94 x width]")
+    ap.add_argument("--views", type=int, default=48)
+    ap.add_argument("--test-every", type=int, default=8)
+    ap.add_argument("--density", type=float, default=30.0, help="seed points, x the demo's ~6,000")
+    ap.add_argument("--supersample", type=int, default=1)
+    ap.add_argument("--points-only", action="store_true", help="rewrite the seed points only")
+    args = ap.parse_args()
+    focal = args.focal or 0.94 * args.width
+    viewmats, K = demo.cameras(args.width, args.height, focal, args.views)
+    out = args.out
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    frames = {"train": [], "test": []}
+    for v, vm in enumerate([] if args.points_only else viewmats):
+        name = "images/%04d.jpg" % v
+        img = demo.render_view(vm, K, args.width, args.height, args.supersample)
+        Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(out / name, quality=95)
+        c2w = np.linalg.inv(vm) @ np.diag([1.0, -1.0, -1.0, 1.0])      # OpenCV -> OpenGL axes
+        split = "test" if v % args.test_every == 0 else "train"
+        frames[split].append({"file_path": name, "transform_matrix": c2w.tolist()})
+        print("view %d/%d" % (v + 1, args.views), flush=True)
+    for split, fr in ({} if args.points_only else frames).items():
+        meta = {"camera_angle_x": 2 * math.atan(args.width / (2 * focal)), "w": args.width, "h": args.height,
+                "fl_x": focal, "fl_y": focal, "cx": args.width / 2, "cy": args.height / 2, "frames": fr}
+        (out / ("transforms_%s.json" % split)).write_text(json.dumps(meta, indent=1))
+    pts, cols = demo.seed_points(np.random.default_rng(7), args.density)
+    c8 = np.rint(cols * 255).astype(np.uint8)
+    with open(out / "points3D.txt", "w") as f:
+        for i, (p, c) in enumerate(zip(pts, c8)):
+            f.write("%d %.7g %.7g %.7g %d %d %d 0\n" % (i + 1, p[0], p[1], p[2], c[0], c[1], c[2]))
+    header = ("ply\nformat binary_little_endian 1.0\nelement vertex %d\nproperty float x\nproperty float y\n"
+              "property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
+              % len(pts))
+    rec = np.zeros(len(pts), [("p", "<f4", 3), ("c", "u1", 3)])
+    rec["p"], rec["c"] = pts, c8
+    with open(out / "points3d.ply", "wb") as f:
+        f.write(header.encode())
+        f.write(rec.tobytes())
+    print("%s: %d views (%d test), %d seed points" % (out, args.views, len(frames["test"]), len(pts)))
+
+
+if __name__ == "__main__":
+    main()
