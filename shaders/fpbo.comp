@@ -6,7 +6,7 @@
 // (ADC) accumulates its screen-space gradient norm for density control.
 // Stored attributes are raw: log-scales and opacity logits. Workgroup 128, folded.
 // A step whose intersections overflowed the buffers (count > capacity) changes
-// nothing: the trainer grows them and runs the step again.
+// nothing: the trainer grows them and runs the step again. N_VIEWS (spec) = V.
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logit),
 //                 sh [N,K,3]                            f32  read/write
 //   binding 5-14  Adam first/second moments of each     f32  read/write
@@ -28,17 +28,31 @@
 #include "random.glsl"
 #include "step_params.glsl"
 
+// SH_VEC4=1 (3K a multiple of 4, e.g. degree 1 or 3): the SH coefficients and
+// their moments move as vec4s, the widest loads.
+#ifndef SH_VEC4
+#define SH_VEC4 0
+#endif
+#if SH_VEC4
+#define SH_T vec4
+#define SH_GET(buf, f) buf[(f) >> 2u][(f) & 3u]
+#else
+#define SH_T float
+#define SH_GET(buf, f) buf[f]
+#endif
+
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool MCMC_NOISE = false;
 layout(constant_id = 3) const bool ADC_STATS = false;
+layout(constant_id = 4) const uint N_VIEWS = 1;
 
 layout(std430, binding = 0) buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) buffer QuatsBuf { vec4 quats[]; };
 layout(std430, binding = 2) buffer ScalesBuf { float scales[]; };
 layout(std430, binding = 3) buffer OpacitiesBuf { float opacities[]; };
-layout(std430, binding = 4) buffer ShBuf { float sh[]; };
+layout(std430, binding = 4) buffer ShBuf { SH_T sh[]; };
 layout(std430, binding = 5) buffer MMeansBuf { float m_means[]; };
 layout(std430, binding = 6) buffer VMeansBuf { float v_means[]; };
 layout(std430, binding = 7) buffer MQuatsBuf { vec4 m_quats[]; };
@@ -47,8 +61,8 @@ layout(std430, binding = 9) buffer MScalesBuf { float m_scales[]; };
 layout(std430, binding = 10) buffer VScalesBuf { float v_scales[]; };
 layout(std430, binding = 11) buffer MOpacitiesBuf { float m_opacities[]; };
 layout(std430, binding = 12) buffer VOpacitiesBuf { float v_opacities[]; };
-layout(std430, binding = 13) buffer MShBuf { float m_sh[]; };
-layout(std430, binding = 14) buffer VShBuf { float v_sh[]; };
+layout(std430, binding = 13) buffer MShBuf { SH_T m_sh[]; };
+layout(std430, binding = 14) buffer VShBuf { SH_T v_sh[]; };
 layout(std430, binding = 15) readonly buffer CamerasBuf { float cameras[]; };
 layout(std430, binding = 16) readonly buffer RadiiBuf { ivec2 radii[]; };
 layout(std430, binding = 17) readonly buffer GradXyBuf { GRAD_T grad_xy[]; };
@@ -76,30 +90,34 @@ void main() {
         return;
     }
     const int degree = int(SH_DEGREE);
-    const int n_coeffs = (degree + 1) * (degree + 1);
+    const uint n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);   // active coefficient floats
+    const uint n_floats = 3u * SH_COEFFS;
+    uint sh_base = g * n_floats;
     vec3 mean = vec3(means[3u * g], means[3u * g + 1u], means[3u * g + 2u]);
     vec4 quat = quats[g];
     vec3 log_scale = vec3(scales[3u * g], scales[3u * g + 1u], scales[3u * g + 2u]);
     vec3 scale = exp(log_scale);
     float logit = opacities[g];
     float opacity = 1.0 / (1.0 + exp(-logit));
-    uint sh_base = g * SH_COEFFS * 3u;
-    float coeffs[48];
-    for (int k = 0; k < 3 * n_coeffs; ++k) {
-        coeffs[k] = sh[sh_base + uint(k)];
-    }
 
     vec3 g_mean = vec3(0.0);
     vec4 g_quat = vec4(0.0);
     vec3 g_scale = vec3(0.0);
     float g_opacity = 0.0;
-    float g_sh[48];
-    for (int k = 0; k < 48; ++k) {
-        g_sh[k] = 0.0;
-    }
     float grad2d = 0.0;
     uint seen = 0u;
-    for (uint c = 0u; c < pc.n_views; ++c) {
+    // per view: the SH basis at the view direction and the clamp-masked colour
+    // gradient; the SH coefficients' gradient is their outer product, formed
+    // in the Adam loop below instead of in an array
+    float view_basis[N_VIEWS * 16u];
+    vec3 view_vraw[N_VIEWS];
+    for (uint c = 0u; c < N_VIEWS; ++c) {
+        view_vraw[c] = vec3(0.0);
+        for (uint k = 0u; k < 16u; ++k) {
+            view_basis[16u * c + k] = 0.0;
+        }
+    }
+    for (uint c = 0u; c < N_VIEWS; ++c) {
         uint i = c * pc.n + g;
         if (radii[i].x == 0 && radii[i].y == 0) {
             continue;
@@ -111,8 +129,27 @@ void main() {
         vec3 v_rgb = vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u),
                           GRAD_LOAD(grad_rgb, 3u * i + 2u));
         g_opacity += GRAD_LOAD(grad_opacity, i);
-        projection_vjp(cam, mean, quat, scale, degree, coeffs, float(pc.width), float(pc.height), pc.eps2d,
-                       v_xy, v_con, v_rgb, g_mean, g_quat, g_scale, g_sh);
+        projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d,
+                                v_xy, v_con, g_mean, g_quat, g_scale);
+        vec3 delta = mean - camera_position(cam);
+        float inv_len = inversesqrt(dot(delta, delta));
+        vec3 dir = delta * inv_len;
+        float basis[16];
+        sh_basis(degree, dir, basis);
+        vec3 raw = vec3(0.0);
+        for (uint k = 0u; k < n_active / 3u; ++k) {
+            raw += basis[k] * vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
+                                   SH_GET(sh, sh_base + 3u * k + 2u));
+        }
+        vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5, vec3(0.0)));
+        float w[16];
+        for (uint k = 0u; k < n_active / 3u; ++k) {
+            w[k] = dot(vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
+                            SH_GET(sh, sh_base + 3u * k + 2u)), v_raw);
+            view_basis[16u * c + k] = basis[k];
+        }
+        sh_direction_vjp(degree, dir, inv_len, w, g_mean);
+        view_vraw[c] = v_raw;
         grad2d += length(v_xy * vec2(params.grad_norm_scale_x, params.grad_norm_scale_y));
         seen += 1u;
     }
@@ -149,15 +186,43 @@ void main() {
         m_opacities[g] = m;
         v_opacities[g] = v;
     }
-    for (uint k = 0u; k < SH_COEFFS * 3u; ++k) {
-        uint j = sh_base + k;
-        float grad = k < uint(3 * n_coeffs) ? g_sh[k] : 0.0;
+    // SH: gradient of float f = coefficient f / 3, channel f % 3
+#if SH_VEC4
+    for (uint j = 0u; j < n_floats / 4u; ++j) {
+        uint idx = sh_base / 4u + j;
+        vec4 p = sh[idx], m = m_sh[idx], v = v_sh[idx];
+        for (uint e = 0u; e < 4u; ++e) {
+            uint f = 4u * j + e;
+            float grad = 0.0;
+            if (f < n_active) {
+                for (uint c = 0u; c < N_VIEWS; ++c) {
+                    grad += view_basis[16u * c + f / 3u] * view_vraw[c][f % 3u];
+                }
+            }
+            float mm = m[e], vv = v[e];
+            p[e] = adam_update(p[e], grad, mm, vv, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
+            m[e] = mm;
+            v[e] = vv;
+        }
+        sh[idx] = p;
+        m_sh[idx] = m;
+        v_sh[idx] = v;
+    }
+#else
+    for (uint f = 0u; f < n_floats; ++f) {
+        float grad = 0.0;
+        if (f < n_active) {
+            for (uint c = 0u; c < N_VIEWS; ++c) {
+                grad += view_basis[16u * c + f / 3u] * view_vraw[c][f % 3u];
+            }
+        }
+        uint j = sh_base + f;
         float m = m_sh[j], v = v_sh[j];
-        float lr = k < 3u ? params.lr_sh0 : params.lr_shN;
-        sh[j] = adam_update(sh[j], grad, m, v, lr, b1, b2, c1, c2, eps);
+        sh[j] = adam_update(sh[j], grad, m, v, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
         m_sh[j] = m;
         v_sh[j] = v;
     }
+#endif
 
     if (MCMC_NOISE && params.noise_scale > 0.0) {
         // gsplat's MCMC: noise ~ Sigma n, gated to nearly transparent splats

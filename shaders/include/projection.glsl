@@ -80,14 +80,15 @@ float opacity_extent(float opacity) {
 #endif
 
 #ifdef SPIRULA_PROJECTION_VJP
-// Adds to (v_mean, v_quat, v_scale, v_sh) the gradient that flows back from
-// one camera's projection outputs (v_mean2d, v_conic, v_rgb) of one visible
-// Gaussian. Shaders that use it define SPIRULA_PROJECTION_VJP and include sh.glsl.
-// quat is the stored (unnormalized) quaternion, scale the activated scale,
-// sh[3k + ch] the coefficients; the gradients are with respect to the same.
-void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, float sh[48],
-                    float W, float H, float eps2d, vec2 v_mean2d, vec3 v_conic, vec3 v_rgb,
-                    inout vec3 v_mean, inout vec4 v_quat, inout vec3 v_scale, inout float v_sh[48]) {
+// Backward of the projection of one visible Gaussian into one camera, in two
+// parts. Shaders that use it define SPIRULA_PROJECTION_VJP and include sh.glsl.
+// quat is the stored (unnormalized) quaternion, scale the activated scale; the
+// gradients are with respect to the same.
+
+// Geometry: adds to (v_mean, v_quat, v_scale) the gradient from the 2D mean
+// and conic (v_mean2d, v_conic).
+void projection_geometry_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, float W, float H, float eps2d,
+                             vec2 v_mean2d, vec3 v_conic, inout vec3 v_mean, inout vec4 v_quat, inout vec3 v_scale) {
     vec3 pcam = cam.R * mean + cam.t;
     float qn = inversesqrt(dot(quat, quat));
     vec4 q = quat * qn;
@@ -134,8 +135,22 @@ void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, fl
     mat3 v_R = mat3(v_M[0] * scale.x, v_M[1] * scale.y, v_M[2] * scale.z);
     vec4 v_q = quat_to_rotmat_vjp(q, v_R);
     v_quat += (v_q - q * dot(q, v_q)) * qn;
+}
 
-    // colour = max(SH(dir) + 0.5, 0), dir = normalize(mean - camera centre)
+// Colour = max(SH(dir) . sh + 0.5, 0), dir = normalize(mean - camera centre).
+// Given the SH basis at dir, the raw colour SH(dir) . sh, and w[k] =
+// sh[k] . v_raw (v_raw: v_rgb masked by the clamp), adds the gradient through
+// dir to v_mean.
+void sh_direction_vjp(int degree, vec3 dir, float inv_len, float w[16], inout vec3 v_mean) {
+    vec3 v_dir = sh_basis_vjp(degree, dir, w);
+    v_mean += (v_dir - dir * dot(dir, v_dir)) * inv_len;
+}
+
+// Both parts for coefficients held in an array sh[3k + ch] (projection_bwd).
+void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, float sh[48],
+                    float W, float H, float eps2d, vec2 v_mean2d, vec3 v_conic, vec3 v_rgb,
+                    inout vec3 v_mean, inout vec4 v_quat, inout vec3 v_scale, inout float v_sh[48]) {
+    projection_geometry_vjp(cam, mean, quat, scale, W, H, eps2d, v_mean2d, v_conic, v_mean, v_quat, v_scale);
     vec3 delta = mean - camera_position(cam);
     float inv_len = inversesqrt(dot(delta, delta));
     vec3 dir = delta * inv_len;
@@ -146,7 +161,7 @@ void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, fl
     for (int k = 0; k < n_coeffs; ++k) {
         raw += basis[k] * vec3(sh[3 * k], sh[3 * k + 1], sh[3 * k + 2]);
     }
-    vec3 v_raw = v_rgb * vec3(greaterThan(raw + 0.5, vec3(0.0)));
+    vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5, vec3(0.0)));
     float w[16];
     for (int k = 0; k < n_coeffs; ++k) {
         v_sh[3 * k] += basis[k] * v_raw.x;
@@ -154,7 +169,6 @@ void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, fl
         v_sh[3 * k + 2] += basis[k] * v_raw.z;
         w[k] = dot(vec3(sh[3 * k], sh[3 * k + 1], sh[3 * k + 2]), v_raw);
     }
-    vec3 v_dir = sh_basis_vjp(degree, dir, w);
-    v_mean += (v_dir - dir * dot(dir, v_dir)) * inv_len;
+    sh_direction_vjp(degree, dir, inv_len, w, v_mean);
 }
 #endif

@@ -22,4 +22,5 @@ def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: b
         push=dict(n=model.n, n_views=raster.n_cameras, width=raster.width, height=raster.height, eps2d=EPS2D,
                   count_offset=raster.total_offset, isect_capacity=raster.isect_capacity),
         spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=model.sh_coeffs, MCMC_NOISE=int(mcmc_noise),
-                  ADC_STATS=int(adc_stats)))
+                  ADC_STATS=int(adc_stats), N_VIEWS=raster.n_cameras),
+        defines=dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)))

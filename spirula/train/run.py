@@ -22,6 +22,7 @@ import numpy as np
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
+from spirula.train.world import WorldTransform
 
 
 def default_output_dir(dataset: Path) -> Path:
@@ -54,7 +55,7 @@ def save_checkpoint(trainer: Trainer, path: Path):
     for name, arr in state["strategy"].items():
         arrays["strategy/%s" % name] = arr
     meta = dict(step=state["step"], config=state["config"], rng=state["rng"], order=state["order"],
-                isect_capacity=state["isect_capacity"], format=1)
+                isect_capacity=state["isect_capacity"], world=state["world"], format=1)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     _atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
 
@@ -115,11 +116,12 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state = None
-    init = None
+    init = world = None
     if resume is not None:
         state = load_checkpoint(find_checkpoint(resume))
-        init = {k: v for k, v in state["model"]["params"].items()}
-    trainer = Trainer(scene, cfg, device, init=init)
+        world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
+        init = world.to_dataset(state["model"]["params"])
+    trainer = Trainer(scene, cfg, device, init=init, world=world)
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
@@ -179,11 +181,13 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
 # ---- existing runs: evaluate and render ------------------------------------------------
 
 def load_run(run: Path):
-    """(config dict, raw splat arrays, checkpoint path) of a run folder or checkpoint."""
+    """(config, raw splat arrays in dataset coordinates, checkpoint path, state)
+    of a run folder or checkpoint."""
     ckpt = find_checkpoint(run)
     state = load_checkpoint(ckpt)
     cfg = TrainConfig.from_dict(json.loads(state["config"]))
-    return cfg, state["model"]["params"], ckpt, state
+    world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
+    return cfg, world.to_dataset(state["model"]["params"]), ckpt, state
 
 
 class SplatRenderer:

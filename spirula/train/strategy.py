@@ -165,8 +165,8 @@ class ADC(Strategy):
         rec.dispatch("densify_adc_classify", -(-n // 256),
                      dict(scales=p.scales, opacities=p.opacities, grad2d_sum=tr.stats[0], vis_count=tr.stats[1],
                           actions=actions, out_counts=counts),
-                     push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * tr.scene.extent,
-                               prune_scale3d=cfg.prune_scale3d * tr.scene.extent, min_opacity=cfg.min_opacity,
+                     push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * tr.extent,
+                               prune_scale3d=cfg.prune_scale3d * tr.extent, min_opacity=cfg.min_opacity,
                                prune_big=int(step > cfg.reset_every), grow=1))
         offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
         rec.copy(counts, offsets, nbytes=4 * max(n, 1))

@@ -26,6 +26,7 @@ from spirula.train.model import SplatModel, init_from_points
 from spirula.train.optimizer import record_fpbo
 from spirula.train.schedule import learning_rates, sh_degree_at
 from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+from spirula.train.world import WorldTransform
 
 ISECT_HEADROOM = 1.5
 
@@ -33,12 +34,15 @@ ISECT_HEADROOM = 1.5
 class Trainer:
     """Trains splats on a :class:`~spirula.data.Scene` with a :class:`TrainConfig`.
 
-    ``step`` counts completed steps. Use :meth:`train` to run, :meth:`evaluate`
-    for test metrics, :meth:`state_dict` / :meth:`load_state_dict` for
-    checkpoints and :meth:`splat_arrays` for export.
+    ``step`` counts completed steps. Use :meth:`train_step` to run,
+    :meth:`evaluate` for test metrics, :meth:`state_dict` /
+    :meth:`load_state_dict` for checkpoints and :meth:`splat_arrays` for
+    export. Training happens in normalized coordinates (:mod:`spirula.train.world`);
+    ``init`` and :meth:`splat_arrays` are in the dataset's.
     """
 
-    def __init__(self, scene, cfg: TrainConfig, device, init: dict | None = None):
+    def __init__(self, scene, cfg: TrainConfig, device, init: dict | None = None,
+                 world: WorldTransform | None = None):
         self.scene, self.cfg, self.device = scene, cfg, device
         frames = [scene.frames[i] for i in scene.train]
         if not frames:
@@ -58,11 +62,18 @@ class Trainer:
         gt = np.stack([scene.load_image(i) for i in scene.train])
         self.gt_images = pool.alloc("train.gt_images", (len(frames), self.height, self.width), np.uint32, "image")
         device.upload(self.gt_images, pack_rgba8(gt))
-        self.viewmats = np.stack([f.viewmat for f in frames]).astype(np.float64)
+        dataset_viewmats = np.stack([f.viewmat for f in frames]).astype(np.float64)
+        self.world = world or WorldTransform.from_cameras(dataset_viewmats)
+        self.viewmats = self.world.viewmats(dataset_viewmats)
         self.Ks = np.stack([f.K for f in frames]).astype(np.float64)
+        centres = -np.einsum("nji,nj->ni", self.viewmats[:, :3, :3], self.viewmats[:, :3, 3])
+        self.extent = 1.1 * float(np.linalg.norm(centres - centres.mean(0), axis=1).max()) or 1.0
 
         if init is None:
-            init = init_from_points(scene.points, scene.point_colors, cfg, self.sh_coeffs, seed=cfg.seed)
+            init = init_from_points(self.world.points(scene.points), scene.point_colors, cfg, self.sh_coeffs,
+                                    seed=cfg.seed)
+        else:
+            init = self.world.to_training(init)
         n = len(init["means"])
         self.strategy = strategies.make(cfg, self)
         self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
@@ -126,7 +137,7 @@ class Trainer:
     def _write_params(self, image: int, sh_degree: int):
         cfg = self.cfg
         t = self.step + 1
-        lr = learning_rates(cfg, self.step, self.scene.extent)
+        lr = learning_rates(cfg, self.step, self.extent)
         p = step_params(
             step=t, seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF, n_views=1, n_splats=self.model.n,
             image_index=[image] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats, lr_scales=lr.scales,
@@ -167,9 +178,10 @@ class Trainer:
 
     # -- evaluation and export ----------------------------------------------------
     def render(self, viewmat, K, sh_degree: int | None = None) -> np.ndarray:
-        """One image [H,W,3] float32 of the current splats (background composited)."""
+        """One image [H,W,3] float32 of the current splats (background
+        composited) from a dataset camera (world->camera ``viewmat``, ``K``)."""
         deg = self.cfg.sh_degree if sh_degree is None else sh_degree
-        self.raster.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
+        self.raster.set_cameras(self.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
         self.raster.forward(self.model.params, deg)
         return self.device.readback(self.raster.out_colors)[0]
 
@@ -189,14 +201,16 @@ class Trainer:
         return dict(per_image=per, **mean)
 
     def splat_arrays(self) -> dict:
-        """Current raw parameters as numpy (means, quats, scales (log), opacities (logit), sh)."""
-        return {k: v for k, v in self.model.download()["params"].items()}
+        """Current raw parameters in dataset coordinates, as numpy: means, quats,
+        scales (log), opacities (logit), sh."""
+        return self.world.to_dataset(self.model.download()["params"])
 
     # -- checkpoints ----------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything --resume needs, as numpy arrays and plain values."""
         state = self.model.download()
         return dict(step=self.step, config=self.cfg.to_json(), model=state,
+                    world=dict(center=list(self.world.center), scale=self.world.scale),
                     rng=self.rng.bit_generator.state, order=list(map(int, self._order)),
                     strategy=self.strategy.state_dict(),
                     isect_capacity=self.raster.isect_capacity)

@@ -1,0 +1,65 @@
+"""fpbo_bench: one fused projection backward + Adam step over N splats at SH
+degree 3, from random screen-space gradients (DESIGN.md §7).
+
+    pytest benchmarks/test_fpbo_bench.py --benchmark-only -s [--bench-full]
+
+Default 50,000 splats (lavapipe-sized); --bench-full: 5,000,000, the workload
+of `gsplat_raster_bench.py --adam` (the raster_bench slab with SH degree 3).
+GPU time from the profiler's timestamps; reports ms and Msplat/ms.
+"""
+import statistics
+
+import numpy as np
+
+from scenes import camera, make_scene
+from test_raster_bench import profiled_device  # noqa: F401  (fixture)
+
+
+def test_fpbo_bench(benchmark, profiled_device, bench_opts):  # noqa: F811
+    from spirula.render.rasterizer import Rasterizer
+    from spirula.train.model import SplatModel
+    from spirula.train.optimizer import record_fpbo
+    from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+    device = profiled_device
+    prof = device.profiler
+    n = bench_opts.n or bench_opts.pick(50_000, 5_000_000)
+    w, h = (1237, 822) if bench_opts.full else (320, 214)
+    s = make_scene(n, sh_degree=3)
+    model = SplatModel(device, n, n, 16)
+    model.upload(dict(means=s["means"], quats=s["quats"], scales=s["log_scales"], opacities=s["opacity_logits"],
+                      sh=s["sh"]))
+    raster = Rasterizer(device, w, h, 1, capacity=n, name="fpbo.raster")
+    vm, K = camera(w, h, 900.0 * w / 1237)
+    raster.set_cameras(vm, K)
+    rec = device.recorder("fpbo.project")
+    raster.record_project(rec, model.params, 3)
+    rec.finish().run()
+    radii = device.readback(raster.radii, shape=(n, 2))
+    visible = (radii != 0).any(-1)
+    rng = np.random.default_rng(2)
+    for name, width in (("grad_xy", 2), ("grad_conics", 3), ("grad_rgb", 3), ("grad_opacity", 1)):
+        g = (rng.standard_normal((n, width)) * 1e-3).astype(np.float32) * visible[:, None]
+        device.upload(getattr(raster, name), g.reshape(n, width) if width > 1 else g[:, 0])
+    params = device.pool.alloc("fpbo.params", (STEP_PARAMS_WORDS,), np.uint32)
+    p = step_params(step=10, n_views=1, n_splats=n, lr_means=1e-4, lr_quats=1e-3, lr_scales=5e-3,
+                    lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4, bias1=1 - 0.9 ** 10, bias2=1 - 0.999 ** 10,
+                    beta1=0.9, beta2=0.999, adam_eps=1e-15)
+    device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
+    stats = (device.pool.alloc("fpbo.g2d", (n,), np.float32, zero=True),
+             device.pool.alloc("fpbo.cnt", (n,), np.uint32, zero=True))
+    device.upload(raster.offsets_scan.scratch, np.zeros(1, np.uint32), offset=4 * raster.total_offset)
+    rec = device.recorder("fpbo")
+    record_fpbo(rec, model, raster, params, stats, 3, mcmc_noise=True, adc_stats=False)
+    seq = rec.finish()
+    for _ in range(3):
+        seq.run()
+    times = []
+    for _ in range(bench_opts.iters or bench_opts.pick(5, 20)):
+        prof.kernels.clear()
+        seq.run()
+        times.append(prof.kernels["fpbo"].ns / 1e6)
+    ms = statistics.median(times)
+    bench_opts.record("fpbo_bench", n=n, visible=int(visible.sum()), sh_degree=3, fpbo_ms=ms,
+                      msplat_per_ms=n / 1e6 / ms, device=device.info.name)
+    benchmark.extra_info.update(fpbo_ms=ms, msplat_per_ms=n / 1e6 / ms)
+    benchmark.pedantic(seq.run, rounds=3, iterations=1)
