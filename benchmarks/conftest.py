@@ -12,6 +12,7 @@ def pytest_addoption(parser):
     g.addoption("--bench-n", type=int, default=None, help="problem size N (splats / values)")
     g.addoption("--bench-iters", type=int, default=None, help="timed repetitions")
     g.addoption("--bench-json", default=None, help="also write the printed figures to this JSON file")
+    g.addoption("--bench-backend", default="vulkan", choices=("vulkan", "cuda"), help="the backend to measure")
 
 
 class BenchOptions:
@@ -20,6 +21,7 @@ class BenchOptions:
         self.n = config.getoption("--bench-n")
         self.iters = config.getoption("--bench-iters")
         self.json = config.getoption("--bench-json")
+        self.backend = config.getoption("--bench-backend")
         self.results = {}
 
     def pick(self, small, full):
@@ -45,7 +47,14 @@ def bench_opts(request):
             json.dump(opts.results, f, indent=1)
 
 
-@pytest.fixture(scope="session")
-def device():
+def open_device(backend: str):
+    if backend == "cuda":
+        from spirula.backends.cuda import open_cuda_device
+        return open_cuda_device()
     from spirula.runtime.device import Device
     return Device()
+
+
+@pytest.fixture(scope="session")
+def device(bench_opts):
+    return open_device(bench_opts.backend)

@@ -31,13 +31,13 @@ STAGES = {
 
 
 @pytest.fixture(scope="module")
-def profiled_device():
+def profiled_device(bench_opts):
+    from conftest import open_device
     from spirula.runtime import profiler
-    from spirula.runtime.device import Device
     old = os.environ.get("SS_PROFILE")
     os.environ["SS_PROFILE"] = "1"
     profiler.reset()
-    dev = Device()
+    dev = open_device(bench_opts.backend)
     prof = dev.profiler
     import atexit
     atexit.unregister(prof.report_at_exit)       # the figures are printed by the benchmark

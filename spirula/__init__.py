@@ -1,8 +1,40 @@
 """Spirula: a Vulkan-first 3D Gaussian Splatting trainer.
 
-The GPU runtime lives in :mod:`spirula.runtime` (devices, buffers, kernels,
-recorded sequences, the profiler).
+Public API:
+
+- :func:`rasterization` / :func:`rasterization_backward`: render N Gaussians
+  into C images on the GPU from numpy arrays, and back-propagate image
+  gradients to every input (gsplat's conventions);
+- :class:`Device` / :func:`get_device`: the GPU (a Kompute manager; pass your
+  own ``kp.Manager`` to share it);
+- :func:`load_dataset`: COLMAP, Blender/NeRF-synthetic and nerfstudio scenes;
+- :class:`TrainConfig` / :class:`Trainer`: training on the GPU.
+
+The layers below are :mod:`spirula.runtime` (devices, buffers, kernels,
+recorded sequences, the profiler), :mod:`spirula.render` (projection, sort,
+rasterization), :mod:`spirula.train` and :mod:`spirula.data`.
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "rasterization", "rasterization_backward", "Device", "get_device", "load_dataset",
+           "TrainConfig", "Trainer"]
+
+
+def __getattr__(name):
+    # Imported on first use: `import spirula` stays cheap and needs no GPU.
+    if name in ("rasterization", "rasterization_backward"):
+        from spirula.render import api
+        return getattr(api, name)
+    if name in ("Device", "get_device"):
+        from spirula.runtime import device
+        return getattr(device, name)
+    if name == "load_dataset":
+        from spirula.data import load_dataset
+        return load_dataset
+    if name == "TrainConfig":
+        from spirula.train.config import TrainConfig
+        return TrainConfig
+    if name == "Trainer":
+        from spirula.train.trainer import Trainer
+        return Trainer
+    raise AttributeError("module 'spirula' has no attribute %r" % name)

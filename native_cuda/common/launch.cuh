@@ -20,12 +20,13 @@ extern "C" {
 typedef struct {
     uint32_t grid[3];        // workgroups, as the Vulkan dispatch
     uint32_t n_buffers;
-    void*    buffers[16];    // device pointers in binding order
+    void*    buffers[32];    // device pointers in binding order (fpbo binds 25)
     uint32_t n_push;
     uint32_t push[32];       // push-constant words, block order (floats as their bits)
     uint32_t n_spec;
     uint32_t spec[16];       // specialization constants by constant_id (bool: 0/1)
-    uint32_t flags;          // compile-time variants of the GLSL kernel: bit 0 = VEC4, bit 1 = FLOAT
+    uint32_t flags;          // compile-time variants of the GLSL kernel: bit 0 = VEC4, bit 1 = FLOAT,
+                             // bit 2 = SH_VEC4
     void*    stream;         // cudaStream_t
 } SpirulaLaunch;
 }
@@ -35,6 +36,7 @@ typedef struct {
 // flags: the GLSL kernels' compile-time defines (a define set to 1 sets its bit)
 #define SPIRULA_FLAG_VEC4 1u     // copy, fill: uvec4 elements
 #define SPIRULA_FLAG_FLOAT 2u    // prefix_sum: float32 values
+#define SPIRULA_FLAG_SH_VEC4 4u  // fpbo: SH coefficients and moments as vec4s (3K % 4 == 0)
 
 namespace spirula {
 

@@ -79,14 +79,16 @@ SPIRULA_FN float opacity_extent(float opacity) {
     return fminf(RADIUS_SIGMAS, sqrtf(2.0f * logf(opacity / ALPHA_THRESHOLD)));
 }
 
-// Adds to (v_mean, v_quat, v_scale, v_sh) the gradient that flows back from
-// one camera's projection outputs (v_mean2d, v_conic, v_rgb) of one visible
-// Gaussian. quat is the stored (unnormalized) quaternion, scale the
-// activated scale, sh[3k + ch] the coefficients. DEGREE is SH_DEGREE.
-template <int DEGREE>
-SPIRULA_FN void projection_vjp(const Camera& cam, vec3 mean, vec4 quat, vec3 scale, const float sh[48], float W,
-                               float H, float eps2d, vec2 v_mean2d, vec3 v_conic, vec3 v_rgb, vec3& v_mean,
-                               vec4& v_quat, vec3& v_scale, float v_sh[48]) {
+// Backward of the projection of one visible Gaussian into one camera, in two
+// parts (projection.glsl's SPIRULA_PROJECTION_VJP half). quat is the stored
+// (unnormalized) quaternion, scale the activated scale; the gradients are
+// with respect to the same.
+
+// Geometry: adds to (v_mean, v_quat, v_scale) the gradient from the 2D mean
+// and conic (v_mean2d, v_conic).
+SPIRULA_FN void projection_geometry_vjp(const Camera& cam, vec3 mean, vec4 quat, vec3 scale, float W, float H,
+                                        float eps2d, vec2 v_mean2d, vec3 v_conic, vec3& v_mean, vec4& v_quat,
+                                        vec3& v_scale) {
     vec3 pcam = cam.R * mean + cam.t;
     float qn = inversesqrt(dot(quat, quat));
     vec4 q = quat * qn;
@@ -133,8 +135,31 @@ SPIRULA_FN void projection_vjp(const Camera& cam, vec3 mean, vec4 quat, vec3 sca
     mat3 v_R = mat3_cols(v_M.c[0] * scale.x, v_M.c[1] * scale.y, v_M.c[2] * scale.z);
     vec4 v_q = quat_to_rotmat_vjp(q, v_R);
     v_quat += (v_q - q * dot(q, v_q)) * qn;
+}
 
-    // colour = max(SH(dir) + 0.5, 0), dir = normalize(mean - camera centre)
+// Colour = max(SH(dir) . sh + 0.5, 0), dir = normalize(mean - camera centre).
+// Given w[k] = sh[k] . v_raw (v_raw: v_rgb masked by the clamp), adds the
+// gradient through dir to v_mean. DEGREE is SH_DEGREE.
+template <int DEGREE>
+SPIRULA_FN void sh_direction_vjp(vec3 dir, float inv_len, const float w[16], vec3& v_mean) {
+    vec3 v_dir = sh_basis_vjp(DEGREE, dir, w);
+    v_mean += (v_dir - dir * dot(dir, v_dir)) * inv_len;
+}
+
+// The clamp mask of the colour: 1 where raw + 0.5 >= 0 (greaterThanEqual).
+SPIRULA_FN vec3 colour_clamp_mask(vec3 raw) {
+    return make3(raw.x + 0.5f >= 0.0f ? 1.0f : 0.0f, raw.y + 0.5f >= 0.0f ? 1.0f : 0.0f,
+                 raw.z + 0.5f >= 0.0f ? 1.0f : 0.0f);
+}
+
+// Both parts for coefficients held in an array sh[3k + ch] (projection_bwd):
+// adds to (v_mean, v_quat, v_scale, v_sh) the gradient from one camera's
+// projection outputs (v_mean2d, v_conic, v_rgb).
+template <int DEGREE>
+SPIRULA_FN void projection_vjp(const Camera& cam, vec3 mean, vec4 quat, vec3 scale, const float sh[48], float W,
+                               float H, float eps2d, vec2 v_mean2d, vec3 v_conic, vec3 v_rgb, vec3& v_mean,
+                               vec4& v_quat, vec3& v_scale, float v_sh[48]) {
+    projection_geometry_vjp(cam, mean, quat, scale, W, H, eps2d, v_mean2d, v_conic, v_mean, v_quat, v_scale);
     vec3 delta = mean - camera_position(cam);
     float inv_len = inversesqrt(dot(delta, delta));
     vec3 dir = delta * inv_len;
@@ -146,8 +171,7 @@ SPIRULA_FN void projection_vjp(const Camera& cam, vec3 mean, vec4 quat, vec3 sca
     for (int k = 0; k < n_coeffs; ++k) {
         raw += basis[k] * make3(sh[3 * k], sh[3 * k + 1], sh[3 * k + 2]);
     }
-    vec3 v_raw = v_rgb * make3(raw.x + 0.5f > 0.0f ? 1.0f : 0.0f, raw.y + 0.5f > 0.0f ? 1.0f : 0.0f,
-                               raw.z + 0.5f > 0.0f ? 1.0f : 0.0f);
+    vec3 v_raw = v_rgb * colour_clamp_mask(raw);
     float w[16];
 #pragma unroll
     for (int k = 0; k < n_coeffs; ++k) {
@@ -156,8 +180,7 @@ SPIRULA_FN void projection_vjp(const Camera& cam, vec3 mean, vec4 quat, vec3 sca
         v_sh[3 * k + 2] += basis[k] * v_raw.z;
         w[k] = dot(make3(sh[3 * k], sh[3 * k + 1], sh[3 * k + 2]), v_raw);
     }
-    vec3 v_dir = sh_basis_vjp(DEGREE, dir, w);
-    v_mean += (v_dir - dir * dot(dir, v_dir)) * inv_len;
+    sh_direction_vjp<DEGREE>(dir, inv_len, w, v_mean);
 }
 
 }  // namespace spirula

@@ -37,7 +37,7 @@ from spirula.runtime.device import Device, _check_range
 from spirula.runtime.kernels import Kernel, shader_dir
 from spirula.runtime.sequence import Recorder, fill_word
 
-FLAGS = {"VEC4": 1, "FLOAT": 2}  # compile-time defines -> SpirulaLaunch.flags bits (launch.cuh)
+FLAGS = {"VEC4": 1, "FLOAT": 2, "SH_VEC4": 4}  # compile-time defines -> SpirulaLaunch.flags bits (launch.cuh)
 _ERR_INVALID_VALUE = 1
 
 

@@ -47,8 +47,10 @@ def _log(msg):
 @click.option("--eval-every", type=int, default=0, help="Evaluate on the test images every N steps.")
 @click.option("--save-every", type=int, default=7000, show_default=True, help="Checkpoint every N steps.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).")
 def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale, eval_split, background, output,
-          resume, eval_every, save_every, seed):
+          resume, eval_every, save_every, seed, overrides):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json) or a nerfstudio
     transforms.json. Without DATASET, trains the built-in demo scene.
@@ -71,7 +73,7 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
     cfg = TrainConfig(iterations=iterations or (1500 if demo else 30_000), strategy=strategy,
                       cap_max=cap_max or (30_000 if demo else 1_000_000), sh_degree=sh_degree, seed=seed,
                       downscale=downscale, eval_split=eval_split, background=background, eval_every=eval_every,
-                      save_every=save_every, log_every=50 if demo else 100)
+                      save_every=save_every, log_every=50 if demo else 100, **_parse_overrides(overrides))
     scene = load_dataset(dataset, downscale=downscale, eval_split=eval_split,
                          background=background or "auto", seed=seed)
     device = _open_device(backend)
@@ -83,6 +85,23 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
             scene.frames[0].height, device.info.name, cfg.iterations,
             "MCMC, cap %s" % "{:,}".format(cfg.cap_max) if strategy == "mcmc" else "ADC"))
     train_run(scene, cfg, device, output, resume=resume, log=_log)
+
+
+def _parse_overrides(items) -> dict:
+    import dataclasses
+
+    from spirula.train.config import TrainConfig
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in fields:
+            raise SpirulaError("--set %s: expected KEY=VALUE with KEY one of %s" % (item, ", ".join(sorted(fields))))
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
 
 
 def _saved_config(run) -> dict:

@@ -176,6 +176,11 @@ class BufferPool:
             raise
 
     # -- statistics -------------------------------------------------------------
+    @property
+    def peak_bytes(self) -> int:
+        """The largest total capacity the pool has held."""
+        return max(self._high_total, 0)
+
     def total_capacity(self) -> int:
         return sum(b.capacity for b in self.buffers.values())
 

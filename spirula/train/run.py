@@ -140,9 +140,12 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
     progress = Progress(cfg.iterations)
     t_start = time.perf_counter()
     out = dict(loss=float("nan"), mse=1.0)
+    step_ms = []
     try:
         while trainer.step < cfg.iterations:
+            t0 = time.perf_counter()
             out = trainer.train_step()
+            step_ms.append(1e3 * (time.perf_counter() - t0))
             s = trainer.step
             if s % cfg.log_every == 0 or s == cfg.iterations:
                 progress.update(s, trainer.model.n, out, final=s == cfg.iterations)
@@ -165,9 +168,14 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                     arrays["opacities"], arrays["sh"])
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
     pool = device.pool
+    from spirula.runtime.profiler import _process_vram
+    process = _process_vram([device.info])
     metrics.update(step=trainer.step, training_time_s=train_time, n_splats=trainer.model.n,
-                   ms_per_step=1e3 * train_time / max(trainer.step - (state or {}).get("step", 0), 1),
-                   peak_vram_mib=pool._high_total / (1 << 20), device=device.info.name, lpips=None)
+                   ms_per_step_mean=float(np.mean(step_ms)) if step_ms else None,
+                   ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
+                   peak_vram_mib=pool.peak_bytes / (1 << 20),
+                   process_vram_mib=process / (1 << 20) if process is not None else None,
+                   device=device.info.name, lpips=None)
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
     log("spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
         % (trainer.step, train_time, "{:,}".format(trainer.model.n),

@@ -1,0 +1,157 @@
+// loss_fwd: the per-pixel terms of the training loss
+//     loss = l1_weight * mean|x - y| + ssim_weight * (1 - mean SSIM(x, y))
+// for each rendered view x against its ground-truth image y. Twin of
+// shaders/loss_fwd.comp: SSIM is "valid" (pixels whose 11x11 window fits in
+// the image), the window's Gaussian applied as two separable passes through
+// shared memory, one channel at a time. Per valid pixel and channel it stores
+// the derivatives of SSIM with respect to the window moments mu_x, E[x^2],
+// E[xy] (for loss_bwd); per workgroup the sums of |x - y|, (x - y)^2 and
+// SSIM (warp sums, then one thread over the 8 warps' sums).
+// One workgroup per 16x16 tile (x, y) of view z; one thread per pixel.
+//   binding 0  colors     [V,H,W,3]     f32  read   rendered views
+//   binding 1  gt_images  [I,H,W]       u32  read   dataset images, RGBA8
+//   binding 2  params     StepParams         read   image_index of each view
+//   binding 3  ssim_grads [V,H,W,9]     f32  write  per channel dS/dmu, dS/dE[x^2], dS/dE[xy]
+//   binding 4  partials   [V*groups,4]  f32  write  sum |d|, sum d^2, sum SSIM, 0
+#include "common/launch.cuh"
+#include "common/ssim.cuh"
+#include "common/step_params.cuh"
+#include "common/warp.cuh"
+
+namespace {
+
+using namespace spirula;
+
+struct Push {
+    uint32_t width;
+    uint32_t height;
+};
+
+struct Args {
+    const float* colors;
+    const uint32_t* gt_images;
+    const StepParams* params;
+    float* ssim_grads;
+    float4* partials;
+};
+
+__global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
+    __shared__ float2 s_xy[SSIM_HALO][SSIM_HALO];          // x and y of one channel, tile + margins
+    __shared__ float s_h[5][SSIM_HALO][SSIM_TILE];         // horizontal pass of the 5 moments
+    __shared__ float4 s_sum[64];                           // one per subgroup (warp)
+
+    int W = int(pc.width), H = int(pc.height);
+    uint32_t view = blockIdx.z;
+    uint32_t image = view_image(a.params, view);
+    int ox = int(blockIdx.x) * SSIM_TILE, oy = int(blockIdx.y) * SSIM_TILE;
+    int lx = int(threadIdx.x), ly = int(threadIdx.y);
+    int px = ox + lx, py = oy + ly;
+    bool inside = px < W && py < H;
+    bool valid = ssim_valid(px, py, W, H);
+    uint32_t tid = local_index();
+    uint32_t view_base = view * uint32_t(W * H);
+    uint32_t image_base = image * uint32_t(W * H);
+
+    float4 sums = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float out_grads[9];
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) {
+        __syncthreads();
+        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_HALO); i += 256u) {
+            int qx = ox - SSIM_RADIUS + int(i) % SSIM_HALO, qy = oy - SSIM_RADIUS + int(i) / SSIM_HALO;
+            float2 v = make_float2(0.0f, 0.0f);
+            if (qx >= 0 && qy >= 0 && qx < W && qy < H) {
+                uint32_t pix = uint32_t(qy * W + qx);
+                v = make_float2(a.colors[3u * (view_base + pix) + uint32_t(ch)],
+                                unpack_unorm8(a.gt_images[image_base + pix], ch));
+            }
+            s_xy[int(i) / SSIM_HALO][int(i) % SSIM_HALO] = v;
+        }
+        __syncthreads();
+        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_TILE); i += 256u) {
+            int row = int(i) / SSIM_TILE, col = int(i) % SSIM_TILE;
+            float mx = 0.0f, my = 0.0f, sxx = 0.0f, syy = 0.0f, sxy = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 11; ++k) {
+                float2 v = s_xy[row][col + k];
+                float w = ssim_w(k);
+                mx += w * v.x;
+                my += w * v.y;
+                sxx += w * v.x * v.x;
+                syy += w * v.y * v.y;
+                sxy += w * v.x * v.y;
+            }
+            s_h[0][row][col] = mx;
+            s_h[1][row][col] = my;
+            s_h[2][row][col] = sxx;
+            s_h[3][row][col] = syy;
+            s_h[4][row][col] = sxy;
+        }
+        __syncthreads();
+        float2 c = s_xy[ly + SSIM_RADIUS][lx + SSIM_RADIUS];
+        if (inside) {
+            float d = c.x - c.y;
+            sums.x += fabsf(d);
+            sums.y += d * d;
+        }
+        float g_m = 0.0f, g_sxx = 0.0f, g_sxy = 0.0f;
+        if (valid) {
+            float mx = 0.0f, my = 0.0f, sxx = 0.0f, syy = 0.0f, sxy = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 11; ++k) {
+                float w = ssim_w(k);
+                mx += w * s_h[0][ly + k][lx];
+                my += w * s_h[1][ly + k][lx];
+                sxx += w * s_h[2][ly + k][lx];
+                syy += w * s_h[3][ly + k][lx];
+                sxy += w * s_h[4][ly + k][lx];
+            }
+            float a1 = 2.0f * mx * my + SSIM_C1;
+            float a2 = 2.0f * (sxy - mx * my) + SSIM_C2;
+            float b1 = mx * mx + my * my + SSIM_C1;
+            float b2 = (sxx - mx * mx) + (syy - my * my) + SSIM_C2;
+            float s = (a1 * a2) / (b1 * b2);
+            sums.z += s;
+            g_m = s * (2.0f * my / a1 - 2.0f * my / a2 - 2.0f * mx / b1 + 2.0f * mx / b2);
+            g_sxx = -s / b2;
+            g_sxy = 2.0f * s / a2;
+        }
+        out_grads[3 * ch] = g_m;
+        out_grads[3 * ch + 1] = g_sxx;
+        out_grads[3 * ch + 2] = g_sxy;
+    }
+    if (inside) {
+        uint32_t base = 9u * (view_base + uint32_t(py * W + px));
+#pragma unroll
+        for (int k = 0; k < 9; ++k) {
+            a.ssim_grads[base + uint32_t(k)] = out_grads[k];
+        }
+    }
+    // workgroup sums: subgroups first, then one thread over the subgroup sums
+    float4 sg = make_float4(warp_add(sums.x), warp_add(sums.y), warp_add(sums.z), warp_add(sums.w));
+    if (lane_id() == 0u) {
+        s_sum[warp_id()] = sg;
+    }
+    __syncthreads();
+    if (tid == 0u) {
+        float4 total = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (uint32_t s = 0u; s < num_warps(); ++s) {
+            float4 v = s_sum[s];
+            total.x += v.x;
+            total.y += v.y;
+            total.z += v.z;
+            total.w += v.w;
+        }
+        uint32_t group = (view * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        a.partials[group] = total;
+    }
+}
+
+}  // namespace
+
+SPIRULA_EXPORT int loss_fwd(const SpirulaLaunch* L) {
+    SPIRULA_CONTRACT(L, 5, 2, 0);
+    Args a{buffer<const float>(L, 0), buffer<const uint32_t>(L, 1), buffer<const StepParams>(L, 2),
+           buffer<float>(L, 3), buffer<float4>(L, 4)};
+    return launch(L, dim3(16, 16), loss_fwd_kernel, a, push_block<Push>(L));
+}
