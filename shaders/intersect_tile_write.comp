@@ -3,15 +3,19 @@
 // written front to back: key = camera * tiles_per_image + tile, id = the
 // (camera, Gaussian) index i. A stable sort by key then groups the pairs by
 // tile while keeping the depth order inside each tile.
-// One thread per depth-sorted position p < n (workgroup 256, folded). Pairs
-// past `capacity` are dropped (the caller sees the total and grows).
-//   binding 0  sorted_ids  [n]       u32  read
-//   binding 1  offsets     [n]       u32  read   exclusive prefix sum of the counts
-//   binding 2  tile_counts [n]       u32  read
-//   binding 3  xyop        [n,4]     f32  read
-//   binding 4  radii       [n,2]     i32  read
-//   binding 5  isect_keys  [capacity] u32 write
-//   binding 6  isect_ids   [capacity] u32 write
+// One thread per intersection j < min(total, capacity) (workgroup 256,
+// folded): it finds its Gaussian by binary search in the exclusive prefix sum
+// of the depth-ordered tile counts (the last p with offsets[p] <= j; Gaussians
+// touching no tile share their successor's offset and are never the answer),
+// then its tile inside that Gaussian's box, row by row. Load is balanced
+// however many tiles a Gaussian covers, and the writes are contiguous.
+//   binding 0  sorted_ids  [n]        u32  read   (camera, Gaussian) index in depth order
+//   binding 1  offsets     [n]        u32  read   exclusive prefix sum of the counts
+//   binding 2  totals      [..]       u32  read   intersection count at count_offset
+//   binding 3  xyop        [C*N,4]    f32  read
+//   binding 4  radii       [C*N,2]    i32  read
+//   binding 5  isect_keys  [capacity] u32  write
+//   binding 6  isect_ids   [capacity] u32  write
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -19,7 +23,7 @@ layout(local_size_x = 256) in;
 
 layout(std430, binding = 0) readonly buffer SortedIdsBuf { uint sorted_ids[]; };
 layout(std430, binding = 1) readonly buffer OffsetsBuf { uint offsets[]; };
-layout(std430, binding = 2) readonly buffer TileCountsBuf { uint tile_counts[]; };
+layout(std430, binding = 2) readonly buffer TotalsBuf { uint totals[]; };
 layout(std430, binding = 3) readonly buffer XyopBuf { vec4 xyop[]; };
 layout(std430, binding = 4) readonly buffer RadiiBuf { ivec2 radii[]; };
 layout(std430, binding = 5) writeonly buffer IsectKeysBuf { uint isect_keys[]; };
@@ -31,32 +35,33 @@ layout(push_constant) uniform Push {
     uint tile_width;
     uint tile_height;
     uint capacity;
+    uint count_offset;
 } pc;
 
 void main() {
-    uint p = global_index();
-    if (p >= pc.n) {
+    uint j = global_index();
+    if (j >= min(totals[pc.count_offset], pc.capacity) || pc.n == 0u) {
         return;
     }
-    uint id = sorted_ids[p];
-    if (tile_counts[id] == 0u) {
-        return;
+    uint lo = 0u, hi = pc.n - 1u;
+    while (lo < hi) {
+        uint mid = (lo + hi + 1u) >> 1u;
+        if (offsets[mid] <= j) {
+            lo = mid;
+        } else {
+            hi = mid - 1u;
+        }
     }
-    uint out_i = offsets[p];
+    uint id = sorted_ids[lo];
+    uint k = j - offsets[lo];
     vec2 mean2d = xyop[id].xy;
     vec2 radius = vec2(radii[id]);
     uvec2 tmin = uvec2(clamp(floor(mean2d / 16.0 - radius / 16.0), vec2(0.0),
                              vec2(pc.tile_width, pc.tile_height)));
     uvec2 tmax = uvec2(clamp(ceil(mean2d / 16.0 + radius / 16.0), vec2(0.0),
                              vec2(pc.tile_width, pc.tile_height)));
-    uint base = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height;
-    for (uint ty = tmin.y; ty < tmax.y; ++ty) {
-        for (uint tx = tmin.x; tx < tmax.x; ++tx) {
-            if (out_i < pc.capacity) {
-                isect_keys[out_i] = base + ty * pc.tile_width + tx;
-                isect_ids[out_i] = id;
-            }
-            ++out_i;
-        }
-    }
+    uint box_width = max(tmax.x - tmin.x, 1u);
+    uint ty = tmin.y + k / box_width, tx = tmin.x + k % box_width;
+    isect_keys[j] = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height + ty * pc.tile_width + tx;
+    isect_ids[j] = id;
 }

@@ -14,8 +14,9 @@ def registry():
     return KernelRegistry()
 
 
-@pytest.mark.parametrize("defines", [dict(ATOMIC_FLOAT=1, VEC4=1), dict(ATOMIC_FLOAT=0, VEC4=0), {}],
-                         ids=["atomic-vec4", "cas-scalar", "none"])
+@pytest.mark.parametrize("defines", [dict(ATOMIC_FLOAT=1, VEC4=1), dict(ATOMIC_FLOAT=0, VEC4=0), {},
+                                     dict(ATOMIC_FLOAT=1, SH_VEC4=1, FLOAT=1)],
+                         ids=["atomic-vec4", "cas-scalar", "none", "atomic-shvec4-float"])
 @pytest.mark.parametrize("name", NAMES)
 def test_contract_read_without_glslang_equals_glslangs(registry, name, defines):
     want = registry.get(name, **defines)
@@ -34,3 +35,7 @@ def test_preprocessor_evaluates_conditions_and_expands_object_macros():
     assert "float grad_xy[]" in text
     text = preprocess("rasterize_bwd", dict(ATOMIC_FLOAT=0))
     assert "uint grad_xy[]" in text
+    text = preprocess("fpbo", dict(ATOMIC_FLOAT=1, SH_VEC4=1))
+    assert "vec4 sh[]" in text and "vec4 m_sh[]" in text and "float grad_xy[]" in text
+    text = preprocess("fpbo", dict(ATOMIC_FLOAT=1, SH_VEC4=0))
+    assert "float sh[]" in text and "vec4 sh[]" not in text

@@ -420,11 +420,12 @@ def test_intersect_tile_write_is_exact(backends):
     total = int(counts.sum())
     cap = total - 10                                        # the last pairs are dropped
     tw, th = tile_grid(scene["width"], scene["height"])
-    vk_out, cu_out = both(backends, "intersect_tile_write", -(-2 * n // 256),
-                          dict(sorted_ids=order, offsets=offsets, tile_counts=p["tile_counts"], xyop=p["xyop"],
-                               radii=p["radii"]),
+    vk_out, cu_out = both(backends, "intersect_tile_write", -(-cap // 256),
+                          dict(sorted_ids=order, offsets=offsets, totals=np.array([0, total], np.uint32),
+                               xyop=p["xyop"], radii=p["radii"]),
                           dict(isect_keys=((cap,), np.uint32), isect_ids=((cap,), np.uint32)),
-                          push=dict(n=2 * n, n_gaussians=n, tile_width=tw, tile_height=th, capacity=cap))
+                          push=dict(n=2 * n, n_gaussians=n, tile_width=tw, tile_height=th, capacity=cap,
+                                    count_offset=1))
     assert_exact(cu_out["isect_keys"], vk_out["isect_keys"], "isect_keys")
     assert_exact(cu_out["isect_ids"], vk_out["isect_ids"], "isect_ids")
     assert total > 1000

@@ -49,6 +49,9 @@ class _Launch:
 
     def __init__(self, name, fn, kernel: Kernel, flags: int, tensors, groups, spec_words, stream):
         s = SpirulaLaunch()
+        if len(tensors) > len(s.buffers):
+            raise SpirulaError("%s binds %d buffers; SpirulaLaunch holds %d (native_cuda/common/launch.cuh)"
+                               % (name, len(tensors), len(s.buffers)))
         s.grid[:] = groups
         s.n_buffers = len(tensors)
         s.buffers[:len(tensors)] = [t.ptr for t in tensors]

@@ -270,11 +270,11 @@ class Rasterizer:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
         rows = self.n_cameras * self._n
         v, x = self._per_view, self._isect
-        rec.dispatch("intersect_tile_write", -(-rows // 256),
-                     dict(sorted_ids=self._sorted_ids, offsets=v["offsets"], tile_counts=v["tile_counts"],
+        rec.dispatch("intersect_tile_write", -(-cap // 256),
+                     dict(sorted_ids=self._sorted_ids, offsets=v["offsets"], totals=self.offsets_scan.scratch,
                           xyop=v["xyop"], radii=v["radii"], isect_keys=x["isect_keys"], isect_ids=x["isect_ids"]),
                      push=dict(n=rows, n_gaussians=self._n, tile_width=self.tile_width,
-                               tile_height=self.tile_height, capacity=cap))
+                               tile_height=self.tile_height, capacity=cap, count_offset=self.total_offset))
         bits = max(1, math.ceil(math.log2(max(self.n_cameras * self.tiles, 2))))
         keys, ids = self.tile_sort.record(rec, x["isect_keys"], x["isect_ids"], x["isect_keys_tmp"],
                                           x["isect_ids_tmp"], cap, bits, self.offsets_scan.scratch,

@@ -1,0 +1,92 @@
+// densify_mcmc_relocate: a splat drawn c times hands part of itself to c new
+// copies. With n = min(c + 1, 51) splats sharing it, each gets
+//     opacity' = 1 - (1 - opacity)^(1/n)
+//     scale'   = scale * opacity / sum_{i=1..n} sum_{k=0..i-1} C(i-1, k) (-1)^k opacity'^(k+1) / sqrt(k+1)
+// (MCMC paper, eq. 9; gsplat's compute_relocation), opacity' clamped to
+// [min_opacity, 1 - 2^-23]. With RESET_SOURCE its Adam moments restart at 0.
+// copies[i] is cleared for reuse. Twin of shaders/densify_mcmc_relocate.comp.
+// One thread per splat i < n (workgroup 256, folded).
+//   binding 0  opacities   [N]    f32  read/write  logit
+//   binding 1  scales      [N,3]  f32  read/write  log
+//   binding 2  copies      [N]    u32  read/write
+//   binding 3-12  Adam moments m, v of means, quats, scales, opacities, sh  f32 write (RESET_SOURCE)
+//   constant_id 0 RESET_SOURCE, 1 SH_COEFFS
+#include "common/launch.cuh"
+
+namespace {
+
+struct Push {
+    uint32_t n;
+    float min_opacity;
+};
+
+struct Moments {
+    float* m_means;
+    float* v_means;
+    float4* m_quats;
+    float4* v_quats;
+    float* m_scales;
+    float* v_scales;
+    float* m_opacities;
+    float* v_opacities;
+    float* m_sh;
+    float* v_sh;
+};
+
+constexpr uint32_t MAX_SHARE = 51u;
+
+__global__ void __launch_bounds__(256)
+densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, Moments mo, Push pc,
+                             bool reset_source, uint32_t sh_coeffs) {
+    uint32_t i = spirula::global_index();
+    if (i >= pc.n || copies[i] == 0u) {
+        return;
+    }
+    uint32_t n_share = min(copies[i] + 1u, MAX_SHARE);
+    copies[i] = 0u;
+    float o = 1.0f / (1.0f + expf(-opacities[i]));
+    float o_new = 1.0f - powf(1.0f - o, 1.0f / float(n_share));
+    float denom = 0.0f;
+    for (uint32_t a = 1u; a <= n_share; ++a) {
+        float binom = 1.0f;                          // C(a - 1, k), updated along k
+        for (uint32_t k = 0u; k < a; ++k) {
+            float sign = (k & 1u) == 0u ? 1.0f : -1.0f;
+            denom += binom * sign / sqrtf(float(k + 1u)) * powf(o_new, float(k + 1u));
+            binom = binom * float(a - 1u - k) / float(k + 1u);
+        }
+    }
+    float coeff = o / denom;
+    o_new = fminf(fmaxf(o_new, pc.min_opacity), 1.0f - 1.1920929e-07f);
+    opacities[i] = logf(o_new / (1.0f - o_new));
+    for (uint32_t k = 0u; k < 3u; ++k) {
+        scales[3u * i + k] += logf(coeff);
+    }
+    if (reset_source) {
+        for (uint32_t k = 0u; k < 3u; ++k) {
+            mo.m_means[3u * i + k] = 0.0f;
+            mo.v_means[3u * i + k] = 0.0f;
+            mo.m_scales[3u * i + k] = 0.0f;
+            mo.v_scales[3u * i + k] = 0.0f;
+        }
+        mo.m_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        mo.v_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        mo.m_opacities[i] = 0.0f;
+        mo.v_opacities[i] = 0.0f;
+        for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
+            mo.m_sh[3u * sh_coeffs * i + k] = 0.0f;
+            mo.v_sh[3u * sh_coeffs * i + k] = 0.0f;
+        }
+    }
+}
+
+}  // namespace
+
+SPIRULA_EXPORT int densify_mcmc_relocate(const SpirulaLaunch* L) {
+    using spirula::buffer;
+    SPIRULA_CONTRACT(L, 13, 2, 2);
+    Moments mo{buffer<float>(L, 3), buffer<float>(L, 4),  buffer<float4>(L, 5), buffer<float4>(L, 6),
+               buffer<float>(L, 7), buffer<float>(L, 8),  buffer<float>(L, 9),  buffer<float>(L, 10),
+               buffer<float>(L, 11), buffer<float>(L, 12)};
+    return spirula::launch(L, dim3(256), densify_mcmc_relocate_kernel, buffer<float>(L, 0), buffer<float>(L, 1),
+                           buffer<uint32_t>(L, 2), mo, spirula::push_block<Push>(L), L->spec[0] != 0u, L->spec[1]);
+}

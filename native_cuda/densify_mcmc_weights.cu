@@ -1,0 +1,37 @@
+// densify_mcmc_weights: MCMC densification, step 1: each splat's sampling
+// weight (its opacity) and whether it is dead (opacity <= min_opacity). With
+// ALIVE_ONLY, dead splats weigh 0. Twin of shaders/densify_mcmc_weights.comp.
+// One thread per splat i < n (workgroup 256, folded).
+//   binding 0  opacities  [N]  f32  read   logits
+//   binding 1  weights    [N]  f32  write  opacity (0 for dead when ALIVE_ONLY)
+//   binding 2  dead       [N]  u32  write  1 if dead (scanned in place afterwards)
+//   constant_id 0 ALIVE_ONLY
+#include "common/launch.cuh"
+
+namespace {
+
+struct Push {
+    uint32_t n;
+    float min_opacity;
+};
+
+__global__ void __launch_bounds__(256)
+densify_mcmc_weights_kernel(const float* opacities, float* weights, uint32_t* dead, Push pc, bool alive_only) {
+    uint32_t i = spirula::global_index();
+    if (i >= pc.n) {
+        return;
+    }
+    float o = 1.0f / (1.0f + expf(-opacities[i]));
+    bool is_dead = o <= pc.min_opacity;
+    weights[i] = (alive_only && is_dead) ? 0.0f : o;
+    dead[i] = is_dead ? 1u : 0u;
+}
+
+}  // namespace
+
+SPIRULA_EXPORT int densify_mcmc_weights(const SpirulaLaunch* L) {
+    SPIRULA_CONTRACT(L, 3, 2, 1);
+    return spirula::launch(L, dim3(256), densify_mcmc_weights_kernel, spirula::buffer<const float>(L, 0),
+                           spirula::buffer<float>(L, 1), spirula::buffer<uint32_t>(L, 2),
+                           spirula::push_block<Push>(L), L->spec[0] != 0u);
+}
