@@ -3,7 +3,7 @@
 // in the exclusive prefix sum of the weights), with replacement, and count
 // how often each source is drawn. Twin of shaders/densify_mcmc_sample.comp:
 // the uniforms are bit-identical (random.cuh) and u = min(uniform * total,
-// total) is one correctly rounded product, so the draws are the same.
+// total * (1 - 2^-23)) takes correctly rounded products, so the draws are the same.
 // One thread per draw j < count (workgroup 256, folded).
 //   binding 0  cdf        [N]        f32  read   exclusive prefix sum of the weights
 //   binding 1  totals     [..]       f32  read   sum of the weights at total_offset
@@ -32,7 +32,8 @@ __global__ void __launch_bounds__(256) densify_mcmc_sample_kernel(const float* c
     if (j >= min(counts[pc.count_offset], pc.count_max) || !(total > 0.0f) || pc.n == 0u) {
         return;
     }
-    float u = fminf(spirula::random_uniform(pc.seed, j, pc.stream) * total, total);
+    // strictly below the total, so zero-weight splats at the end are never drawn
+    float u = fminf(spirula::random_uniform(pc.seed, j, pc.stream) * total, total * (1.0f - 1.0f / 8388608.0f));
     // the last i with cdf[i] <= u (zero-weight splats are never the answer: the
     // next one starts at the same cdf value)
     uint32_t lo = 0u, hi = pc.n - 1u;

@@ -3,7 +3,8 @@
 // (the maths of projection_bwd), adds the regularizers, applies Adam to every
 // attribute in place, then (MCMC_NOISE) perturbs the position with
 // opacity-gated noise shaped by its covariance and (ADC_STATS) accumulates
-// its screen-space gradient norm for density control. Stored attributes are
+// its screen-space gradient norm for density control (with ABSGRAD, the norm
+// of the per-pixel absolute gradient sums). Stored attributes are
 // raw: log-scales and opacity logits. Workgroup 128, folded. A step whose
 // intersections overflowed the buffers (count > capacity) changes nothing.
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logit),
@@ -17,8 +18,10 @@
 //   binding 22    num_isects   [..]     u32  read   count at count_offset
 //   binding 23    grad2d_sum   [N]      f32  read/write  (ADC_STATS)
 //   binding 24    vis_count    [N]      u32  read/write  (ADC_STATS)
+//   binding 25    grad_xy_abs  [V*N,2]  f32  read   (ADC_STATS and ABSGRAD) per-pixel |dL/dmean2d|
+//                                                   sums: the statistic then uses them (AbsGS)
 //   constant_id 0 SH_DEGREE (a template parameter here), 1 SH_COEFFS,
-//   2 MCMC_NOISE, 3 ADC_STATS, 4 N_VIEWS
+//   2 MCMC_NOISE, 3 ADC_STATS, 4 N_VIEWS, 5 ABSGRAD
 //   flag SH_VEC4: the SH coefficients and their moments move as float4s
 //
 // The SH coefficients' gradient: the shader keeps, per view, the SH basis
@@ -53,6 +56,7 @@ struct Spec {
     bool mcmc_noise;
     bool adc_stats;
     uint32_t n_views;
+    bool absgrad;
     bool sh_vec4;
 };
 
@@ -82,6 +86,7 @@ struct Args {
     const uint32_t* num_isects;
     float* grad2d_sum;
     uint32_t* vis_count;
+    const float* grad_xy_abs;
 };
 
 __device__ __forceinline__ float& component(float4& v, uint32_t e) {
@@ -166,7 +171,8 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
         }
         sh_direction_vjp<SH_DEGREE>(dir, inv_len, w, g_mean);
         view_vraw = v_raw;
-        vec2 gn = v_xy * make2(params->grad_norm_scale_x, params->grad_norm_scale_y);
+        vec2 v_stat = sp.absgrad ? make2(a.grad_xy_abs[2u * i], a.grad_xy_abs[2u * i + 1u]) : v_xy;
+        vec2 gn = v_stat * make2(params->grad_norm_scale_x, params->grad_norm_scale_y);
         grad2d += sqrtf(gn.x * gn.x + gn.y * gn.y);
         seen += 1u;
     }
@@ -317,7 +323,7 @@ int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const S
 }  // namespace
 
 SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 25, 7, 5);
+    SPIRULA_CONTRACT(L, 26, 7, 6);
     Args a{buffer<float>(L, 0),        buffer<float4>(L, 1),         buffer<float>(L, 2),
            buffer<float>(L, 3),        buffer<float>(L, 4),          buffer<float>(L, 5),
            buffer<float>(L, 6),        buffer<float4>(L, 7),         buffer<float4>(L, 8),
@@ -326,9 +332,10 @@ SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
            buffer<const float>(L, 15), buffer<const int2>(L, 16),    buffer<const float>(L, 17),
            buffer<const float>(L, 18), buffer<const float>(L, 19),   buffer<const float>(L, 20),
            buffer<const StepParams>(L, 21), buffer<const uint32_t>(L, 22), buffer<float>(L, 23),
-           buffer<uint32_t>(L, 24)};
+           buffer<uint32_t>(L, 24),        buffer<const float>(L, 25)};
     Push pc = push_block<Push>(L);
-    Spec sp{L->spec[1], L->spec[2] != 0u, L->spec[3] != 0u, L->spec[4], (L->flags & SPIRULA_FLAG_SH_VEC4) != 0u};
+    Spec sp{L->spec[1], L->spec[2] != 0u, L->spec[3] != 0u, L->spec[4], L->spec[5] != 0u,
+            (L->flags & SPIRULA_FLAG_SH_VEC4) != 0u};
     if (sp.sh_vec4 && (sp.sh_coeffs * 3u) % 4u != 0u) {
         return static_cast<int>(cudaErrorInvalidValue);     // the shader's SH_VEC4 needs 3K % 4 == 0
     }

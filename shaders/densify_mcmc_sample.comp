@@ -36,7 +36,8 @@ void main() {
     if (j >= min(counts[pc.count_offset], pc.count_max) || !(total > 0.0) || pc.n == 0u) {
         return;
     }
-    float u = min(random_uniform(pc.seed, j, pc.stream) * total, total);
+    // strictly below the total, so zero-weight splats at the end are never drawn
+    float u = min(random_uniform(pc.seed, j, pc.stream) * total, total * (1.0 - 1.0 / 8388608.0));
     // the last i with cdf[i] <= u (zero-weight splats are never the answer: the
     // next one starts at the same cdf value)
     uint lo = 0u, hi = pc.n - 1u;

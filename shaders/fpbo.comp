@@ -18,6 +18,8 @@
 //   binding 22    num_isects   [..]     u32  read   count at count_offset
 //   binding 23    grad2d_sum   [N]      f32  read/write  (ADC_STATS) sum of |dL/dmean2d| (normalized)
 //   binding 24    vis_count    [N]      u32  read/write  (ADC_STATS) views the splat was visible in
+//   binding 25    grad_xy_abs  [V*N,2]  f32  read   (ADC_STATS and ABSGRAD) per-pixel |dL/dmean2d| sums:
+//                                                   the statistic then uses them (AbsGS, gsplat's absgrad)
 #extension GL_GOOGLE_include_directive : require
 #include "atomics.glsl"
 #include "common.glsl"
@@ -47,6 +49,7 @@ layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool MCMC_NOISE = false;
 layout(constant_id = 3) const bool ADC_STATS = false;
 layout(constant_id = 4) const uint N_VIEWS = 1;
+layout(constant_id = 5) const bool ABSGRAD = false;
 
 layout(std430, binding = 0) buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) buffer QuatsBuf { vec4 quats[]; };
@@ -73,6 +76,7 @@ layout(std430, binding = 21) readonly buffer ParamsBuf { StepParams params; };
 layout(std430, binding = 22) readonly buffer NumIsectsBuf { uint num_isects[]; };
 layout(std430, binding = 23) buffer Grad2dSumBuf { float grad2d_sum[]; };
 layout(std430, binding = 24) buffer VisCountBuf { uint vis_count[]; };
+layout(std430, binding = 25) readonly buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -150,7 +154,8 @@ void main() {
         }
         sh_direction_vjp(degree, dir, inv_len, w, g_mean);
         view_vraw[c] = v_raw;
-        grad2d += length(v_xy * vec2(params.grad_norm_scale_x, params.grad_norm_scale_y));
+        vec2 v_stat = ABSGRAD ? vec2(GRAD_LOAD(grad_xy_abs, 2u * i), GRAD_LOAD(grad_xy_abs, 2u * i + 1u)) : v_xy;
+        grad2d += length(v_stat * vec2(params.grad_norm_scale_x, params.grad_norm_scale_y));
         seen += 1u;
     }
     float n_splats = float(max(params.n_splats, 1u));

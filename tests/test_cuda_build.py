@@ -15,7 +15,9 @@ from conftest import ROOT
 
 PORTED = ("copy", "fill", "prefix_sum", "radix_sort_count", "radix_sort_scatter", "projection_fwd",
           "intersect_tile_count", "intersect_tile_write", "tile_ranges", "rasterize_fwd", "rasterize_bwd",
-          "projection_bwd")
+          "projection_bwd", "loss_fwd", "loss_bwd", "fpbo", "densify_mcmc_weights", "densify_mcmc_sample",
+          "densify_mcmc_relocate", "densify_mcmc_copy", "densify_adc_classify", "densify_adc_write",
+          "densify_adc_reset")
 NATIVE = ROOT / "native_cuda"
 LIB = ROOT / "build" / "libspirula_cuda.so"
 
@@ -50,6 +52,7 @@ def test_every_ported_kernel_has_its_shader_and_no_cu_file_drifts_from_its_name(
     shaders = {p.stem for p in (ROOT / "shaders").glob("*.comp")}
     assert ported - shaders == set(), "native_cuda/*.cu without a shaders/<name>.comp twin"
     assert set(PORTED) <= ported, "ports removed: %s" % sorted(set(PORTED) - ported)
+    assert shaders - set(PORTED) == set(), "shaders without a CUDA port: %s" % sorted(shaders - set(PORTED))
 
 
 def test_library_exports_every_ported_kernel_and_the_runtime_helpers(built_library):
@@ -107,3 +110,41 @@ def test_opening_cuda_without_a_gpu_or_library_is_one_line_with_exit_code_2(monk
         with pytest.raises(SpirulaError) as err:
             cuda.open_cuda_device()
         assert err.value.exit_code == 2 and "\n" not in str(err.value)
+
+
+def _devices_output(monkeypatch, cuda_devices):
+    from click.testing import CliRunner
+
+    from spirula.backends import cudart
+    from spirula.cli import devices as devices_cli
+    monkeypatch.setattr(cudart, "list_devices", lambda: list(cuda_devices))
+    result = CliRunner().invoke(devices_cli.devices, [])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_devices_lists_cuda_gpus_in_a_second_table(monkeypatch):
+    from spirula.backends.cudart import CudaDeviceInfo
+    fake = CudaDeviceInfo(index=0, name="NVIDIA Fake 9000", device_type="discrete",
+                          driver="CUDA driver 12.8, runtime 13.0", api_version="sm_90", subgroup_size=32,
+                          timestamps=True, timestamp_period_ns=1.0, timestamp_valid_bits=64,
+                          device_local_bytes=80 << 30, max_storage_buffer_range=2 ** 62, max_shared_memory=49152,
+                          max_workgroup_count=(2 ** 31 - 1, 65535, 65535), max_workgroup_invocations=1024,
+                          shader_int64=True, atomic_float_add=True, extensions=frozenset(), sm_count=132,
+                          compute_capability=(9, 0))
+    lines = _devices_output(monkeypatch, [fake]).splitlines()
+    at = lines.index("CUDA GPUs (--backend cuda):")
+    assert lines[at - 1] == "" and lines[at + 1].split() == ["#", "name", "compute", "SMs", "memory", "driver"]
+    assert lines[at + 2].split()[:6] == ["0", "NVIDIA", "Fake", "9000", "sm_90", "132"]
+    assert "80.0 GiB" in lines[at + 2] and "CUDA driver 12.8, runtime 13.0" in lines[at + 2]
+    assert sum(ln.startswith("*") for ln in lines) == 1          # the Vulkan choice only
+
+
+def test_devices_is_silent_about_cuda_without_it(monkeypatch, tmp_path):
+    out = _devices_output(monkeypatch, [])
+    assert "CUDA" not in out and out.strip()
+    from spirula.backends import cudart
+    monkeypatch.undo()
+    monkeypatch.setattr(cudart, "_lib", None)
+    monkeypatch.setenv("SPIRULA_CUDA_LIB", str(tmp_path / "libspirula_cuda.so"))   # no library
+    assert cudart.list_devices() == []

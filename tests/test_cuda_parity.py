@@ -14,7 +14,17 @@ Tolerances (element-wise, ``ref`` = the Vulkan result):
 - where a float decides a branch (a Gaussian right at the cull, radius, alpha
   >= 1/255 or T <= 1e-4 cut-off), the ulps above can flip it: such rows and
   pixels are counted, at most 2e-3 of them, and left out of the comparisons
-  that follow from the branch.
+  that follow from the branch;
+- the training kernels, whose outputs are far from O(1) (loss gradients of
+  ~1e-4, Adam steps of ~lr, moments of ~1e-3 and ~1e-6), are held to
+  tolerances scaled to their own magnitudes, each derived in its test's
+  docstring from the tests that hold the Vulkan kernels to a float64
+  reference (tests/test_loss.py, tests/test_fpbo.py): two backends may be
+  twice that far apart. Random draws are bit-identical (integer hashing), so
+  densification decisions and copies compare exactly; inputs keep clear of
+  the thresholds (1e-3 relative) where a few ulps could flip a decision;
+- a 1000-step training on each backend lands within 1 dB of test PSNR (see
+  its docstring).
 
 Skipped where there is no CUDA GPU or no built library (``make cuda``).
 """
@@ -95,21 +105,30 @@ def assert_exact(got, want, what):
 def assert_close(got, want, r, what, violations=0.0, mask=None):
     """|got - want| <= ABS + r |want| (NaN only where both are NaN), on ``mask``
     rows if given, allowing a fraction ``violations`` of the elements outside."""
+    assert_near(got, want, ABS, r, what, violations, mask)
+
+
+def assert_near(got, want, atol, rtol, what, violations=0.0, mask=None):
+    """|got - want| <= atol + rtol |want| (NaN only where both are NaN), on
+    ``mask`` rows if given, allowing a fraction ``violations`` outside. ``atol``
+    may be an array broadcast against the elements."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     assert got.shape == want.shape, what
+    atol = np.broadcast_to(np.asarray(atol, np.float64), want.shape)
     if mask is not None:
-        got, want = got[mask], want[mask]
+        got, want, atol = got[mask], want[mask], atol[mask]
     both_nan = np.isnan(got) & np.isnan(want)
     err = np.where(both_nan, 0.0, np.abs(got - want))
-    bad = ~(err <= ABS + r * np.abs(want))
+    bound = atol + rtol * np.abs(want)
+    bad = ~(err <= bound)
     frac = bad.mean() if bad.size else 0.0
-    worst = np.nanmax(np.where(both_nan, 0, err / (ABS + r * np.abs(want)))) if bad.size else 0.0
+    worst = np.nanmax(np.where(both_nan, 0, err / np.maximum(bound, 1e-38))) if bad.size else 0.0
     if REPORT:
         print("\nparity %-18s outside %d/%d, worst %.3g x bound, max|d| %.3g, max|ref| %.3g" % (
             what, bad.sum(), bad.size, worst, np.nanmax(err) if err.size else 0, np.nanmax(np.abs(want))
             if want.size else 0))
     assert frac <= violations, "%s: %d of %d elements outside %g + %g|ref| (worst %.3g x the bound)" % (
-        what, bad.sum(), bad.size, ABS, r, worst)
+        what, bad.sum(), bad.size, np.max(atol) if atol.size else 0, rtol, worst)
 
 
 def assert_few(flips, total, what):
@@ -585,3 +604,540 @@ def test_profiler_rows_on_cuda_use_the_kernel_names(cuda):
     for line in ("H2D  (upload)", "D2H  (readback)", "memset", "of which GPU-exec", "process (driver)",
                  "pool total"):
         assert line in err, line
+
+
+# ---- training kernels: random numbers, shared by the densify checks ---------------------
+
+_M32 = 0xFFFFFFFF
+
+
+def np_pcg_hash(v):
+    """include/random.glsl's pcg_hash on uint32 arrays (through uint64)."""
+    v = np.asarray(v, np.uint64) & _M32
+    state = (v * 747796405 + 2891336453) & _M32
+    word = (((state >> ((state >> 28) + 4)) ^ state) * 277803737) & _M32
+    return (word >> 22) ^ word
+
+
+def np_random_uniform(seed, index, stream):
+    """random_uniform: exact in float32 (the GPUs give the same bits)."""
+    h = np_pcg_hash(np.uint64(seed) ^ np_pcg_hash(np.asarray(index, np.uint64) * 8 + stream))
+    return ((h >> 8).astype(np.float32) + np.float32(1.0)) * np.float32(1.0 / 16777216.0)
+
+
+def np_random_normal2(seed, index, stream):
+    u1 = np_random_uniform(seed, index, stream).astype(np.float64)
+    u2 = np_random_uniform(seed, index, stream + 1).astype(np.float64)
+    r = np.sqrt(-2.0 * np.log(u1))
+    return r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)
+
+
+def step_param_words(**values) -> np.ndarray:
+    from spirula.train.step_params import step_params
+    return np.frombuffer(step_params(**values).tobytes(), np.uint32).copy()
+
+
+def logit(p):
+    p = np.asarray(p, np.float64)
+    return np.log(p / (1 - p)).astype(np.float32)
+
+
+# ---- loss --------------------------------------------------------------------------------
+
+def loss_case(V, H, W, seed):
+    """Rendered views near their ground truth; view v reads dataset image V - v
+    (image 0 is a decoy), so a wrong image index shows."""
+    rng = np.random.default_rng(seed)
+    gt_bytes = rng.integers(0, 256, (V + 1, H, W, 3)).astype(np.uint32)
+    gt_views = gt_bytes[1:][::-1] / 255.0
+    smooth = np.cumsum(rng.standard_normal((V, H, W, 3)) * 0.05, axis=2)
+    colors = np.clip(gt_views * 0.7 + 0.2 + smooth, 0.01, 0.99)
+    colors = np.where(np.abs(colors - gt_views) < 2e-3, colors + 5e-3, colors)   # sign(x - y) away from 0
+    packed = gt_bytes[..., 0] | (gt_bytes[..., 1] << 8) | (gt_bytes[..., 2] << 16) | np.uint32(255 << 24)
+    return colors.astype(np.float32), packed.astype(np.uint32), list(range(V, 0, -1))
+
+
+def run_loss(dev, colors, gt, image_index, l1_weight=0.8, ssim_weight=0.2):
+    from spirula.train.loss import LossBuffers
+    V, H, W, _ = colors.shape
+    pool = dev.pool
+    bufs = dict(colors=pool.alloc("parity.loss.colors", colors.shape, np.float32),
+                gt=pool.alloc("parity.loss.gt", gt.shape, np.uint32),
+                params=pool.alloc("parity.loss.params", (32,), np.uint32),
+                grads=pool.alloc("parity.loss.grads", colors.shape, np.float32))
+    dev.upload(bufs["colors"], colors)
+    dev.upload(bufs["gt"], gt)
+    dev.upload(bufs["params"], step_param_words(n_views=V, image_index=image_index + [0] * (8 - V),
+                                                l1_weight=l1_weight, ssim_weight=ssim_weight))
+    loss = LossBuffers(dev, V, W, H)
+    rec = dev.recorder("parity.loss")
+    loss.record(rec, bufs["colors"], bufs["gt"], bufs["params"], bufs["grads"])
+    rec.finish().run()
+    out = dict(loss_out=dev.readback(loss.loss_out), grad_colors=dev.readback(bufs["grads"]),
+               ssim_grads=dev.readback(loss.ssim_grads), partials=dev.readback(loss.partials))
+    for b in list(bufs.values()) + [loss.ssim_grads, loss.partials, loss.loss_out]:
+        pool.free(b)
+    return out
+
+
+@pytest.mark.parametrize("V,H,W", [(2, 53, 75), (1, 32, 48), (1, 8, 9)], ids=["2views", "tile-aligned", "no-window"])
+def test_loss_fwd_and_bwd_match(backends, V, H, W):
+    """The loss and its gradient. Tolerances: tests/test_loss.py holds the
+    Vulkan kernels to the float64 loss within rtol 2e-5 (values) and its
+    finite differences within 1e-5 max|g| + 1e-3|g| (gradient); two backends
+    within twice that of each other. The per-pixel SSIM derivatives divide by
+    the window's (co)variances: 1e-4 of their largest + 1e-3 relative. The
+    per-workgroup sums add 256 terms in warp order on CUDA and in the
+    driver's subgroup order on Vulkan: 1e-5 of the largest + 1e-4 relative."""
+    colors, gt, index = loss_case(V, H, W, seed=H * W)
+    vk_out, cu_out = (run_loss(dev, colors, gt, index) for dev in backends)
+    assert_near(cu_out["loss_out"], vk_out["loss_out"], 1e-6, 5e-5, "loss values")
+    g = vk_out["grad_colors"]
+    assert_near(cu_out["grad_colors"], g, 2e-5 * np.abs(g).max(), 2e-3, "grad colors")
+    s = vk_out["ssim_grads"]
+    assert_near(cu_out["ssim_grads"], s, 1e-4 * max(np.abs(s).max(), 1e-30), 1e-3, "ssim grads")
+    p = vk_out["partials"]
+    assert_near(cu_out["partials"], p, 1e-5 * np.abs(p).max(), 1e-4, "loss partials")
+    assert (cu_out["partials"][:, 3] == 0).all()
+    # sanity: the loss is the one of these images (view v against image V - v)
+    y = (gt[1:][::-1][..., None] >> np.array([0, 8, 16], np.uint32) & 255) / 255.0
+    l1 = np.abs(colors - y).mean()
+    assert abs(cu_out["loss_out"][1] - l1) < 1e-4 * l1
+    if H <= 10:
+        assert cu_out["loss_out"][2] == 1.0 and (cu_out["ssim_grads"] == 0).all()
+
+
+# ---- fpbo ----------------------------------------------------------------------------------
+
+FPBO_LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
+_FPBO_PARAMS = ("means", "quats", "scales", "opacities", "sh")
+
+
+def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(5, 10)):
+    """Every binding of fpbo as numpy, with the per-view gradients of a real
+    backward pass (Vulkan's rasterize_bwd of random image gradients), so both
+    backends update from the same gradients. Every 7th splat is nearly
+    transparent, for the MCMC noise gate."""
+    from spirula.render.rasterizer import Splats
+    kdeg = int(round(np.sqrt(sh_coeffs))) - 1
+    s = random_scene(n=613, cameras=views, sh_degree=kdeg, seed=seed)
+    n = len(s["means"])
+    rng = np.random.default_rng(seed)
+    opac = s["opacities"].copy()
+    opac[::7] = rng.uniform(0.0005, 0.004, len(opac[::7]))
+    raw = dict(means=s["means"], quats=s["quats"], scales=np.log(s["scales"]).astype(np.float32),
+               opacities=logit(opac), sh=s["sh_coeffs"])
+    splats = Splats.from_numpy(vk, raw["means"], raw["quats"], raw["scales"], raw["opacities"], raw["sh"],
+                               activated=False, prefix="parity.fpbo.splat")
+    raster = Rasterizer(vk, s["width"], s["height"], views, capacity=n, isect_capacity=200_000,
+                        name="parity.fpbo.raster")
+    raster.set_cameras(s["viewmats"], s["Ks"])
+    raster.set_backgrounds(None)
+    vk.upload(raster.grad_colors, (rng.standard_normal((views, s["height"], s["width"], 3)) * 0.1).astype(np.float32))
+    vk.upload(raster.grad_alphas, (rng.standard_normal((views, s["height"], s["width"])) * 0.05).astype(np.float32))
+    rec = vk.recorder("parity.fpbo.grads")
+    raster.record_project(rec, splats, sh_degree)
+    raster.record_raster(rec)
+    raster.record_raster_backward(rec)
+    rec.finish().run()
+    rows = views * n
+    per_view = dict(radii=vk.readback(raster.radii, shape=(rows, 2)),
+                    grad_xy=vk.readback(raster.grad_xy, shape=(rows, 2)),
+                    grad_conics=vk.readback(raster.grad_conics, shape=(rows, 3)),
+                    grad_rgb=vk.readback(raster.grad_rgb, shape=(rows, 3)),
+                    grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)))
+    raster.free()
+    splats.free(vk)
+    inputs = dict(raw)
+    for key, scale in (("m", 1e-3), ("v", 1e-6)):
+        for name, a in raw.items():
+            m = (rng.standard_normal(a.shape) * scale).astype(np.float32)
+            inputs["%s_%s" % (key, name)] = np.abs(m) if key == "v" else m
+    inputs.update(per_view, cameras=pack_cameras(s["viewmats"], s["Ks"]),
+                  num_isects=np.array([0, isects[0], 0], np.uint32),
+                  grad2d_sum=rng.uniform(0, 1, n).astype(np.float32),
+                  vis_count=rng.integers(0, 5, n).astype(np.uint32))
+    step = 7
+    inputs["params"] = step_param_words(
+        step=step, seed=0xC0FFEE + seed, n_views=views, n_splats=n, bias1=1 - 0.9 ** step,
+        bias2=1 - 0.999 ** step, beta1=0.9, beta2=0.999, adam_eps=1e-15, opacity_reg=0.01, scale_reg=0.02,
+        noise_scale=noise_scale, grad_norm_scale_x=s["width"] / 2.0, grad_norm_scale_y=s["height"] / 2.0,
+        **FPBO_LR)
+    push = dict(n=n, n_views=views, width=s["width"], height=s["height"], eps2d=EPS2D, count_offset=1,
+                isect_capacity=isects[1])
+    return inputs, push, n
+
+
+def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale=0.0, isects=(5, 10)):
+    vk, _ = backends
+    inputs, push, n = fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale, isects)
+    read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS) + ("grad2d_sum", "vis_count")
+    outs = both(backends, "fpbo", -(-n // 128), inputs, {}, read=read, push=push,
+                spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=int(mcmc), ADC_STATS=int(adc),
+                          N_VIEWS=views),
+                defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)))
+    return inputs, outs
+
+
+FPBO_CASES = [  # sh_degree, SH_COEFFS, views, MCMC_NOISE, ADC_STATS
+    (0, 1, 1, False, True), (1, 4, 1, True, False), (2, 9, 2, True, True), (3, 16, 2, False, True),
+    (1, 16, 1, True, True), (3, 16, 1, True, False)]
+
+
+@pytest.mark.parametrize("sh_degree,sh_coeffs,views,mcmc,adc", FPBO_CASES,
+                         ids=["deg0", "deg1-vec4-noise", "deg2-2views-noise", "deg3-vec4-2views",
+                              "deg1-of-16-vec4-noise", "deg3-noise"])
+def test_fpbo_one_update_matches(backends, sh_degree, sh_coeffs, views, mcmc, adc):
+    """One Adam update of every parameter and both moments, from the same
+    per-view gradients. Tolerances: tests/test_fpbo.py holds the Vulkan kernel
+    to a float64 reference within 1e-3 lr + 2^-22 |p| (parameters; Adam
+    normalizes the step) and 1e-3 / 2e-3 relative + 1e-4 of the largest
+    (first / second moments); two backends within twice that of each other.
+    The MCMC noise adds 1e-4 of the step taken (Box-Muller's log, cos, sin a
+    few ulps apart, and the gate and covariance seen through the updated
+    opacity and scales). ADC: seen views exact, |dL/dmean2d| sums 1e-5 relative."""
+    noise_scale = 50.0 if mcmc else 0.0
+    inputs, (vk_out, cu_out) = run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed=50 + sh_degree,
+                                        noise_scale=noise_scale)
+    lrs = dict(means=FPBO_LR["lr_means"], quats=FPBO_LR["lr_quats"], scales=FPBO_LR["lr_scales"],
+               opacities=FPBO_LR["lr_opacities"])
+    for name in _FPBO_PARAMS:
+        old = inputs[name].astype(np.float64)
+        if name == "sh":
+            lr = np.full(old.shape, FPBO_LR["lr_shN"])
+            lr[:, 0] = FPBO_LR["lr_sh0"]
+        else:
+            lr = lrs[name]
+        step_vk = vk_out[name] - old
+        atol = 2e-3 * lr + 2.0 ** -21 * np.abs(vk_out[name]) + 1e-4 * np.abs(step_vk)
+        assert_near(cu_out[name] - old, step_vk, atol, 0.0, name + " step")
+        for key, rtol in (("m", 2e-3), ("v", 4e-3)):
+            want = vk_out["%s_%s" % (key, name)]
+            assert_near(cu_out["%s_%s" % (key, name)], want, 2e-4 * np.abs(want).max(), rtol, "%s_%s" % (key, name))
+    # SH floats past the active degree: gradient 0, moments only decay
+    active = (sh_degree + 1) ** 2
+    for key, beta in (("m", 0.9), ("v", 0.999)):
+        got = cu_out["%s_sh" % key][:, active:]
+        assert_near(got, beta * inputs["%s_sh" % key][:, active:].astype(np.float64), 0.0, 1e-6,
+                    "inactive %s_sh" % key)
+    if adc:
+        vis = (inputs["radii"] != 0).any(-1).reshape(views, -1).sum(0)
+        assert_exact(cu_out["vis_count"], vk_out["vis_count"], "vis_count")
+        assert np.array_equal(cu_out["vis_count"], inputs["vis_count"] + vis)
+        assert_near(cu_out["grad2d_sum"], vk_out["grad2d_sum"], 1e-6 * np.abs(vk_out["grad2d_sum"]).max(), 1e-5,
+                    "grad2d_sum")
+        grew = cu_out["grad2d_sum"][vis > 0] - inputs["grad2d_sum"][vis > 0]
+        assert (grew >= 0).all() and (grew > 0).mean() > 0.9
+    else:
+        assert_exact(cu_out["vis_count"], inputs["vis_count"], "vis_count untouched")
+        assert_exact(cu_out["grad2d_sum"], inputs["grad2d_sum"], "grad2d_sum untouched")
+    # the noise moved the nearly transparent splats far past an Adam step, on both
+    moved = np.abs(cu_out["means"] - inputs["means"]).max(-1)
+    if mcmc:
+        assert (moved[::7] > 20 * FPBO_LR["lr_means"]).mean() > 0.5
+
+
+def test_fpbo_changes_nothing_when_the_intersections_overflowed(backends):
+    inputs, (vk_out, cu_out) = run_fpbo(backends, 3, 16, 2, True, True, seed=61, noise_scale=50.0,
+                                        isects=(11, 10))
+    for name, got in cu_out.items():
+        assert_exact(got, inputs[name], name)
+        assert_exact(vk_out[name], inputs[name], name + " (vulkan)")
+
+
+# ---- MCMC densification -------------------------------------------------------------------
+
+@pytest.mark.parametrize("alive_only", [True, False], ids=["alive-only", "all"])
+def test_densify_mcmc_weights_match(backends, alive_only):
+    """Dead flags exact (no opacity within 1e-3 of min_opacity); weights
+    1e-5 relative (GLSL's exp: 3 + 2|x| ulp, |x| < 12)."""
+    n, min_opacity = 3001, 0.005
+    rng = np.random.default_rng(70)
+    o = np.concatenate([rng.uniform(0.0001, 0.004, n // 3), rng.uniform(0.006, 0.99999, n - n // 3)])
+    x = logit(rng.permutation(o))
+    vk_out, cu_out = both(backends, "densify_mcmc_weights", (6, 2, 1), dict(opacities=x),
+                          dict(weights=((n,), np.float32), dead=((n,), np.uint32)),
+                          push=dict(n=n, min_opacity=min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
+    assert_exact(cu_out["dead"], vk_out["dead"], "dead")
+    sig = 1 / (1 + np.exp(-x.astype(np.float64)))
+    assert np.array_equal(cu_out["dead"], (sig <= min_opacity).astype(np.uint32))
+    assert_near(cu_out["weights"], vk_out["weights"], 0.0, 1e-5, "weights")
+    dead = cu_out["dead"] == 1
+    assert (cu_out["weights"][dead] == 0).all() == alive_only and (cu_out["weights"][~dead] > 0).all()
+
+
+def test_densify_mcmc_sample_is_exact(backends):
+    """Bit-identical uniforms and one correctly rounded product: the same
+    draws on both backends, and the same as numpy's (pcg_hash in uint64)."""
+    n, count_max, seed, stream = 5003, 2500, 0x1234ABCD, 2
+    rng = np.random.default_rng(71)
+    w = rng.uniform(0, 1, n).astype(np.float32)
+    w[rng.random(n) < 0.2] = 0                               # zero weights are never drawn
+    csum = np.cumsum(w, dtype=np.float32)
+    cdf = np.concatenate([[0], csum[:-1]]).astype(np.float32)
+    total = np.float32(csum[-1])
+    vk_out, cu_out = both(backends, "densify_mcmc_sample", -(-count_max // 256),
+                          dict(cdf=cdf, totals=np.array([-1, total], np.float32),
+                               counts=np.array([7, 7, count_max + 400], np.uint32)),
+                          dict(sample_src=((count_max,), np.uint32), copies=((n,), np.uint32)),
+                          push=dict(n=n, count_max=count_max, count_offset=2, total_offset=1, seed=seed, stream=stream),
+                          zero=("copies",))
+    assert_exact(cu_out["sample_src"], vk_out["sample_src"], "sample_src")
+    assert_exact(cu_out["copies"], vk_out["copies"], "copies")
+    u = np.minimum(np_random_uniform(seed, np.arange(count_max), stream) * total, total)
+    want = np.searchsorted(cdf, u, side="right") - 1
+    assert np.array_equal(cu_out["sample_src"], want)
+    assert np.array_equal(cu_out["copies"], np.bincount(want, minlength=n))
+    assert (w[cu_out["sample_src"]] > 0).all()
+
+
+@pytest.mark.parametrize("reset", [True, False], ids=["reset-source", "keep-moments"])
+def test_densify_mcmc_relocate_matches(backends, reset):
+    """Integers and untouched rows exact; the shared opacity (logit) and the
+    scale correction (log) within 1e-3: pow/log/exp a few ulps apart on each
+    backend, through 1 - (1 - o)^(1/n) and the alternating sum."""
+    n, K, min_opacity = 2500, 4, 0.005
+    rng = np.random.default_rng(72)
+    copies = np.where(rng.random(n) < 0.5, 0, rng.integers(1, 70, n)).astype(np.uint32)
+    inputs = dict(opacities=logit(rng.uniform(0.05, 0.995, n)),
+                  scales=rng.uniform(-5, -1, (n, 3)).astype(np.float32), copies=copies)
+    for key in ("m", "v"):
+        for name, shape in (("means", (n, 3)), ("quats", (n, 4)), ("scales", (n, 3)), ("opacities", (n,)),
+                            ("sh", (n, K, 3))):
+            inputs["%s_%s" % (key, name)] = rng.standard_normal(shape).astype(np.float32)
+    vk_out, cu_out = both(backends, "densify_mcmc_relocate", -(-n // 256), inputs, {}, read=tuple(inputs),
+                          push=dict(n=n, min_opacity=min_opacity), spec=dict(RESET_SOURCE=int(reset), SH_COEFFS=K))
+    drawn = copies > 0
+    assert (cu_out["copies"] == 0).all() and (vk_out["copies"] == 0).all()
+    for name in inputs:
+        if name.startswith(("m_", "v_")):
+            assert_exact(cu_out[name], vk_out[name], name)
+            want = inputs[name].copy()
+            if reset:
+                want[drawn] = 0
+            assert_exact(cu_out[name], want, name + " (expected)")
+    for name in ("opacities", "scales"):
+        assert_exact(cu_out[name][~drawn], inputs[name][~drawn], name + " untouched")
+        assert_near(cu_out[name], vk_out[name], 1e-3, 0.0, name, mask=drawn)
+    # the formula (float64): n = min(c + 1, 51) sharing splats
+    o = 1 / (1 + np.exp(-inputs["opacities"][drawn].astype(np.float64)))
+    k = np.minimum(copies[drawn] + 1, 51)
+    o_new = 1 - (1 - o) ** (1 / k)
+    assert_near(1 / (1 + np.exp(-cu_out["opacities"][drawn].astype(np.float64))),
+                np.clip(o_new, min_opacity, 1 - 2 ** -23), 1e-5, 1e-3, "opacity' (formula)")
+
+
+@pytest.mark.parametrize("append", [False, True], ids=["relocate", "append"])
+@pytest.mark.parametrize("drawn", [True, False], ids=["drawn", "nothing-drawn"])
+def test_densify_mcmc_copy_is_exact(backends, append, drawn):
+    n, K, count = 2000, 9, 700
+    rows = n + count if append else n
+    rng = np.random.default_rng(73)
+    dead = (rng.random(n) < 0.3).astype(np.uint32)
+    offsets = (np.cumsum(dead) - dead).astype(np.uint32)
+    # sources are live splats (relocation draws with ALIVE_ONLY weights), so no
+    # thread reads a row another one writes
+    sample_src = rng.choice(np.flatnonzero(dead == 0), max(count, int(dead.sum()))).astype(np.uint32)
+    inputs = {}
+    for key in ("", "m_", "v_"):
+        for name, shape in (("means", (rows, 3)), ("quats", (rows, 4)), ("scales", (rows, 3)),
+                            ("opacities", (rows,)), ("sh", (rows, K, 3))):
+            inputs[key + name] = rng.standard_normal(shape).astype(np.float32)
+    inputs.update(dead_offsets=offsets, totals=np.array([3, int(dead.sum())], np.uint32), sample_src=sample_src,
+                  weight_totals=np.array([0, 0, 12.5 if drawn else 0.0], np.float32))
+    groups = -(-(count if append else n) // 256)
+    vk_out, cu_out = both(backends, "densify_mcmc_copy", groups, inputs, {}, read=tuple(inputs),
+                          push=dict(n=n, count=count if append else 0, dead_total_offset=1, weight_total_offset=2),
+                          spec=dict(APPEND=int(append), SH_COEFFS=K))
+    if append:
+        dst, src = n + np.arange(count), sample_src[:count]
+    else:
+        dst = np.flatnonzero(dead)
+        src = sample_src[offsets[dst]]
+    for name in inputs:
+        assert_exact(cu_out[name], vk_out[name], name)
+        want = inputs[name].copy()
+        if drawn and not name.startswith(("dead", "totals", "sample", "weight")):
+            want[dst] = 0 if name.startswith(("m_", "v_")) else inputs[name][src]
+        assert_exact(cu_out[name], want, name + " (expected)")
+
+
+# ---- ADC densification ---------------------------------------------------------------------
+
+ADC_PUSH = dict(grow_grad2d=2e-4, grow_scale3d=0.05, prune_scale3d=0.5, min_opacity=0.005)
+
+
+def adc_inputs(n, seed):
+    """Splats kept away (1e-3 relative) from every threshold of the classification."""
+    rng = np.random.default_rng(seed)
+    scales = rng.uniform(-6, 0, (n, 3))
+    opac = rng.uniform(-7, 5, n)
+    vis = rng.integers(0, 5, n).astype(np.uint32)
+    g = rng.uniform(0, 4e-4, n) * np.maximum(vis, 1)
+    largest = np.exp(scales.max(1))
+    o = 1 / (1 + np.exp(-opac))
+    grad = g / np.maximum(vis, 1)
+
+    def away(x, t):
+        return np.abs(x / t - 1) > 1e-3
+
+    keep = (away(largest, ADC_PUSH["grow_scale3d"]) & away(largest, ADC_PUSH["prune_scale3d"])
+            & away(largest / 1.6, ADC_PUSH["prune_scale3d"]) & away(o, ADC_PUSH["min_opacity"])
+            & away(grad, ADC_PUSH["grow_grad2d"]))
+    idx = np.flatnonzero(keep)
+    return dict(scales=scales[idx].astype(np.float32), opacities=opac[idx].astype(np.float32),
+                grad2d_sum=g[idx].astype(np.float32), vis_count=vis[idx])
+
+
+@pytest.mark.parametrize("grow,prune_big", [(1, 0), (1, 1), (0, 1)], ids=["grow", "grow-prune-big", "prune-only"])
+def test_densify_adc_classify_is_exact(backends, grow, prune_big):
+    ins = adc_inputs(4000, 74)
+    n = len(ins["opacities"])
+    vk_out, cu_out = both(backends, "densify_adc_classify", -(-n // 256), ins,
+                          dict(actions=((n,), np.uint32), out_counts=((n,), np.uint32)),
+                          push=dict(n=n, prune_big=prune_big, grow=grow, **ADC_PUSH))
+    assert_exact(cu_out["actions"], vk_out["actions"], "actions")
+    assert_exact(cu_out["out_counts"], vk_out["out_counts"], "out_counts")
+    largest = np.exp(ins["scales"].astype(np.float64).max(1))
+    o = 1 / (1 + np.exp(-ins["opacities"].astype(np.float64)))
+    grad = ins["grad2d_sum"] / np.maximum(ins["vis_count"], 1)
+    high = bool(grow) & (grad > ADC_PUSH["grow_grad2d"])
+    action = np.where(high, np.where(largest <= ADC_PUSH["grow_scale3d"], 1, 2), 0)
+    child = np.where(action == 2, largest / 1.6, largest)
+    prune = (o < ADC_PUSH["min_opacity"]) | (bool(prune_big) & (child > ADC_PUSH["prune_scale3d"]))
+    assert np.array_equal(cu_out["actions"], action)
+    assert np.array_equal(cu_out["out_counts"], np.where(prune, 0, np.where(action == 0, 1, 2)))
+    assert len(set(action)) == (3 if grow else 1) and prune.any()
+
+
+def test_densify_adc_write_matches(backends):
+    """Kept, cloned and moment rows bit-exact; split children's scales,
+    quats, opacities and SH exact (one correctly rounded add), their means
+    within 1e-5 (Box-Muller and exp a few ulps apart) and as numpy draws."""
+    n, K, seed = 1500, 4, 0xBADC0DE
+    rng = np.random.default_rng(75)
+    src = dict(src_means=rng.standard_normal((n, 3)).astype(np.float32),
+               src_quats=rng.standard_normal((n, 4)).astype(np.float32),
+               src_scales=rng.uniform(-5, -1, (n, 3)).astype(np.float32),
+               src_opacities=rng.standard_normal(n).astype(np.float32),
+               src_sh=rng.standard_normal((n, K, 3)).astype(np.float32))
+    actions = rng.integers(0, 3, n).astype(np.uint32)
+    counts = np.where(rng.random(n) < 0.1, 0, np.where(actions == 0, 1, 2)).astype(np.uint32)
+    offsets = (np.cumsum(counts) - counts).astype(np.uint32)
+    total = int(counts.sum())
+    outs = dict(dst_means=((total, 3), np.float32), dst_quats=((total, 4), np.float32),
+                dst_scales=((total, 3), np.float32), dst_opacities=((total,), np.float32),
+                dst_sh=((total, K, 3), np.float32))
+    live = counts > 0
+    for group in (0, 1, 2):
+        vk_out, cu_out = both(backends, "densify_adc_write", -(-n // 256),
+                              dict(src, actions=actions, offsets=offsets, out_counts=counts), outs,
+                              push=dict(n=n, seed=seed), spec=dict(GROUP=group, SH_COEFFS=K))
+        first, second = offsets[live], offsets[live & (actions != 0)] + 1
+        written = np.zeros(total, bool)
+        written[first] = written[second] = True
+        assert written.all()                                 # every output row, once
+        split = np.zeros(total, bool)
+        split[offsets[live & (actions == 2)]] = split[offsets[live & (actions == 2)] + 1] = True
+        for name in outs:
+            if group == 0 and name == "dst_means":
+                assert_exact(cu_out[name][~split], vk_out[name][~split], name + " (kept, cloned)")
+                assert_near(cu_out[name], vk_out[name], 1e-5, 1e-5, name + " (split)", mask=split)
+            else:
+                assert_exact(cu_out[name], vk_out[name], "%s (group %d)" % (name, group))
+        kept = live & (actions != 2)
+        if group == 0:
+            assert np.array_equal(cu_out["dst_sh"][offsets[kept]], src["src_sh"][kept])
+            assert np.array_equal(cu_out["dst_scales"][offsets[live & (actions == 2)] + 1],
+                                  src["src_scales"][live & (actions == 2)] + np.float32(-0.47000362924573558))
+            # child c of split splat i sits at mean + R (s * z), z from streams 4c, 4c + 2
+            i = np.flatnonzero(live & (actions == 2))
+            q = src["src_quats"][i].astype(np.float64)
+            q /= np.linalg.norm(q, axis=1, keepdims=True)
+            w, x, y, z = q.T
+            R = np.stack([np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+                          np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+                          np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1)], 1)
+            s = np.exp(src["src_scales"][i].astype(np.float64))
+            for c in (0, 1):
+                z01, z23 = np_random_normal2(seed, i, 4 * c), np_random_normal2(seed, i, 4 * c + 2)
+                zz = np.stack([z01[0], z01[1], z23[0]], -1)
+                want = src["src_means"][i] + np.einsum("nij,nj->ni", R, s * zz)
+                assert_near(cu_out["dst_means"][offsets[i] + c], want, 1e-4, 1e-4, "split child %d" % c)
+        else:
+            zero = np.zeros(total, bool)
+            zero[offsets[live & (actions == 2)]] = True
+            zero[second] = True
+            key = "src_sh"
+            assert (cu_out["dst_sh"][zero] == 0).all()
+            assert np.array_equal(cu_out["dst_sh"][~zero], src[key][np.repeat(np.arange(n), counts)][~zero])
+
+
+def test_densify_adc_reset_is_exact(backends):
+    n = 3333
+    rng = np.random.default_rng(76)
+    ins = dict(opacities=rng.uniform(-8, 8, n).astype(np.float32),
+               m_opacities=rng.standard_normal(n).astype(np.float32),
+               v_opacities=rng.standard_normal(n).astype(np.float32))
+    ceiling = float(logit(0.01))
+    vk_out, cu_out = both(backends, "densify_adc_reset", (7, 2, 1), ins, {}, read=tuple(ins),
+                          push=dict(n=n, ceiling_logit=ceiling))
+    for name in ins:
+        assert_exact(cu_out[name], vk_out[name], name)
+    assert np.array_equal(cu_out["opacities"], np.minimum(ins["opacities"], np.float32(ceiling)))
+    assert (cu_out["m_opacities"] == 0).all() and (cu_out["v_opacities"] == 0).all()
+
+
+# ---- a short training ---------------------------------------------------------------------
+
+TRAIN_STEPS = 1000
+PSNR_TOLERANCE_DB = 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["mcmc", "adc"])
+def test_training_on_both_backends_lands_at_the_same_test_psnr(backends, strategy):
+    """spirula.train.trainer.Trainer on the generated demo scene (42 train / 6
+    test views, 160x120), 1000 steps (MCMC refines from step 500; ADC clones,
+    splits and prunes at 600..900), on each backend from the same seed.
+
+    - The first step renders the same initial splats from the same camera:
+      its loss agrees to 1e-4 relative (projection/rasterization ulps).
+    - Steps 1..100 (no densification yet) stay within 1e-2 of each other:
+      the two trajectories start apart only by ulps.
+    - After that they drift apart as any two runs do: on one backend two runs
+      of the same seed already differ (atomics add in another order each run:
+      0.13 dB apart at step 1000 on lavapipe), and seeds 0, 1, 2 land at
+      22.3, 23.1 and 23.2 dB. The test PSNRs must agree within 1.0 dB, the
+      spread of seeds; a wrong gradient or update in a port costs more.
+    - MCMC grows the count by a deterministic rule: the same number of
+      splats on both; ADC's decisions follow the gradients: within 10%."""
+    from spirula.data import load_dataset
+    from spirula.data.demo import ensure_demo_scene
+    from spirula.train.config import TrainConfig
+    from spirula.train.trainer import Trainer
+    scene = load_dataset(ensure_demo_scene())
+    runs = []
+    for dev in backends:
+        cfg = TrainConfig(iterations=TRAIN_STEPS, strategy=strategy, cap_max=30_000, sh_degree=3, seed=0)
+        tr = Trainer(scene, cfg, dev)
+        losses = []
+        while tr.step < cfg.iterations:
+            losses.append(tr.train_step()["loss"])
+        metrics = tr.evaluate()
+        runs.append(dict(losses=np.array(losses), psnr=metrics["psnr"], n=tr.model.n))
+        tr.free()
+    vk, cu = runs
+    if REPORT:
+        print("\nparity training %s: PSNR vulkan %.3f cuda %.3f, splats %d / %d, first-100 max rel %.3g" % (
+            strategy, vk["psnr"], cu["psnr"], vk["n"], cu["n"],
+            np.max(np.abs(cu["losses"][:100] / vk["losses"][:100] - 1))))
+    assert np.isfinite(cu["losses"]).all()
+    assert abs(cu["losses"][0] / vk["losses"][0] - 1) <= 1e-4, (cu["losses"][0], vk["losses"][0])
+    assert np.abs(cu["losses"][:100] / vk["losses"][:100] - 1).max() <= 1e-2
+    assert abs(cu["psnr"] - vk["psnr"]) <= PSNR_TOLERANCE_DB, (cu["psnr"], vk["psnr"])
+    assert min(cu["psnr"], vk["psnr"]) > 15.0          # both trained (about 22-23 dB at 1000 steps)
+    if strategy == "mcmc":
+        assert cu["n"] == vk["n"]
+    else:
+        assert abs(cu["n"] - vk["n"]) <= 0.1 * vk["n"]

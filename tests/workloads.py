@@ -93,3 +93,50 @@ def render():
     seq.run()
     assert raster.num_intersections() == meta["n_isects"]
     assert np.isfinite(dev.readback(grads.means)).all()
+
+
+def train(strategy: str = "mcmc"):
+    """Training steps with density control on the tiny COLMAP scene of
+    tests/train_cases.py: MCMC steps (position noise on), relocation of dead
+    splats and 5% growth, then steps again with the new count; or ADC steps
+    (gradient statistics), clone/split/prune, an opacity reset and steps again.
+    The intersection buffers start far too small, so the first step overflows,
+    grows them and runs again. Then an evaluation render and a checkpoint's
+    readback."""
+    import sys
+    import tempfile
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from train_cases import random_init, tiny_scene
+    from spirula.runtime.device import Device, set_device
+    from spirula.train.config import TrainConfig
+    from spirula.train.trainer import Trainer
+    dev = Device()
+    set_device(dev)
+    with tempfile.TemporaryDirectory() as tmp:
+        scene = tiny_scene(Path(tmp))
+        init = random_init(300, 1, seed=1)
+        if strategy == "mcmc":
+            init["opacities"][::7] = -7.0                      # dead: relocated onto live splats
+        cfg = TrainConfig(iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, sh_every=2,
+                          grow_grad2d=1e-7, refine_start=1000)
+        measure = Trainer._measure_intersections
+        Trainer._measure_intersections = lambda self, views=8: self.raster.reserve(self.model.n, 64)
+        try:
+            trainer = Trainer(scene, cfg, dev, init=init)
+        finally:
+            Trainer._measure_intersections = measure
+        n0 = trainer.model.n
+        for _ in range(3):
+            assert np.isfinite(trainer.train_step()["loss"])
+        assert trainer.raster.isect_capacity > 64
+        trainer.strategy.refine(600)
+        if strategy == "adc":
+            trainer.strategy.reset_opacity()
+            assert trainer.model.n > n0, (trainer.model.n, n0)
+        else:
+            assert trainer.model.n == int(1.05 * n0), trainer.model.n
+        for _ in range(2):
+            assert np.isfinite(trainer.train_step()["loss"])
+        trainer.evaluate()
+        trainer.state_dict()
+        trainer.free()

@@ -170,7 +170,8 @@ def _version(v: int) -> str:
 
 
 def device_count() -> int:
-    """CUDA GPUs this process sees (0 without a driver or a GPU)."""
+    """CUDA GPUs this process sees (0 without a driver or a GPU; raises
+    :class:`NoCudaError` without the library)."""
     lib = load_library()
     n = _I(0)
     return n.value if lib.spirula_cuda_device_count(C.byref(n)) == 0 else 0
@@ -190,9 +191,25 @@ def open_info(index: int) -> CudaDeviceInfo:
     if not 0 <= index < n.value:
         raise NoCudaError("CUDA device %d does not exist: this machine has %d CUDA GPU%s (0..%d)"
                           % (index, n.value, "s" if n.value != 1 else "", n.value - 1))
+    info = _device_info(index)
+    check(lib.spirula_cuda_set_device(index), "cudaSetDevice(%d)" % index)
+    return info
+
+
+def list_devices() -> list:
+    """:class:`CudaDeviceInfo` of every CUDA GPU, in CUDA's order; empty when
+    the library cannot be loaded, there is no usable driver or no GPU (for
+    listings: it raises nothing and selects no device)."""
+    try:
+        return [_device_info(i) for i in range(device_count())]
+    except SpirulaError:
+        return []
+
+
+def _device_info(index: int) -> CudaDeviceInfo:
+    lib = load_library()
     p = _Properties()
     check(lib.spirula_cuda_device_properties(index, C.byref(p)), "cudaGetDeviceProperties(%d)" % index)
-    check(lib.spirula_cuda_set_device(index), "cudaSetDevice(%d)" % index)
     return CudaDeviceInfo(
         index=index, name=p.name.decode(errors="replace"), device_type="discrete",
         driver="CUDA driver %s, runtime %s" % (_version(p.driver_version), _version(p.runtime_version)),

@@ -1,4 +1,5 @@
-"""``spirula devices``: the Vulkan devices Spirula can use."""
+"""``spirula devices``: the Vulkan devices Spirula can use, and the CUDA GPUs
+of the optional CUDA backend (``--backend cuda``) where it is usable."""
 from __future__ import annotations
 
 import click
@@ -12,13 +13,34 @@ def _gib(n: int) -> str:
     return "%.1f GiB" % (n / (1 << 30))
 
 
+def _table(rows):
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _cuda_devices() -> list:
+    """The CUDA backend's GPUs; empty (and silent) without its library, a
+    driver or a GPU, or when the backend is not installed at all."""
+    try:
+        from spirula.backends import cudart
+    except Exception:
+        return []
+    try:
+        return cudart.list_devices()
+    except Exception:
+        return []
+
+
 @cli.command()
 @common_options
 def devices():
     """List Vulkan devices: name, type, driver, subgroup size, memory, timestamps.
 
     The one marked * is used unless --device / SPIRULA_DEVICE picks another
-    (default: a discrete GPU first, the CPU driver lavapipe last).
+    (default: a discrete GPU first, the CPU driver lavapipe last). Where the
+    CUDA backend is built and an NVIDIA driver is present, a second table
+    lists the CUDA GPUs that `--backend cuda` can use (it opens CUDA device 0).
     """
     devs = vkinfo.list_devices()
     chosen = resolve_index(None, devs)
@@ -28,6 +50,13 @@ def devices():
         rows.append(("*" if d.index == chosen else "", str(d.index), d.name, d.device_type, d.driver,
                      str(d.subgroup_size), _gib(d.device_local_bytes), ts,
                      "yes" if d.atomic_float_add else "no (CAS fallback)"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    _table(rows)
+    cuda = _cuda_devices()
+    if cuda:
+        click.echo("")
+        click.echo("CUDA GPUs (--backend cuda):")
+        rows = [("#", "name", "compute", "SMs", "memory", "driver")]
+        for d in cuda:
+            rows.append((str(d.index), d.name, "sm_%d%d" % d.compute_capability, str(d.sm_count),
+                         _gib(d.device_local_bytes), d.driver))
+        _table(rows)

@@ -62,29 +62,52 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
     from spirula.train.config import TrainConfig
     from spirula.train.run import default_output_dir, train_run
 
-    demo = dataset is None
-    if resume is not None and dataset is None:
+    explicit = _explicit_options(dict(iterations=iterations, strategy=strategy, cap_max=cap_max,
+                                      sh_degree=sh_degree, downscale=downscale, eval_split=eval_split,
+                                      background=background, eval_every=eval_every, save_every=save_every,
+                                      seed=seed))
+    explicit.update(_parse_overrides(overrides))
+    if resume is not None:
+        # a resumed run keeps its own configuration; options given now override it
         saved = _saved_config(resume)
-        dataset = Path(saved["dataset"])
-        demo = False
-    if demo:
-        from spirula.data.demo import ensure_demo_scene
-        dataset = ensure_demo_scene(log=_log)
-    cfg = TrainConfig(iterations=iterations or (1500 if demo else 30_000), strategy=strategy,
-                      cap_max=cap_max or (30_000 if demo else 1_000_000), sh_degree=sh_degree, seed=seed,
-                      downscale=downscale, eval_split=eval_split, background=background, eval_every=eval_every,
-                      save_every=save_every, log_every=50 if demo else 100, **_parse_overrides(overrides))
-    scene = load_dataset(dataset, downscale=downscale, eval_split=eval_split,
-                         background=background or "auto", seed=seed)
+        dataset = dataset or Path(saved["dataset"])
+        cfg = TrainConfig.from_dict({**saved, **explicit})
+    else:
+        demo = dataset is None
+        if demo:
+            from spirula.data.demo import ensure_demo_scene
+            dataset = ensure_demo_scene(log=_log)
+        defaults = dict(iterations=1500 if demo else 30_000, cap_max=30_000 if demo else 1_000_000,
+                        log_every=50 if demo else 100)
+        cfg = TrainConfig(**{**defaults, **explicit})
+    scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split,
+                         background=cfg.background or "auto", seed=cfg.seed)
     device = _open_device(backend)
     if output is None:
-        output = resume if resume is not None and Path(resume).is_dir() else \
-            default_output_dir(Path("demo") if demo else Path(dataset))
+        output = _run_folder(resume) if resume is not None else \
+            default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
     _log("spirula: training %s (%s, %d train / %d test images, %dx%d) on %s, %d steps, %s"
          % (dataset, scene.source, len(scene.train), len(scene.test), scene.frames[0].width,
             scene.frames[0].height, device.info.name, cfg.iterations,
-            "MCMC, cap %s" % "{:,}".format(cfg.cap_max) if strategy == "mcmc" else "ADC"))
+            "MCMC, cap %s" % "{:,}".format(cfg.cap_max) if cfg.strategy == "mcmc" else "ADC"))
     train_run(scene, cfg, device, output, resume=resume, log=_log)
+
+
+def _explicit_options(values: dict) -> dict:
+    """The options the user typed (not click's defaults)."""
+    from click.core import ParameterSource
+    ctx = click.get_current_context()
+    return {k: v for k, v in values.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
+
+
+def _demo_path():
+    from spirula.data.demo import demo_path
+    return demo_path()
+
+
+def _run_folder(resume) -> Path:
+    resume = Path(resume)
+    return resume if resume.is_dir() else resume.parent.parent
 
 
 def _parse_overrides(items) -> dict:

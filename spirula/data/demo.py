@@ -4,7 +4,7 @@ A small ray-traced world: a checkered floor, three striped spheres casting
 shadows, under a sky gradient, seen by 48 cameras circling it (160x120).
 It is written as a COLMAP text model (cameras, images, points3D: surface
 points with the colours a camera saw, plus noise, as SfM would give) with PNG
-images, into ``$SPIRULA_CACHE_DIR`` (default ``~/.cache/spirula``)/demo-v1.
+images, into ``$SPIRULA_CACHE_DIR`` (default ``~/.cache/spirula``)/demo-v2.
 Nothing is shipped; the same bytes come out on every machine.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-VERSION = "demo-v1"
+VERSION = "demo-v2"
 WIDTH, HEIGHT, FOCAL = 160, 120, 150.0
 N_VIEWS = 48
 SPHERES = (  # centre, radius, two stripe colours
@@ -171,9 +171,11 @@ def seed_points(rng, density: float = 1.0) -> tuple:
 
 
 def _qvec(R):
-    """COLMAP quaternion (w, x, y, z) of a rotation matrix."""
-    w = np.sqrt(max(1 + R[0, 0] + R[1, 1] + R[2, 2], 1e-12)) / 2
-    return np.array([w, (R[2, 1] - R[1, 2]) / (4 * w), (R[0, 2] - R[2, 0]) / (4 * w), (R[1, 0] - R[0, 1]) / (4 * w)])
+    """COLMAP quaternion (w, x, y, z) of a rotation matrix (any rotation: scipy
+    picks the numerically stable branch, where 1 + trace alone fails near half turns)."""
+    from scipy.spatial.transform import Rotation
+    x, y, z, w = Rotation.from_matrix(R).as_quat()
+    return np.array([w, x, y, z])
 
 
 def _write(root: Path):

@@ -4,11 +4,13 @@ from __future__ import annotations
 from spirula.render.rasterizer import EPS2D
 
 
-def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: bool, adc_stats: bool):
+def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: bool, adc_stats: bool,
+                absgrad: bool = False):
     """Record the update of every live splat of ``model`` from ``raster``'s
     per-view gradients (after its backward), with the step's learning rates
     in ``params`` (StepParams). ``stats``: (grad2d_sum [N], vis_count [N])
-    buffers for density control (bound even when unused)."""
+    buffers for density control (bound even when unused); ``absgrad``: they
+    accumulate the per-pixel |dL/dmean2d| sums (record rasterize_bwd with absgrad)."""
     p, m, v = model.params, model.exp_avg, model.exp_avg_sq
     views = raster._per_view
     rec.dispatch(
@@ -18,9 +20,10 @@ def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: b
              v_scales=v.scales, m_opacities=m.opacities, v_opacities=v.opacities, m_sh=m.sh, v_sh=v.sh,
              cameras=raster.cameras, radii=views["radii"], grad_xy=views["grad_xy"],
              grad_conics=views["grad_conics"], grad_rgb=views["grad_rgb"], grad_opacity=views["grad_opacity"],
-             params=params, num_isects=raster.offsets_scan.scratch, grad2d_sum=stats[0], vis_count=stats[1]),
+             params=params, num_isects=raster.offsets_scan.scratch, grad2d_sum=stats[0], vis_count=stats[1],
+             grad_xy_abs=views["grad_xy_abs"]),
         push=dict(n=model.n, n_views=raster.n_cameras, width=raster.width, height=raster.height, eps2d=EPS2D,
                   count_offset=raster.total_offset, isect_capacity=raster.isect_capacity),
         spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=model.sh_coeffs, MCMC_NOISE=int(mcmc_noise),
-                  ADC_STATS=int(adc_stats), N_VIEWS=raster.n_cameras),
+                  ADC_STATS=int(adc_stats), N_VIEWS=raster.n_cameras, ABSGRAD=int(absgrad and adc_stats)),
         defines=dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)))

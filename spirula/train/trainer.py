@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spirula.errors import SpirulaError
+from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.render.rasterizer import Rasterizer
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
@@ -76,7 +76,11 @@ class Trainer:
             init = self.world.to_training(init)
         n = len(init["means"])
         self.strategy = strategies.make(cfg, self)
-        self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
+        try:
+            self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
+        except OutOfMemoryError as exc:
+            raise OutOfMemoryError("%s; lower the splat budget (--cap-max, now %s) or the SH degree (--sh-degree)"
+                                   % (exc, "{:,}".format(cfg.cap_max))) from None
         self.model.upload(init)
         self.stats = (pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
                       pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True))
@@ -123,7 +127,7 @@ class Trainer:
         self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
         raster.record_raster_backward(rec, absgrad=cfg.absgrad)
         record_fpbo(rec, self.model, raster, self.params, self.stats, sh_degree,
-                    mcmc_noise=cfg.strategy == "mcmc", adc_stats=cfg.strategy == "adc")
+                    mcmc_noise=cfg.strategy == "mcmc", adc_stats=cfg.strategy == "adc", absgrad=cfg.absgrad)
         rec.copy(self.loss.loss_out, self.host_out, nbytes=16)
         rec.copy(raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=4 * raster.total_offset,
                  dst_offset=16)

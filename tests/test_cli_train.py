@@ -1,0 +1,135 @@
+"""``spirula train``, ``spirula eval`` and ``spirula render`` as a user runs
+them (a subprocess each) on the tiny COLMAP scene of train_cases.py: the
+outputs of a run, and one line on stderr with a non-zero exit, never a
+traceback, for each kind of bad input."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import ROOT
+from train_cases import write_tiny_colmap
+
+# small enough for lavapipe's 128 MiB storage-buffer limit (the default MCMC
+# budget of 1M splats at SH degree 3 needs 183 MiB for the SH coefficients)
+SMALL = ["--cap-max", "2000", "--sh-degree", "1"]
+
+
+def spirula(*args, cwd=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k != "SS_PROFILE"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-m", "spirula", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=env)
+
+
+def assert_one_line_error(proc, *words):
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("spirula: error: "), proc.stderr
+    for w in words:
+        assert w in errors[0], (w, errors[0])
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    return write_tiny_colmap(tmp_path_factory.mktemp("cli") / "data")
+
+
+@pytest.fixture(scope="module")
+def run(dataset):
+    out = dataset.parent / "run"
+    proc = spirula("train", dataset, "--iterations", 20, "--output", out, *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+def test_train_writes_the_run_folder(run, dataset):
+    from spirula.data import read_splat_ply
+    out, proc = run
+    assert "Traceback" not in proc.stderr
+    assert "step 20/20" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt", "config.json", "metrics.json", "splat.ply"]
+    assert [p.name for p in (out / "ckpt").iterdir()] == ["step-0000020.npz"]
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["iterations"], cfg["cap_max"], cfg["sh_degree"], cfg["strategy"]) == (20, 2000, 1, "mcmc")
+    assert cfg["dataset"] == str(dataset)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["step"] == 20 and len(m["per_image"]) == 2 and np.isfinite(m["psnr"])
+    ply = read_splat_ply(out / "splat.ply")
+    assert len(ply["means"]) == m["n_splats"] and ply["sh_degree"] == 1
+
+
+def test_eval_scores_the_run_like_training_did(run):
+    out, _ = run
+    proc = spirula("eval", out)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert [ln.split()[0] for ln in lines] == ["0000.png", "0008.png", "mean"]
+    saved = json.loads((out / "metrics-eval.json").read_text())
+    trained = json.loads((out / "metrics.json").read_text())
+    # the trainer renders in training coordinates, eval from splat arrays in the
+    # dataset's: the same images up to float32 rounding
+    assert saved["psnr"] == pytest.approx(trained["psnr"], abs=1e-3)
+    assert saved["n_splats"] == trained["n_splats"]
+
+
+def test_render_writes_the_requested_view(run):
+    out, _ = run
+    proc = spirula("render", out, "--camera", "test:0", "--camera", "0003.png")
+    assert proc.returncode == 0, proc.stderr
+    paths = proc.stdout.split()
+    assert [p.rsplit("/", 1)[-1] for p in paths] == ["0000.png", "0003.png"]
+    for p in paths:
+        img = np.asarray(Image.open(p))
+        assert img.shape == (48, 64, 3) and img.max() > 0
+
+
+def test_missing_dataset_is_one_line(tmp_path):
+    assert_one_line_error(spirula("train", tmp_path / "nowhere", *SMALL), "nowhere")
+
+
+def test_folder_that_is_not_a_dataset_is_one_line(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a dataset")
+    assert_one_line_error(spirula("train", tmp_path, *SMALL), "not a dataset")
+
+
+def test_colmap_model_without_its_images_is_one_line(tmp_path):
+    data = write_tiny_colmap(tmp_path / "data")
+    shutil.rmtree(data / "images")
+    assert_one_line_error(spirula("train", data, *SMALL), "0000.png")
+
+
+def test_resume_without_checkpoint_is_one_line(dataset, tmp_path):
+    assert_one_line_error(spirula("train", dataset, "--resume", tmp_path, *SMALL), "checkpoint")
+    assert_one_line_error(spirula("train", "--resume", tmp_path, *SMALL))
+
+
+def test_unknown_camera_is_one_line(run):
+    out, _ = run
+    assert_one_line_error(spirula("render", out, "--camera", "test:99"), "test:99")
+    assert_one_line_error(spirula("render", out, "--camera", "nosuch.png"), "nosuch.png")
+
+
+def test_eval_of_a_folder_that_is_not_a_run_is_one_line(dataset):
+    assert_one_line_error(spirula("eval", dataset), "checkpoint")
+
+
+def test_resume_continues_the_run_with_its_own_configuration(dataset, tmp_path):
+    """`spirula train --resume RUN` (what the Ctrl-C message tells the user to
+    type) continues the run as it was configured: same strategy, SH degree
+    and budget, not the command line's defaults."""
+    out = tmp_path / "adc"
+    first = spirula("train", dataset, "--iterations", 4, "--strategy", "adc", "--output", out, *SMALL)
+    assert first.returncode == 0, first.stderr
+    proc = spirula("train", "--resume", out, "--iterations", 6)
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads((out / "config.json").read_text())
+    assert (cfg["strategy"], cfg["sh_degree"], cfg["cap_max"], cfg["iterations"]) == ("adc", 1, 2000, 6)
+    assert [p.name for p in (out / "ckpt").iterdir()] == ["step-0000006.npz"]

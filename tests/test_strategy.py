@@ -1,0 +1,332 @@
+"""Density control (spirula/train/strategy.py and the densify_* kernels) on
+hand-made splats: MCMC relocation and growth against gsplat's
+compute_relocation, ADC clone/split/prune and the opacity reset, and when
+each strategy acts."""
+import numpy as np
+import pytest
+
+from spirula.train.config import TrainConfig
+from spirula.train.trainer import Trainer
+from train_cases import PARAMS, random_init, sigmoid, tiny_scene
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    return tiny_scene(tmp_path_factory.mktemp("tiny"))
+
+
+# ---- MCMC ----------------------------------------------------------------------------
+
+def relocation(o, scale, n_share):
+    """gsplat's compute_relocation (MCMC paper eq. 9), float64: the opacity and
+    scale of each of ``n_share`` splats that replace one of opacity o, scale s."""
+    from scipy.special import comb
+    o_new = 1 - (1 - o) ** (1 / n_share)
+    denom = sum(comb(i - 1, k) * (-1) ** k / np.sqrt(k + 1) * o_new ** (k + 1)
+                for i in range(1, n_share + 1) for k in range(i))
+    return o_new, scale * o / denom
+
+
+def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000):
+    cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1)
+    trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
+    trainer.model.upload(arrays, moments)
+    return trainer
+
+
+def _splats(n, seed, opacity=None):
+    rng = np.random.default_rng(seed)
+    a = random_init(n, 1, seed=seed)
+    a["means"] = rng.normal(0, 0.3, (n, 3)).astype(np.float32)       # unique: identifies copies
+    if opacity is not None:
+        a["opacities"][:] = np.log(opacity / (1 - opacity))
+    return a
+
+
+def _moments(arrays, seed):
+    rng = np.random.default_rng(seed)
+    return dict(exp_avg={k: rng.normal(0, 1e-3, v.shape).astype(np.float32) for k, v in arrays.items()},
+                exp_avg_sq={k: rng.uniform(1e-8, 1e-6, v.shape).astype(np.float32) for k, v in arrays.items()})
+
+
+def test_mcmc_relocation_by_hand(device, scene):
+    """One live splat (opacity 0.5) and one dead: the dead one becomes its copy
+    and both take 1 - sqrt(1 - 0.5) = 0.29289 and 0.95216 x the scale."""
+    a = _splats(2, seed=1)
+    a["opacities"][:] = [0.0, np.log(0.003 / 0.997)]
+    a["scales"][0] = np.log([0.1, 0.05, 0.2])
+    trainer = _mcmc_trainer(device, scene, a, _moments(a, 2), cap_max=2)
+    trainer.strategy.refine(600)
+    got = trainer.model.download()
+    p = got["params"]
+    assert trainer.model.n == 2
+    o_new = 1 - np.sqrt(0.5)
+    coeff = 0.5 / (2 * o_new - o_new ** 2 / np.sqrt(2))         # i = 1: o'; i = 2: o' - o'^2 / sqrt(2)
+    assert (o_new, coeff) == pytest.approx((0.2928932, 0.9521520), abs=1e-7)
+    np.testing.assert_allclose(sigmoid(p["opacities"]), [o_new, o_new], rtol=1e-6)
+    np.testing.assert_allclose(np.exp(p["scales"]), [[0.1 * coeff, 0.05 * coeff, 0.2 * coeff]] * 2, rtol=1e-6)
+    for name in ("means", "quats", "sh"):
+        np.testing.assert_array_equal(p[name], [a[name][0], a[name][0]], err_msg=name)
+    for group in ("exp_avg", "exp_avg_sq"):
+        for name in PARAMS:
+            assert not got[group][name].any(), (group, name)
+    trainer.free()
+
+
+def _groups(before_means, after_means):
+    """For each splat after refinement, the index of the splat before whose
+    position it has (copies are bit-exact), or -1."""
+    index = {m.tobytes(): i for i, m in enumerate(before_means)}
+    return np.array([index.get(m.tobytes(), -1) for m in after_means])
+
+
+def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene):
+    n = 300
+    rng = np.random.default_rng(4)
+    o = rng.uniform(0.05, 0.95, n)
+    dead = rng.choice(n, 40, replace=False)
+    o[dead] = rng.uniform(0.0005, 0.0045, 40)
+    a = _splats(n, seed=3)
+    a["opacities"][:] = np.log(o / (1 - o))
+    mom = _moments(a, 5)
+    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=n)    # at the budget: relocation only
+    trainer.strategy.refine(600)
+    got = trainer.model.download()
+    p = got["params"]
+    assert trainer.model.n == n
+    assert sigmoid(p["opacities"]).min() > 0.005
+    src = _groups(a["means"], p["means"])
+    assert (src >= 0).all() and not np.isin(src, dead).any()
+    alive = np.setdiff1d(np.arange(n), dead)
+    assert (src[alive] == alive).all()                           # live splats stay where they are
+    shares = np.bincount(src, minlength=n)
+    assert shares[dead].sum() == 0 and (shares[alive] >= 1).all() and (shares > 1).sum() >= 20
+    for i in range(n):
+        s = src[i]
+        g = shares[s]
+        o_want, scale_want = relocation(o[s], np.exp(a["scales"][s].astype(np.float64)), g)
+        assert sigmoid(p["opacities"][i]) == pytest.approx(o_want, rel=2e-6), i
+        np.testing.assert_allclose(np.exp(p["scales"][i]), scale_want, rtol=2e-6, err_msg=str(i))
+        for name in ("quats", "sh"):
+            np.testing.assert_array_equal(p[name][i], a[name][s])
+        for group in ("exp_avg", "exp_avg_sq"):
+            for name in PARAMS:
+                if g == 1:       # untouched
+                    np.testing.assert_array_equal(got[group][name][i], mom[group][name][i])
+                else:            # relocated, or the source it was drawn from
+                    assert not got[group][name][i].any(), (i, group, name)
+    trainer.free()
+
+
+def test_mcmc_growth_adds_five_percent_drawn_by_opacity(device, scene):
+    n = 400
+    rng = np.random.default_rng(6)
+    o = rng.uniform(0.05, 0.95, n)
+    a = _splats(n, seed=7)
+    a["opacities"][:] = np.log(o / (1 - o))
+    mom = _moments(a, 8)
+    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=1000)
+    trainer.strategy.refine(600)
+    got = trainer.model.download()
+    p = got["params"]
+    assert trainer.model.n == 420
+    src = _groups(a["means"], p["means"])
+    assert (src[:n] == np.arange(n)).all() and (src[n:] >= 0).all()
+    shares = np.bincount(src, minlength=n)
+    for i in range(420):
+        s = src[i]
+        o_want, scale_want = relocation(o[s], np.exp(a["scales"][s].astype(np.float64)), shares[s])
+        assert sigmoid(p["opacities"][i]) == pytest.approx(o_want, rel=2e-6), i
+        np.testing.assert_allclose(np.exp(p["scales"][i]), scale_want, rtol=2e-6, err_msg=str(i))
+    # drawn in proportion to opacity: the drawn are more opaque than the average
+    assert o[src[n:]].mean() > o.mean()
+    for group in ("exp_avg", "exp_avg_sq"):
+        for name in PARAMS:
+            # the sources keep their moments (gsplat's sample_add), the new splats start at 0
+            np.testing.assert_array_equal(got[group][name][:n], mom[group][name], err_msg=name)
+            assert not got[group][name][n:].any(), (group, name)
+    trainer.free()
+
+
+@pytest.mark.parametrize("cap_max,want", [(1000, 315), (305, 305), (300, 300)])
+def test_mcmc_refine_relocates_then_grows_within_the_budget(device, scene, cap_max, want):
+    n = 300
+    a = _splats(n, seed=9)
+    o = np.random.default_rng(10).uniform(0.05, 0.95, n)
+    dead = np.arange(0, n, 10)
+    o[dead] = 0.002
+    a["opacities"][:] = np.log(o / (1 - o))
+    mom = _moments(a, 11)
+    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=cap_max)
+    trainer.strategy.refine(600)
+    got = trainer.model.download()
+    assert trainer.model.n == want
+    assert sigmoid(got["params"]["opacities"]).min() > 0.005
+    src = _groups(a["means"], got["params"]["means"])
+    assert (src >= 0).all() and not np.isin(src, dead).any()
+    for group in ("exp_avg", "exp_avg_sq"):
+        for name in PARAMS:
+            assert not got[group][name][dead].any() and not got[group][name][n:].any()
+    out = trainer.train_step()                                   # and training goes on
+    assert np.isfinite(out["loss"])
+    trainer.free()
+
+
+
+def test_mcmc_position_noise_moves_transparent_splats_along_their_covariance(device, scene):
+    """fpbo's MCMC noise (gsplat's inject_noise_to_position): after the Adam
+    step, mean += Sigma z * sigmoid(100 ((1 - o) - 0.995)) * lr_means * noise_lr
+    with z ~ N(0, I) and Sigma = R S^2 R^T of the updated splat. Opaque splats
+    do not move; transparent ones move by standard normal z."""
+    n = 300
+    init = random_init(n, 1, seed=18)
+    o = np.r_[np.linspace(0.3, 0.9, n // 2), np.linspace(0.001, 0.004, n // 2)]
+    init["opacities"] = np.log(o / (1 - o)).astype(np.float32)
+    runs = []
+    for noise_lr in (0.0, 5e5):
+        cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=n, sh_degree=1, noise_lr=noise_lr)
+        trainer = Trainer(scene, cfg, device, init=init)
+        trainer.train_step()
+        runs.append((trainer.model.download()["params"], trainer.extent))
+        trainer.free()
+    (quiet, extent), (noisy, _) = runs
+    for name in ("quats", "scales", "opacities", "sh"):
+        np.testing.assert_allclose(noisy[name], quiet[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    step = noisy["means"].astype(np.float64) - quiet["means"]
+    np.testing.assert_allclose(step[:n // 2], 0, atol=1e-6)                 # gate < 1e-12
+    o_new = sigmoid(noisy["opacities"])
+    gate = sigmoid(100 * ((1 - o_new) - 0.995))
+    scale = 1.6e-4 * extent * 5e5 * gate
+    from reference.projection import quat_to_rotmat
+    R = quat_to_rotmat(noisy["quats"].astype(np.float64))
+    M = R * np.exp(noisy["scales"].astype(np.float64))[:, None, :]
+    cov = M @ M.transpose(0, 2, 1)
+    z = np.linalg.solve(cov[n // 2:], step[n // 2:] / scale[n // 2:, None])
+    # 450 draws: the mean within 4 sigma (0.19), the spread within ~15%
+    assert abs(z.mean()) < 0.19 and 0.85 < z.std() < 1.15, (z.mean(), z.std())
+    assert np.abs(z).max() < 6
+
+# ---- ADC -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("step", [600, 3100], ids=["before-first-reset", "after-first-reset"])
+def test_adc_refine_clones_splits_and_prunes(device, scene, step):
+    cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
+    trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
+    ext = trainer.extent
+    big = 0.2 * ext                     # > prune_scale3d x extent, and so are its split children (/ 1.6)
+    #            clone      split       pruned     kept       unseen     clone+prune  big kept?  big split
+    scale = [0.005 * ext, 0.05 * ext, 0.005 * ext, 0.05 * ext, 0.05 * ext, 0.005 * ext, big, big]
+    opac = [0.5, 0.6, 0.003, 0.7, 0.4, 0.004, 0.5, 0.5]
+    grad = [3e-3, 2e-3, 1e-3, 1e-4, 0.0, 5e-3, 1e-4, 4e-3]
+    vis = [10, 5, 2, 1, 0, 1, 1, 2]     # mean gradients: 3e-4, 4e-4, ... against grow_grad2d 2e-4
+    a = _splats(8, seed=12)
+    a["scales"] = np.log(np.array(scale)[:, None] * [1.0, 0.5, 0.25]).astype(np.float32)
+    a["opacities"] = np.log(np.array(opac) / (1 - np.array(opac))).astype(np.float32)
+    mom = _moments(a, 13)
+    trainer.model.upload(a, mom)
+    device.upload(trainer.stats[0], np.array(grad, np.float32))
+    device.upload(trainer.stats[1], np.array(vis, np.uint32))
+    trainer.strategy.refine(step)
+    got = trainer.model.download()
+    p = got["params"]
+    prune_big = step > cfg.reset_every
+    # (old index, kind) of each output, in order
+    want = [(0, "same"), (0, "clone"), (1, "child"), (1, "child"), (3, "same"), (4, "same")]
+    want += [] if prune_big else [(6, "same"), (7, "child"), (7, "child")]
+    assert trainer.model.n == len(want)
+    for i, (j, kind) in enumerate(want):
+        for name in ("quats", "opacities", "sh"):
+            np.testing.assert_array_equal(p[name][i], a[name][j], err_msg="%d %s" % (i, name))
+        if kind == "child":
+            np.testing.assert_allclose(p["scales"][i], a["scales"][j] - np.log(1.6), atol=1e-6)
+            # mean = parent + R (s z), z ~ N(0, I): z back in the parent's frame
+            from reference.projection import quat_to_rotmat
+            R = quat_to_rotmat(a["quats"][j:j + 1].astype(np.float64))[0]
+            z = R.T @ (p["means"][i] - a["means"][j]) / np.exp(a["scales"][j].astype(np.float64))
+            assert 0 < np.abs(z).max() < 6, z
+        else:
+            np.testing.assert_array_equal(p["means"][i], a["means"][j])
+            np.testing.assert_array_equal(p["scales"][i], a["scales"][j])
+        for group in ("exp_avg", "exp_avg_sq"):
+            for name in PARAMS:
+                m = got[group][name][i]
+                if kind == "same":
+                    np.testing.assert_array_equal(m, mom[group][name][j], err_msg="%d %s %s" % (i, group, name))
+                else:
+                    assert not m.any(), (i, kind, group, name)
+    children = [i for i, (_, kind) in enumerate(want) if kind == "child"]
+    assert not np.array_equal(p["means"][children[0]], p["means"][children[1]])
+    # the statistics restart, and the step records again for the new count
+    assert not device.readback(trainer.stats[0], shape=(trainer.model.n,)).any()
+    assert not device.readback(trainer.stats[1], shape=(trainer.model.n,)).any()
+    assert np.isfinite(trainer.train_step()["loss"])
+    trainer.free()
+
+
+
+@pytest.mark.parametrize("absgrad", [False, True], ids=["grad", "absgrad"])
+def test_adc_statistics_accumulate_the_screen_space_gradient(device, scene, absgrad):
+    """After a step, each visible splat's grad2d_sum holds |dL/d mean2d| scaled
+    by (W/2, H/2) (gsplat's DefaultStrategy); with absgrad, the per-pixel sum
+    of absolute gradients that rasterize_bwd leaves in grad_xy_abs."""
+    cfg = TrainConfig(iterations=100, strategy="adc", sh_degree=1, absgrad=absgrad)
+    trainer = Trainer(scene, cfg, device, init=random_init(80, 1, seed=16))
+    trainer.train_step()
+    n, r = trainer.model.n, trainer.raster
+    visible = (device.readback(r.radii, shape=(n, 2)) != 0).any(-1)
+    xy = device.readback(r.grad_xy_abs if absgrad else r.grad_xy, shape=(n, 2)).astype(np.float64)
+    want = np.where(visible, np.linalg.norm(xy * [trainer.width / 2, trainer.height / 2], axis=1), 0)
+    got_sum = device.readback(trainer.stats[0], shape=(n,))
+    got_count = device.readback(trainer.stats[1], shape=(n,))
+    assert visible.sum() > n // 2
+    np.testing.assert_array_equal(got_count, visible.astype(np.uint32))
+    np.testing.assert_allclose(got_sum, want, rtol=1e-5, atol=1e-12)
+    trainer.free()
+
+def test_adc_opacity_reset_caps_opacities_at_twice_min_opacity(device, scene):
+    cfg = TrainConfig(iterations=100, strategy="adc", sh_degree=1)
+    trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
+    a = _splats(50, seed=14)
+    o = np.r_[np.linspace(0.02, 0.99, 40), np.linspace(0.001, 0.0099, 10)]
+    a["opacities"] = np.log(o / (1 - o)).astype(np.float32)
+    mom = _moments(a, 15)
+    trainer.model.upload(a, mom)
+    trainer.strategy.reset_opacity()
+    got = trainer.model.download()
+    np.testing.assert_allclose(sigmoid(got["params"]["opacities"]), np.minimum(o, 0.01), rtol=1e-5)
+    np.testing.assert_array_equal(got["params"]["opacities"][40:], a["opacities"][40:])
+    for group in ("exp_avg", "exp_avg_sq"):
+        assert not got[group]["opacities"].any()
+        for name in ("means", "quats", "scales", "sh"):
+            np.testing.assert_array_equal(got[group][name], mom[group][name])
+    for name in ("means", "quats", "scales", "sh"):
+        np.testing.assert_array_equal(got["params"][name], a[name])
+    trainer.free()
+
+
+
+def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
+    from spirula.train import strategy as strategies
+    calls = []
+    monkeypatch.setattr(strategies.MCMC, "refine", lambda self, step: calls.append(step))
+    cfg = TrainConfig(strategy="mcmc", cap_max=100, sh_degree=1, refine_start=5, refine_every=5, refine_stop=31)
+    trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
+    for s in range(40):
+        trainer.strategy.after_step(s)
+    assert calls == [10, 15, 20, 25, 30]
+    trainer.free()
+
+def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch):
+    """after_step(s) with the 0-based index of the step just done, as gsplat."""
+    from spirula.train import strategy as strategies
+    calls = []
+    monkeypatch.setattr(strategies.ADC, "refine", lambda self, step: calls.append(("refine", step)))
+    monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self: calls.append(("reset",)))
+    cfg = TrainConfig(strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15,
+                      refine_stop=31)
+    trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
+    for s in range(40):
+        trainer.strategy.after_step(s)
+    assert calls == [("refine", 10), ("refine", 15), ("reset",), ("refine", 20), ("refine", 25), ("refine", 30),
+                     ("reset",)]
+    trainer.free()
