@@ -20,7 +20,7 @@ extern "C" {
 typedef struct {
     uint32_t grid[3];        // workgroups, as the Vulkan dispatch
     uint32_t n_buffers;
-    void*    buffers[32];    // device pointers in binding order (fpbo binds 25)
+    void*    buffers[32];    // device pointers in binding order (fpbo binds 26)
     uint32_t n_push;
     uint32_t push[32];       // push-constant words, block order (floats as their bits)
     uint32_t n_spec;

@@ -13,12 +13,17 @@ from spirula.errors import SpirulaError
 
 
 def _open_device(backend: str):
+    """The device of the chosen backend; --device / SPIRULA_DEVICE index that backend's devices."""
     if backend == "cuda":
+        import os
         try:
             from spirula.backends.cuda import open_cuda_device
         except ImportError as exc:
             raise SpirulaError("the CUDA backend is not available in this installation (%s)" % exc) from None
-        return open_cuda_device()
+        index = os.environ.get("SPIRULA_DEVICE", "") or "0"
+        if not index.isdigit():
+            raise SpirulaError("device %r is not a CUDA device index (see `spirula devices`)" % index)
+        return open_cuda_device(int(index))
     from spirula.runtime.device import get_device
     return get_device()
 
