@@ -22,6 +22,7 @@
 //                                                   the statistic then uses them (AbsGS, gsplat's absgrad)
 #extension GL_GOOGLE_include_directive : require
 #include "atomics.glsl"
+#extension GL_EXT_control_flow_attributes : require
 #include "common.glsl"
 #define SPIRULA_PROJECTION_VJP
 #include "sh.glsl"
@@ -110,15 +111,20 @@ void main() {
     float g_opacity = 0.0;
     float grad2d = 0.0;
     uint seen = 0u;
-    // per view: the SH basis at the view direction and the clamp-masked colour
-    // gradient; the SH coefficients' gradient is their outer product, formed
-    // in the Adam loop below instead of in an array
-    float view_basis[N_VIEWS * 16u];
-    vec3 view_vraw[N_VIEWS];
-    for (uint c = 0u; c < N_VIEWS; ++c) {
-        view_vraw[c] = vec3(0.0);
-        for (uint k = 0u; k < 16u; ++k) {
-            view_basis[16u * c + k] = 0.0;
+    // The SH coefficients' gradient is, per view, the outer product of the
+    // SH basis at the view direction and the clamp-masked colour gradient.
+    // One view (training): kept as the basis and v_raw, formed in the Adam
+    // loop below; several views: summed into g_sh. Fixed-size arrays and
+    // unrolled loops keep all of it in registers.
+    float basis[16];
+    vec3 v_raw = vec3(0.0);
+    float g_sh[48];
+    [[unroll]] for (uint k = 0u; k < 16u; ++k) {
+        basis[k] = 0.0;
+    }
+    if (N_VIEWS > 1u) {
+        [[unroll]] for (uint k = 0u; k < 48u; ++k) {
+            g_sh[k] = 0.0;
         }
     }
     for (uint c = 0u; c < N_VIEWS; ++c) {
@@ -138,22 +144,24 @@ void main() {
         vec3 delta = mean - camera_position(cam);
         float inv_len = inversesqrt(dot(delta, delta));
         vec3 dir = delta * inv_len;
-        float basis[16];
         sh_basis(degree, dir, basis);
         vec3 raw = vec3(0.0);
-        for (uint k = 0u; k < n_active / 3u; ++k) {
+        [[unroll]] for (uint k = 0u; k < n_active / 3u; ++k) {
             raw += basis[k] * vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
                                    SH_GET(sh, sh_base + 3u * k + 2u));
         }
-        vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5, vec3(0.0)));
+        v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5, vec3(0.0)));
         float w[16];
-        for (uint k = 0u; k < n_active / 3u; ++k) {
+        [[unroll]] for (uint k = 0u; k < n_active / 3u; ++k) {
             w[k] = dot(vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
                             SH_GET(sh, sh_base + 3u * k + 2u)), v_raw);
-            view_basis[16u * c + k] = basis[k];
         }
         sh_direction_vjp(degree, dir, inv_len, w, g_mean);
-        view_vraw[c] = v_raw;
+        if (N_VIEWS > 1u) {
+            [[unroll]] for (uint f = 0u; f < n_active; ++f) {
+                g_sh[f] += basis[f / 3u] * v_raw[f % 3u];
+            }
+        }
         vec2 v_stat = ABSGRAD ? vec2(GRAD_LOAD(grad_xy_abs, 2u * i), GRAD_LOAD(grad_xy_abs, 2u * i + 1u)) : v_xy;
         grad2d += length(v_stat * vec2(params.grad_norm_scale_x, params.grad_norm_scale_y));
         seen += 1u;
@@ -191,21 +199,16 @@ void main() {
         m_opacities[g] = m;
         v_opacities[g] = v;
     }
-    // SH: gradient of float f = coefficient f / 3, channel f % 3
+    // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
+#define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
 #if SH_VEC4
-    for (uint j = 0u; j < n_floats / 4u; ++j) {
+    [[unroll]] for (uint j = 0u; j < n_floats / 4u; ++j) {
         uint idx = sh_base / 4u + j;
         vec4 p = sh[idx], m = m_sh[idx], v = v_sh[idx];
-        for (uint e = 0u; e < 4u; ++e) {
+        [[unroll]] for (uint e = 0u; e < 4u; ++e) {
             uint f = 4u * j + e;
-            float grad = 0.0;
-            if (f < n_active) {
-                for (uint c = 0u; c < N_VIEWS; ++c) {
-                    grad += view_basis[16u * c + f / 3u] * view_vraw[c][f % 3u];
-                }
-            }
             float mm = m[e], vv = v[e];
-            p[e] = adam_update(p[e], grad, mm, vv, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
+            p[e] = adam_update(p[e], SH_GRAD(f), mm, vv, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
             m[e] = mm;
             v[e] = vv;
         }
@@ -214,16 +217,10 @@ void main() {
         v_sh[idx] = v;
     }
 #else
-    for (uint f = 0u; f < n_floats; ++f) {
-        float grad = 0.0;
-        if (f < n_active) {
-            for (uint c = 0u; c < N_VIEWS; ++c) {
-                grad += view_basis[16u * c + f / 3u] * view_vraw[c][f % 3u];
-            }
-        }
+    [[unroll]] for (uint f = 0u; f < n_floats; ++f) {
         uint j = sh_base + f;
         float m = m_sh[j], v = v_sh[j];
-        sh[j] = adam_update(sh[j], grad, m, v, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
+        sh[j] = adam_update(sh[j], SH_GRAD(f), m, v, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
         m_sh[j] = m;
         v_sh[j] = v;
     }
