@@ -379,21 +379,7 @@ class CudaSequence:
         if not self._ops:
             prof.device_wait(wall_ns, 0, 0)
             return
-        gpu = moved = n = 0
-        for op, (start, stop) in zip(self._ops, self._events):
-            ns = stop.since(start)
-            prof.kernel(op.name, ns)
-            # recorded copies and fills count as D2D / memset, not as GPU-exec
-            if op.kind == "copy":
-                prof.transfer("D2D", op.nbytes, ns)
-                moved += ns
-            elif op.kind == "fill":
-                prof.transfer("memset", op.nbytes, ns)
-                moved += ns
-            else:
-                gpu += ns
-                n += 1
-        prof.device_wait(max(wall_ns - moved, 0), gpu, n)
+        prof.sequence(wall_ns, ((op, stop.since(start)) for op, (start, stop) in zip(self._ops, self._events)))
 
 
 # ---- the profiler's VRAM row ------------------------------------------------------------

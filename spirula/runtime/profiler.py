@@ -97,6 +97,25 @@ class Profiler:
         self.gpu_exec.count += dispatches
         self.gpu_exec.ns += gpu_ns
 
+    def sequence(self, wall_ns: int, timed):
+        """Account one evaluated sequence: ``wall_ns`` spent waiting for it and
+        ``timed``, its dispatches as (op, GPU ns) with ``op.name``, ``op.kind``
+        ('kernel' | 'copy' | 'fill') and ``op.nbytes``. Recorded copies and
+        fills count as D2D / memset, not as GPU-exec (nor as GPU wait)."""
+        gpu = moved = n = 0
+        for op, ns in timed:
+            self.kernel(op.name, ns)
+            if op.kind == "copy":
+                self.transfer("D2D", op.nbytes, ns)
+                moved += ns
+            elif op.kind == "fill":
+                self.transfer("memset", op.nbytes, ns)
+                moved += ns
+            else:
+                gpu += ns
+                n += 1
+        self.device_wait(max(wall_ns - moved, 0), gpu, n)
+
     # -- reports ------------------------------------------------------------------
     def kernel_report(self) -> str:
         lines = [PREFIX + " ---- GPU time by kernel ----",

@@ -245,18 +245,4 @@ class RecordedSequence:
         ts = self._seq.get_timestamps()
         period = self.device.info.timestamp_period_ns
         mask = self.device.timestamp_mask
-        gpu = moved = n = 0
-        for i, op in self._timed:
-            ns = int(((ts[i + 1] - ts[i]) & mask) * period)
-            prof.kernel(op.name, ns)
-            # recorded copies and fills count as D2D / memset, not as GPU-exec
-            if op.kind == "copy":
-                prof.transfer("D2D", op.nbytes, ns)
-                moved += ns
-            elif op.kind == "fill":
-                prof.transfer("memset", op.nbytes, ns)
-                moved += ns
-            else:
-                gpu += ns
-                n += 1
-        prof.device_wait(max(wall_ns - moved, 0), gpu, n)
+        prof.sequence(wall_ns, ((op, int(((ts[i + 1] - ts[i]) & mask) * period)) for i, op in self._timed))
