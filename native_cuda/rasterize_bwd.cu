@@ -35,6 +35,7 @@ struct Push {
     uint32_t height;
     uint32_t tile_width;
     uint32_t tile_height;
+    float max_alpha;
 };
 
 struct Args {
@@ -113,7 +114,7 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_bwd_kernel(Args a, Push
             float sigma = gaussian_sigma(d, con);
             float vis = expf(-sigma);
             float raw_alpha = g.z * vis;
-            float alpha = fminf(MAX_ALPHA, raw_alpha);
+            float alpha = fminf(pc.max_alpha, raw_alpha);
             valid = valid && sigma >= 0.0f && alpha >= MIN_ALPHA;
             vec2 v_xy = make2(0.0f, 0.0f);
             vec3 v_con = make3(0.0f, 0.0f, 0.0f);
@@ -128,7 +129,7 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_bwd_kernel(Args a, Push
                 v_rgb = w * v_color;
                 float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
                 behind += col * w;
-                if (raw_alpha <= MAX_ALPHA) {
+                if (raw_alpha <= pc.max_alpha) {
                     float v_sigma = -raw_alpha * v_alpha;
                     v_op = vis * v_alpha;
                     v_con = make3(0.5f * d.x * d.x, d.x * d.y, 0.5f * d.y * d.y) * v_sigma;

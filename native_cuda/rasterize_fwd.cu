@@ -24,6 +24,7 @@ struct Push {
     uint32_t height;
     uint32_t tile_width;
     uint32_t tile_height;
+    float max_alpha;
 };
 
 struct Args {
@@ -89,7 +90,7 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_fwd_kernel(Args a, Push
             float4 g = s_xyop[k];
             float4 con = s_conic[k];
             float sigma = gaussian_sigma(make2(g.x - centre.x, g.y - centre.y), make3(con.x, con.y, con.z));
-            float alpha = fminf(MAX_ALPHA, g.z * expf(-sigma));
+            float alpha = fminf(pc.max_alpha, g.z * expf(-sigma));
             if (sigma < 0.0f || alpha < MIN_ALPHA) {
                 continue;
             }

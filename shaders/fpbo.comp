@@ -45,6 +45,8 @@
 #endif
 
 layout(local_size_x = 128) in;
+// Every binding is a distinct buffer (restrict): loads may then be scheduled
+// ahead of the stores to other attributes.
 layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool MCMC_NOISE = false;
@@ -52,32 +54,32 @@ layout(constant_id = 3) const bool ADC_STATS = false;
 layout(constant_id = 4) const uint N_VIEWS = 1;
 layout(constant_id = 5) const bool ABSGRAD = false;
 
-layout(std430, binding = 0) buffer MeansBuf { float means[]; };
-layout(std430, binding = 1) buffer QuatsBuf { vec4 quats[]; };
-layout(std430, binding = 2) buffer ScalesBuf { float scales[]; };
-layout(std430, binding = 3) buffer OpacitiesBuf { float opacities[]; };
-layout(std430, binding = 4) buffer ShBuf { SH_T sh[]; };
-layout(std430, binding = 5) buffer MMeansBuf { float m_means[]; };
-layout(std430, binding = 6) buffer VMeansBuf { float v_means[]; };
-layout(std430, binding = 7) buffer MQuatsBuf { vec4 m_quats[]; };
-layout(std430, binding = 8) buffer VQuatsBuf { vec4 v_quats[]; };
-layout(std430, binding = 9) buffer MScalesBuf { float m_scales[]; };
-layout(std430, binding = 10) buffer VScalesBuf { float v_scales[]; };
-layout(std430, binding = 11) buffer MOpacitiesBuf { float m_opacities[]; };
-layout(std430, binding = 12) buffer VOpacitiesBuf { float v_opacities[]; };
-layout(std430, binding = 13) buffer MShBuf { SH_T m_sh[]; };
-layout(std430, binding = 14) buffer VShBuf { SH_T v_sh[]; };
-layout(std430, binding = 15) readonly buffer CamerasBuf { float cameras[]; };
-layout(std430, binding = 16) readonly buffer RadiiBuf { ivec2 radii[]; };
-layout(std430, binding = 17) readonly buffer GradXyBuf { GRAD_T grad_xy[]; };
-layout(std430, binding = 18) readonly buffer GradConicsBuf { GRAD_T grad_conics[]; };
-layout(std430, binding = 19) readonly buffer GradRgbBuf { GRAD_T grad_rgb[]; };
-layout(std430, binding = 20) readonly buffer GradOpacityBuf { GRAD_T grad_opacity[]; };
-layout(std430, binding = 21) readonly buffer ParamsBuf { StepParams params; };
-layout(std430, binding = 22) readonly buffer NumIsectsBuf { uint num_isects[]; };
-layout(std430, binding = 23) buffer Grad2dSumBuf { float grad2d_sum[]; };
-layout(std430, binding = 24) buffer VisCountBuf { uint vis_count[]; };
-layout(std430, binding = 25) readonly buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
+layout(std430, binding = 0) restrict buffer MeansBuf { float means[]; };
+layout(std430, binding = 1) restrict buffer QuatsBuf { vec4 quats[]; };
+layout(std430, binding = 2) restrict buffer ScalesBuf { float scales[]; };
+layout(std430, binding = 3) restrict buffer OpacitiesBuf { float opacities[]; };
+layout(std430, binding = 4) restrict buffer ShBuf { SH_T sh[]; };
+layout(std430, binding = 5) restrict buffer MMeansBuf { float m_means[]; };
+layout(std430, binding = 6) restrict buffer VMeansBuf { float v_means[]; };
+layout(std430, binding = 7) restrict buffer MQuatsBuf { vec4 m_quats[]; };
+layout(std430, binding = 8) restrict buffer VQuatsBuf { vec4 v_quats[]; };
+layout(std430, binding = 9) restrict buffer MScalesBuf { float m_scales[]; };
+layout(std430, binding = 10) restrict buffer VScalesBuf { float v_scales[]; };
+layout(std430, binding = 11) restrict buffer MOpacitiesBuf { float m_opacities[]; };
+layout(std430, binding = 12) restrict buffer VOpacitiesBuf { float v_opacities[]; };
+layout(std430, binding = 13) restrict buffer MShBuf { SH_T m_sh[]; };
+layout(std430, binding = 14) restrict buffer VShBuf { SH_T v_sh[]; };
+layout(std430, binding = 15) restrict readonly buffer CamerasBuf { float cameras[]; };
+layout(std430, binding = 16) restrict readonly buffer RadiiBuf { ivec2 radii[]; };
+layout(std430, binding = 17) restrict readonly buffer GradXyBuf { GRAD_T grad_xy[]; };
+layout(std430, binding = 18) restrict readonly buffer GradConicsBuf { GRAD_T grad_conics[]; };
+layout(std430, binding = 19) restrict readonly buffer GradRgbBuf { GRAD_T grad_rgb[]; };
+layout(std430, binding = 20) restrict readonly buffer GradOpacityBuf { GRAD_T grad_opacity[]; };
+layout(std430, binding = 21) restrict readonly buffer ParamsBuf { StepParams params; };
+layout(std430, binding = 22) restrict readonly buffer NumIsectsBuf { uint num_isects[]; };
+layout(std430, binding = 23) restrict buffer Grad2dSumBuf { float grad2d_sum[]; };
+layout(std430, binding = 24) restrict buffer VisCountBuf { uint vis_count[]; };
+layout(std430, binding = 25) restrict readonly buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -172,7 +174,8 @@ void main() {
     g_opacity = (g_opacity + params.opacity_reg / n_splats) * opacity * (1.0 - opacity);
 
     float b1 = params.beta1, b2 = params.beta2, c1 = params.bias1, c2 = params.bias2, eps = params.adam_eps;
-    for (uint k = 0u; k < 3u; ++k) {
+    float lr_sh0 = params.lr_sh0, lr_shN = params.lr_shN;
+    [[unroll]] for (uint k = 0u; k < 3u; ++k) {
         uint j = 3u * g + k;
         float m = m_means[j], v = v_means[j];
         mean[k] = adam_update(mean[k], g_mean[k], m, v, params.lr_means, b1, b2, c1, c2, eps);
@@ -185,7 +188,7 @@ void main() {
         v_scales[j] = v;
     }
     vec4 mq = m_quats[g], vq = v_quats[g];
-    for (int k = 0; k < 4; ++k) {
+    [[unroll]] for (int k = 0; k < 4; ++k) {
         float m = mq[k], v = vq[k];
         quat[k] = adam_update(quat[k], g_quat[k], m, v, params.lr_quats, b1, b2, c1, c2, eps);
         mq[k] = m;
@@ -208,7 +211,7 @@ void main() {
         [[unroll]] for (uint e = 0u; e < 4u; ++e) {
             uint f = 4u * j + e;
             float mm = m[e], vv = v[e];
-            p[e] = adam_update(p[e], SH_GRAD(f), mm, vv, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
+            p[e] = adam_update(p[e], SH_GRAD(f), mm, vv, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
             m[e] = mm;
             v[e] = vv;
         }
@@ -220,7 +223,7 @@ void main() {
     [[unroll]] for (uint f = 0u; f < n_floats; ++f) {
         uint j = sh_base + f;
         float m = m_sh[j], v = v_sh[j];
-        sh[j] = adam_update(sh[j], SH_GRAD(f), m, v, f < 3u ? params.lr_sh0 : params.lr_shN, b1, b2, c1, c2, eps);
+        sh[j] = adam_update(sh[j], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
         m_sh[j] = m;
         v_sh[j] = v;
     }

@@ -11,9 +11,9 @@
 
 layout(local_size_x = 256) in;
 
-layout(std430, binding = 0) readonly buffer SortedIdsBuf { uint sorted_ids[]; };
-layout(std430, binding = 1) readonly buffer TileCountsBuf { uint tile_counts[]; };
-layout(std430, binding = 2) writeonly buffer OffsetsBuf { uint offsets[]; };
+layout(std430, binding = 0) restrict readonly buffer SortedIdsBuf { uint sorted_ids[]; };
+layout(std430, binding = 1) restrict readonly buffer TileCountsBuf { uint tile_counts[]; };
+layout(std430, binding = 2) restrict writeonly buffer OffsetsBuf { uint offsets[]; };
 
 layout(push_constant) uniform Push {
     uint n;

@@ -21,13 +21,13 @@
 
 layout(local_size_x = 256) in;
 
-layout(std430, binding = 0) readonly buffer SortedIdsBuf { uint sorted_ids[]; };
-layout(std430, binding = 1) readonly buffer OffsetsBuf { uint offsets[]; };
-layout(std430, binding = 2) readonly buffer TotalsBuf { uint totals[]; };
-layout(std430, binding = 3) readonly buffer XyopBuf { vec4 xyop[]; };
-layout(std430, binding = 4) readonly buffer RadiiBuf { ivec2 radii[]; };
-layout(std430, binding = 5) writeonly buffer IsectKeysBuf { uint isect_keys[]; };
-layout(std430, binding = 6) writeonly buffer IsectIdsBuf { uint isect_ids[]; };
+layout(std430, binding = 0) restrict readonly buffer SortedIdsBuf { uint sorted_ids[]; };
+layout(std430, binding = 1) restrict readonly buffer OffsetsBuf { uint offsets[]; };
+layout(std430, binding = 2) restrict readonly buffer TotalsBuf { uint totals[]; };
+layout(std430, binding = 3) restrict readonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 4) restrict readonly buffer RadiiBuf { ivec2 radii[]; };
+layout(std430, binding = 5) restrict writeonly buffer IsectKeysBuf { uint isect_keys[]; };
+layout(std430, binding = 6) restrict writeonly buffer IsectIdsBuf { uint isect_ids[]; };
 
 layout(push_constant) uniform Push {
     uint n;               // cameras * Gaussians

@@ -22,13 +22,13 @@
 
 layout(local_size_x = 16, local_size_y = 16) in;
 
-layout(std430, binding = 0) readonly buffer ColorsBuf { float colors[]; };
-layout(std430, binding = 1) readonly buffer GtBuf { uint gt_images[]; };
-layout(std430, binding = 2) readonly buffer ParamsBuf { StepParams params; };
-layout(std430, binding = 3) readonly buffer SsimGradsBuf { float ssim_grads[]; };
-layout(std430, binding = 4) readonly buffer PartialsBuf { vec4 partials[]; };
-layout(std430, binding = 5) writeonly buffer GradColorsBuf { float grad_colors[]; };
-layout(std430, binding = 6) writeonly buffer LossOutBuf { float loss_out[]; };
+layout(std430, binding = 0) restrict readonly buffer ColorsBuf { float colors[]; };
+layout(std430, binding = 1) restrict readonly buffer GtBuf { uint gt_images[]; };
+layout(std430, binding = 2) restrict readonly buffer ParamsBuf { StepParams params; };
+layout(std430, binding = 3) restrict readonly buffer SsimGradsBuf { float ssim_grads[]; };
+layout(std430, binding = 4) restrict readonly buffer PartialsBuf { vec4 partials[]; };
+layout(std430, binding = 5) restrict writeonly buffer GradColorsBuf { float grad_colors[]; };
+layout(std430, binding = 6) restrict writeonly buffer LossOutBuf { float loss_out[]; };
 
 layout(push_constant) uniform Push {
     uint width;

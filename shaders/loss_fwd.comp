@@ -21,11 +21,11 @@
 
 layout(local_size_x = 16, local_size_y = 16) in;
 
-layout(std430, binding = 0) readonly buffer ColorsBuf { float colors[]; };
-layout(std430, binding = 1) readonly buffer GtBuf { uint gt_images[]; };
-layout(std430, binding = 2) readonly buffer ParamsBuf { StepParams params; };
-layout(std430, binding = 3) writeonly buffer SsimGradsBuf { float ssim_grads[]; };
-layout(std430, binding = 4) writeonly buffer PartialsBuf { vec4 partials[]; };
+layout(std430, binding = 0) restrict readonly buffer ColorsBuf { float colors[]; };
+layout(std430, binding = 1) restrict readonly buffer GtBuf { uint gt_images[]; };
+layout(std430, binding = 2) restrict readonly buffer ParamsBuf { StepParams params; };
+layout(std430, binding = 3) restrict writeonly buffer SsimGradsBuf { float ssim_grads[]; };
+layout(std430, binding = 4) restrict writeonly buffer PartialsBuf { vec4 partials[]; };
 
 layout(push_constant) uniform Push {
     uint width;

@@ -27,19 +27,19 @@ layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool ACTIVATED = true;
 
-layout(std430, binding = 0) readonly buffer MeansBuf { float means[]; };
-layout(std430, binding = 1) readonly buffer QuatsBuf { vec4 quats[]; };
-layout(std430, binding = 2) readonly buffer ScalesBuf { float scales[]; };
-layout(std430, binding = 3) readonly buffer OpacitiesBuf { float opacities[]; };
-layout(std430, binding = 4) readonly buffer ShBuf { float sh[]; };
-layout(std430, binding = 5) readonly buffer CamerasBuf { float cameras[]; };
-layout(std430, binding = 6) writeonly buffer XyopBuf { vec4 xyop[]; };
-layout(std430, binding = 7) writeonly buffer ConicsBuf { vec4 conics[]; };
-layout(std430, binding = 8) writeonly buffer RgbBuf { vec4 rgb[]; };
-layout(std430, binding = 9) writeonly buffer RadiiBuf { ivec2 radii[]; };
-layout(std430, binding = 10) writeonly buffer TileCountsBuf { uint tile_counts[]; };
-layout(std430, binding = 11) writeonly buffer DepthKeysBuf { uint depth_keys[]; };
-layout(std430, binding = 12) writeonly buffer DepthIdsBuf { uint depth_ids[]; };
+layout(std430, binding = 0) restrict readonly buffer MeansBuf { float means[]; };
+layout(std430, binding = 1) restrict readonly buffer QuatsBuf { vec4 quats[]; };
+layout(std430, binding = 2) restrict readonly buffer ScalesBuf { float scales[]; };
+layout(std430, binding = 3) restrict readonly buffer OpacitiesBuf { float opacities[]; };
+layout(std430, binding = 4) restrict readonly buffer ShBuf { float sh[]; };
+layout(std430, binding = 5) restrict readonly buffer CamerasBuf { float cameras[]; };
+layout(std430, binding = 6) restrict writeonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 7) restrict writeonly buffer ConicsBuf { vec4 conics[]; };
+layout(std430, binding = 8) restrict writeonly buffer RgbBuf { vec4 rgb[]; };
+layout(std430, binding = 9) restrict writeonly buffer RadiiBuf { ivec2 radii[]; };
+layout(std430, binding = 10) restrict writeonly buffer TileCountsBuf { uint tile_counts[]; };
+layout(std430, binding = 11) restrict writeonly buffer DepthKeysBuf { uint depth_keys[]; };
+layout(std430, binding = 12) restrict writeonly buffer DepthIdsBuf { uint depth_ids[]; };
 
 layout(push_constant) uniform Push {
     uint n;

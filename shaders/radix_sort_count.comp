@@ -12,9 +12,9 @@
 
 layout(local_size_x = 128) in;
 
-layout(std430, binding = 0) readonly buffer KeysBuf { uint keys[]; };
-layout(std430, binding = 1) readonly buffer NumKeysBuf { uint num_keys[]; };
-layout(std430, binding = 2) writeonly buffer HistBuf { uint hist[]; };
+layout(std430, binding = 0) restrict readonly buffer KeysBuf { uint keys[]; };
+layout(std430, binding = 1) restrict readonly buffer NumKeysBuf { uint num_keys[]; };
+layout(std430, binding = 2) restrict writeonly buffer HistBuf { uint hist[]; };
 
 layout(push_constant) uniform Push {
     uint n_max;

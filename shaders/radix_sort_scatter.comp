@@ -20,12 +20,12 @@
 
 layout(local_size_x = 128) in;
 
-layout(std430, binding = 0) readonly buffer KeysInBuf { uint keys_in[]; };
-layout(std430, binding = 1) readonly buffer ValsInBuf { uint vals_in[]; };
-layout(std430, binding = 2) readonly buffer HistBuf { uint hist[]; };
-layout(std430, binding = 3) readonly buffer NumKeysBuf { uint num_keys[]; };
-layout(std430, binding = 4) writeonly buffer KeysOutBuf { uint keys_out[]; };
-layout(std430, binding = 5) writeonly buffer ValsOutBuf { uint vals_out[]; };
+layout(std430, binding = 0) restrict readonly buffer KeysInBuf { uint keys_in[]; };
+layout(std430, binding = 1) restrict readonly buffer ValsInBuf { uint vals_in[]; };
+layout(std430, binding = 2) restrict readonly buffer HistBuf { uint hist[]; };
+layout(std430, binding = 3) restrict readonly buffer NumKeysBuf { uint num_keys[]; };
+layout(std430, binding = 4) restrict writeonly buffer KeysOutBuf { uint keys_out[]; };
+layout(std430, binding = 5) restrict writeonly buffer ValsOutBuf { uint vals_out[]; };
 
 layout(push_constant) uniform Push {
     uint n_max;

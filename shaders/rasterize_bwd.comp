@@ -30,27 +30,28 @@
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const bool ABSGRAD = false;
 
-layout(std430, binding = 0) readonly buffer RangesBuf { uvec2 ranges[]; };
-layout(std430, binding = 1) readonly buffer IsectIdsBuf { uint isect_ids[]; };
-layout(std430, binding = 2) readonly buffer XyopBuf { vec4 xyop[]; };
-layout(std430, binding = 3) readonly buffer ConicsBuf { vec4 conics[]; };
-layout(std430, binding = 4) readonly buffer RgbBuf { vec4 rgb[]; };
-layout(std430, binding = 5) readonly buffer BackgroundsBuf { float backgrounds[]; };
-layout(std430, binding = 6) readonly buffer OutAlphasBuf { float out_alphas[]; };
-layout(std430, binding = 7) readonly buffer OutLastBuf { uint out_last[]; };
-layout(std430, binding = 8) readonly buffer GradColorsBuf { float grad_colors[]; };
-layout(std430, binding = 9) readonly buffer GradAlphasBuf { float grad_alphas[]; };
-layout(std430, binding = 10) buffer GradXyBuf { GRAD_T grad_xy[]; };
-layout(std430, binding = 11) buffer GradConicsBuf { GRAD_T grad_conics[]; };
-layout(std430, binding = 12) buffer GradRgbBuf { GRAD_T grad_rgb[]; };
-layout(std430, binding = 13) buffer GradOpacityBuf { GRAD_T grad_opacity[]; };
-layout(std430, binding = 14) buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
+layout(std430, binding = 0) restrict readonly buffer RangesBuf { uvec2 ranges[]; };
+layout(std430, binding = 1) restrict readonly buffer IsectIdsBuf { uint isect_ids[]; };
+layout(std430, binding = 2) restrict readonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 3) restrict readonly buffer ConicsBuf { vec4 conics[]; };
+layout(std430, binding = 4) restrict readonly buffer RgbBuf { vec4 rgb[]; };
+layout(std430, binding = 5) restrict readonly buffer BackgroundsBuf { float backgrounds[]; };
+layout(std430, binding = 6) restrict readonly buffer OutAlphasBuf { float out_alphas[]; };
+layout(std430, binding = 7) restrict readonly buffer OutLastBuf { uint out_last[]; };
+layout(std430, binding = 8) restrict readonly buffer GradColorsBuf { float grad_colors[]; };
+layout(std430, binding = 9) restrict readonly buffer GradAlphasBuf { float grad_alphas[]; };
+layout(std430, binding = 10) restrict buffer GradXyBuf { GRAD_T grad_xy[]; };
+layout(std430, binding = 11) restrict buffer GradConicsBuf { GRAD_T grad_conics[]; };
+layout(std430, binding = 12) restrict buffer GradRgbBuf { GRAD_T grad_rgb[]; };
+layout(std430, binding = 13) restrict buffer GradOpacityBuf { GRAD_T grad_opacity[]; };
+layout(std430, binding = 14) restrict buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
 
 layout(push_constant) uniform Push {
     uint width;
     uint height;
     uint tile_width;
     uint tile_height;
+    float max_alpha;
 } pc;
 
 shared vec4 s_xyop[TILE_PIXELS];
@@ -109,7 +110,7 @@ void main() {
             float sigma = gaussian_sigma(d, con);
             float vis = exp(-sigma);
             float raw_alpha = g.z * vis;
-            float alpha = min(MAX_ALPHA, raw_alpha);
+            float alpha = min(pc.max_alpha, raw_alpha);
             valid = valid && sigma >= 0.0 && alpha >= MIN_ALPHA;
             vec2 v_xy = vec2(0.0);
             vec3 v_con = vec3(0.0);
@@ -123,7 +124,7 @@ void main() {
                 v_rgb = w * v_color;
                 float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
                 behind += col * w;
-                if (raw_alpha <= MAX_ALPHA) {
+                if (raw_alpha <= pc.max_alpha) {
                     float v_sigma = -raw_alpha * v_alpha;
                     v_op = vis * v_alpha;
                     v_con = vec3(0.5 * d.x * d.x, d.x * d.y, 0.5 * d.y * d.y) * v_sigma;

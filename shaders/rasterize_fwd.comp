@@ -18,22 +18,23 @@
 
 layout(local_size_x = 16, local_size_y = 16) in;
 
-layout(std430, binding = 0) readonly buffer RangesBuf { uvec2 ranges[]; };
-layout(std430, binding = 1) readonly buffer IsectIdsBuf { uint isect_ids[]; };
-layout(std430, binding = 2) readonly buffer XyopBuf { vec4 xyop[]; };
-layout(std430, binding = 3) readonly buffer ConicsBuf { vec4 conics[]; };
-layout(std430, binding = 4) readonly buffer RgbBuf { vec4 rgb[]; };
-layout(std430, binding = 5) readonly buffer BackgroundsBuf { float backgrounds[]; };
-layout(std430, binding = 6) writeonly buffer OutColorsBuf { float out_colors[]; };
-layout(std430, binding = 7) writeonly buffer OutAlphasBuf { float out_alphas[]; };
-layout(std430, binding = 8) writeonly buffer OutDepthsBuf { float out_depths[]; };
-layout(std430, binding = 9) writeonly buffer OutLastBuf { uint out_last[]; };
+layout(std430, binding = 0) restrict readonly buffer RangesBuf { uvec2 ranges[]; };
+layout(std430, binding = 1) restrict readonly buffer IsectIdsBuf { uint isect_ids[]; };
+layout(std430, binding = 2) restrict readonly buffer XyopBuf { vec4 xyop[]; };
+layout(std430, binding = 3) restrict readonly buffer ConicsBuf { vec4 conics[]; };
+layout(std430, binding = 4) restrict readonly buffer RgbBuf { vec4 rgb[]; };
+layout(std430, binding = 5) restrict readonly buffer BackgroundsBuf { float backgrounds[]; };
+layout(std430, binding = 6) restrict writeonly buffer OutColorsBuf { float out_colors[]; };
+layout(std430, binding = 7) restrict writeonly buffer OutAlphasBuf { float out_alphas[]; };
+layout(std430, binding = 8) restrict writeonly buffer OutDepthsBuf { float out_depths[]; };
+layout(std430, binding = 9) restrict writeonly buffer OutLastBuf { uint out_last[]; };
 
 layout(push_constant) uniform Push {
     uint width;
     uint height;
     uint tile_width;
     uint tile_height;
+    float max_alpha;
 } pc;
 
 shared vec4 s_xyop[TILE_PIXELS];
@@ -85,7 +86,7 @@ void main() {
         for (uint k = 0u; k < count && !done; ++k) {
             vec4 g = s_xyop[k];
             float sigma = gaussian_sigma(g.xy - centre, s_conic[k].xyz);
-            float alpha = min(MAX_ALPHA, g.z * exp(-sigma));
+            float alpha = min(pc.max_alpha, g.z * exp(-sigma));
             if (sigma < 0.0 || alpha < MIN_ALPHA) {
                 continue;
             }

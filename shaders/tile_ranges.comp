@@ -10,9 +10,9 @@
 
 layout(local_size_x = 256) in;
 
-layout(std430, binding = 0) readonly buffer IsectKeysBuf { uint isect_keys[]; };
-layout(std430, binding = 1) readonly buffer NumIsectsBuf { uint num_isects[]; };
-layout(std430, binding = 2) writeonly buffer RangesBuf { uvec2 ranges[]; };
+layout(std430, binding = 0) restrict readonly buffer IsectKeysBuf { uint isect_keys[]; };
+layout(std430, binding = 1) restrict readonly buffer NumIsectsBuf { uint num_isects[]; };
+layout(std430, binding = 2) restrict writeonly buffer RangesBuf { uvec2 ranges[]; };
 
 layout(push_constant) uniform Push {
     uint m_max;

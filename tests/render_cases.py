@@ -33,9 +33,9 @@ def random_scene(n=300, cameras=2, width=75, height=53, sh_degree=3, seed=0, spr
                 width=width, height=height, sh_degree=sh_degree)
 
 
-def gpu_render(scene, backgrounds=None, device=None):
+def gpu_render(scene, backgrounds=None, device=None, **kwargs):
     from spirula.render.api import rasterization
-    return rasterization(**scene, backgrounds=backgrounds, device=device)
+    return rasterization(**scene, backgrounds=backgrounds, device=device, **kwargs)
 
 
 def ref_render(scene, backgrounds=None):

@@ -185,9 +185,10 @@ def forward_inputs(backends):
     return out
 
 
-def raster_push(f):
+def raster_push(f, max_alpha=0.99):
     tw, th = tile_grid(f["width"], f["height"])
-    return dict(width=f["width"], height=f["height"], tile_width=tw, tile_height=th), (tw, th, 2)
+    return (dict(width=f["width"], height=f["height"], tile_width=tw, tile_height=th, max_alpha=max_alpha),
+            (tw, th, 2))
 
 
 # ---- copy, fill, transfers ----------------------------------------------------------------
@@ -476,9 +477,10 @@ def test_tile_ranges_is_exact(backends):
 
 # ---- rasterization --------------------------------------------------------------------
 
-def test_rasterize_fwd_matches(backends, forward_inputs):
+@pytest.mark.parametrize("max_alpha", [0.99, 0.999])
+def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
     f = forward_inputs
-    push, groups = raster_push(f)
+    push, groups = raster_push(f, max_alpha)
     C, H, W = 2, f["height"], f["width"]
     outs = dict(out_colors=((C, H, W, 3), np.float32), out_alphas=((C, H, W), np.float32),
                 out_depths=((C, H, W), np.float32), out_last=((C, H, W), np.uint32))

@@ -59,3 +59,20 @@ def test_rasterize_bwd_per_camera_outputs_match_reference():
     assert_grad_close(read(raster.grad_opacity, 1)[vis][:, 0], ref["opacities"][vis], "opacities")
     # |dL/dmean2d| summed per pixel bounds the plain sum's magnitude
     assert np.all(got["means2d_absgrad"] + 1e-6 >= np.abs(got["means2d"]))
+
+
+def test_gradients_with_gsplat_alpha_cap(monkeypatch):
+    """max_alpha = 0.999: where o exp(-sigma) lies between 0.99 and 0.999 the
+    gradient flows (unclamped), and 1 - alpha divides down to 1e-3."""
+    import reference.rasterize
+    scene = random_scene(n=200, seed=12)
+    scene["opacities"] = np.random.default_rng(3).uniform(0.985, 0.9999, 200).astype(np.float32)
+    colors, alphas, _, meta = gpu_render(scene, max_alpha=0.999)
+    rng = np.random.default_rng(8)
+    gc = rng.standard_normal(colors.shape).astype(np.float32)
+    ga = rng.standard_normal(alphas.shape).astype(np.float32)
+    got = rasterization_backward(meta, gc, ga)
+    monkeypatch.setattr(reference.rasterize, "MAX_ALPHA", 0.999)
+    ref = ref_grads(scene, gc, ga)
+    for name in INPUTS:
+        assert_grad_close(got[name], ref[name], name)

@@ -33,3 +33,18 @@ def test_last_contributor_and_transmittance_match_reference():
     last = raster.device.readback(raster.out_last)
     assert (last != rmeta["last"]).mean() < 1e-3          # a skip decision at 1/255 may flip
     np.testing.assert_allclose(1 - alphas[..., 0], rmeta["T_final"], atol=1e-5)
+
+
+def test_alpha_cap_is_a_parameter(monkeypatch):
+    """max_alpha = 0.999 (gsplat 1.5.3's cap) against the reference with the same
+    cap, on near-opaque Gaussians where the cap decides the image."""
+    import reference.rasterize
+    scene = random_scene(n=200, seed=5)
+    scene["opacities"] = np.full_like(scene["opacities"], 0.9995)
+    default = gpu_render(scene)[0]
+    colors, alphas, _, _ = gpu_render(scene, max_alpha=0.999)
+    monkeypatch.setattr(reference.rasterize, "MAX_ALPHA", 0.999)
+    rc, ra, _ = ref_render(scene)
+    assert_image_close(colors, rc)
+    assert_image_close(alphas, ra)
+    assert np.abs(default - colors).max() > 1e-3       # the cap is not ignored

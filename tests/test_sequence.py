@@ -114,3 +114,16 @@ def test_recorded_copy_and_fill_inside_a_sequence(device):
     assert got[0] == 3.0 and got[1] == got[2] == 1.0 and np.all(got[3:] == 3.0)
     device.pool.free(a)
     device.pool.free(b)
+
+
+def test_one_buffer_twice_in_a_restrict_kernel_is_refused(device):
+    """tile_ranges declares its bindings restrict: the same buffer as its input
+    keys and its output ranges would be undefined behaviour, so it is refused."""
+    buf = device.pool.alloc("test.alias", (64,), np.uint32, zero=True)
+    count = device.pool.alloc("test.alias_count", (4,), np.uint32, zero=True)
+    rec = device.recorder("alias")
+    with pytest.raises(ValueError, match="bound to both isect_keys and ranges"):
+        rec.dispatch("tile_ranges", 1, dict(isect_keys=buf, num_isects=count, ranges=buf),
+                     push=dict(m_max=64, count_offset=0))
+    device.pool.free(buf)
+    device.pool.free(count)

@@ -9,7 +9,6 @@ namespace spirula {
 
 constexpr uint32_t TILE = 16u;
 constexpr uint32_t TILE_PIXELS = TILE * TILE;
-constexpr float MAX_ALPHA = 0.99f;
 constexpr float MIN_ALPHA = 1.0f / 255.0f;
 constexpr float MIN_TRANSMITTANCE = 1e-4f;
 

@@ -168,7 +168,7 @@ def eval_command(run, backend):
     if not scene.test:
         raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
     device = _open_device(backend)
-    metrics = evaluate_run(scene, device, params)
+    metrics = evaluate_run(scene, device, params, max_alpha=cfg.max_alpha)
     metrics.update(checkpoint=str(ckpt), n_splats=len(params["means"]))
     for p in metrics["per_image"]:
         click.echo("%-32s PSNR %7.3f  SSIM %.4f" % (p["image"], p["psnr"], p["ssim"]))
@@ -196,7 +196,7 @@ def render_command(run, cameras, out, backend):
     if not indices:
         raise SpirulaError("%s: no test views to render; pick some with --camera" % run)
     device = _open_device(backend)
-    renderer = SplatRenderer(device, params, scene.background)
+    renderer = SplatRenderer(device, params, scene.background, cfg.max_alpha)
     out = out or ((Path(run) if Path(run).is_dir() else ckpt.parent.parent) / "renders")
     out.mkdir(parents=True, exist_ok=True)
     for i in indices:

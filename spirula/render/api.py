@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 
 from spirula.errors import SpirulaError
-from spirula.render.rasterizer import Rasterizer, Splats
+from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 
 
 def _check(name: str, arr, shape: tuple) -> np.ndarray:
@@ -45,7 +45,7 @@ def _release(raster, splats, device):
 
 
 def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width: int, height: int,
-                  sh_degree: int | None = None, backgrounds=None, *, device=None):
+                  sh_degree: int | None = None, backgrounds=None, *, max_alpha: float = MAX_ALPHA, device=None):
     """Render N Gaussians into C images on the GPU.
 
     Args:
@@ -59,6 +59,8 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
         width, height: image size in pixels.
         sh_degree: SH degree used (default: the largest K allows, up to 3).
         backgrounds: [C,3] colours behind the Gaussians (default black).
+        max_alpha: cap on one Gaussian's alpha at a pixel (default 0.99,
+            DESIGN.md; gsplat 1.5.3 uses 0.999).
         device: a :class:`~spirula.runtime.device.Device` (default: the process's).
 
     Returns:
@@ -91,7 +93,8 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
     if backgrounds is not None:
         backgrounds = _check("backgrounds", backgrounds, (C, 3))
 
-    raster = Rasterizer(device, width, height, C, capacity=max(N, 1), name="api.raster")
+    raster = Rasterizer(device, width, height, C, capacity=max(N, 1), name="api.raster",
+                        max_alpha=max_alpha)
     splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True,
                                prefix="api.splat")
     raster.set_cameras(viewmats, Ks)

@@ -34,6 +34,7 @@ from spirula.runtime.buffers import Buffer
 
 TILE = 16
 EPS2D = 0.3
+MAX_ALPHA = 0.99        # DESIGN section 2 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
 FAR_PLANE = 1e10
 
@@ -121,11 +122,16 @@ class Rasterizer:
         n_cameras: C, cameras rendered together.
         capacity: Gaussians to reserve room for (grows with :meth:`reserve`).
         isect_capacity: intersections to reserve room for.
+        max_alpha: the cap on one Gaussian's alpha at a pixel (0.99: DESIGN;
+            gsplat 1.5.3 uses 0.999).
     """
 
     def __init__(self, device, width: int, height: int, n_cameras: int = 1, capacity: int = 1,
-                 isect_capacity: int = 1, name: str = "raster"):
+                 isect_capacity: int = 1, name: str = "raster", max_alpha: float = MAX_ALPHA):
+        if not 0.0 < max_alpha < 1.0:
+            raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
         self.device = device
+        self.max_alpha = float(max_alpha)
         self.width, self.height, self.n_cameras = int(width), int(height), int(n_cameras)
         self.tile_width, self.tile_height = tile_grid(self.width, self.height)
         self.tiles = self.tile_width * self.tile_height
@@ -289,7 +295,7 @@ class Rasterizer:
                           backgrounds=self.backgrounds, out_colors=self.out_colors, out_alphas=self.out_alphas,
                           out_depths=self.out_depths, out_last=self.out_last),
                      push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
-                               tile_height=self.tile_height))
+                               tile_height=self.tile_height, max_alpha=self.max_alpha))
 
     def record_backward(self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
@@ -322,7 +328,7 @@ class Rasterizer:
                           grad_xy=v["grad_xy"], grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"],
                           grad_opacity=v["grad_opacity"], grad_xy_abs=v["grad_xy_abs"]),
                      push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
-                               tile_height=self.tile_height),
+                               tile_height=self.tile_height, max_alpha=self.max_alpha),
                      spec=dict(ABSGRAD=int(absgrad)))
 
     def intersections(self) -> tuple:

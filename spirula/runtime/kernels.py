@@ -60,6 +60,7 @@ class Binding:
     name: str
     reads: bool
     writes: bool
+    restrict: bool = False   # the shader assumes no other binding aliases it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +160,8 @@ def parse_contract(name: str, source: str):
         if not member:
             raise ShaderCompileError("shaders/%s.comp: cannot read the member of a buffer block" % name)
         bindings.append(Binding(int(args["binding"]), member.group(1),
-                                reads="writeonly" not in quals, writes="readonly" not in quals))
+                                reads="writeonly" not in quals, writes="readonly" not in quals,
+                                restrict="restrict" in quals))
     bindings.sort(key=lambda b: b.index)
     if [b.index for b in bindings] != list(range(len(bindings))):
         raise ShaderCompileError("shaders/%s.comp: buffer bindings must be 0..n-1, got %s"

@@ -47,6 +47,19 @@ def fill_word(value) -> int:
 _BARRIER_ALL = os.environ.get("SPIRULA_BARRIER_ALL", "") not in ("", "0")
 
 
+def _check_aliasing(kernel: Kernel, bufs: list):
+    """A ``restrict`` binding promises the compiler that no other binding of the
+    dispatch reaches its memory; binding one buffer twice, with a write on
+    either side, would break that promise silently (undefined results)."""
+    seen = {}
+    for bd, buf in zip(kernel.bindings, bufs):
+        other = seen.get(id(buf))
+        if other is not None and (bd.restrict or other.restrict) and (bd.writes or other.writes):
+            raise ValueError("%s: buffer %s is bound to both %s and %s, which are restrict"
+                             % (kernel.name, buf.name, other.name, bd.name))
+        seen.setdefault(id(buf), bd)
+
+
 @dataclasses.dataclass
 class _Dispatch:
     name: str                 # profiler row
@@ -111,6 +124,7 @@ class Recorder:
                                           "missing buffers %s " % missing if missing else "",
                                           "unknown buffers %s" % extra if extra else ""))
         bufs = [buffers[n] for n in names]
+        _check_aliasing(kernel, bufs)
         self._use(bufs)
         groups = self.device.fold_groups(groups)
         tensors = [b.tensor for b in bufs]

@@ -21,6 +21,8 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     adam_eps: float = 1e-15
+    # rendering: cap on one splat's alpha at a pixel (DESIGN 0.99; gsplat 1.5.3 0.999)
+    max_alpha: float = 0.99
     lr_means: float = 1.6e-4            # x scene extent, decaying to lr_means_final x extent
     lr_means_final: float = 1.6e-6
     lr_quats: float = 1e-3

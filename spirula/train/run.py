@@ -202,11 +202,13 @@ def load_run(run: Path):
 
 
 class SplatRenderer:
-    """Renders raw splat arrays (log-scales, logits) from any camera."""
+    """Renders raw splat arrays (log-scales, logits) from any camera, with the
+    alpha cap they were trained with."""
 
-    def __init__(self, device, params: dict, background=None):
+    def __init__(self, device, params: dict, background=None, max_alpha: float = 0.99):
         from spirula.render.rasterizer import Splats
         self.device = device
+        self.max_alpha = max_alpha
         self.splats = Splats.from_numpy(device, params["means"], params["quats"], params["scales"],
                                         params["opacities"], params["sh"], activated=False, prefix="render")
         self.sh_degree = int(round(np.sqrt(params["sh"].shape[1]))) - 1
@@ -220,7 +222,7 @@ class SplatRenderer:
         raster = self._raster.get(key)
         if raster is None:
             raster = self._raster[key] = Rasterizer(self.device, width, height, 1, capacity=self.splats.n,
-                                                     name="render.raster")
+                                                     name="render.raster", max_alpha=self.max_alpha)
         raster.set_backgrounds(None if self.background is None else np.asarray(self.background)[None])
         raster.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
         raster.forward(self.splats, self.sh_degree)
@@ -232,10 +234,10 @@ class SplatRenderer:
         self.splats.free(self.device)
 
 
-def evaluate_run(scene, device, params: dict, indices=None) -> dict:
+def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = 0.99) -> dict:
     """PSNR/SSIM of the splats on the given (default: test) views."""
     from spirula.train.metrics import psnr, ssim
-    renderer = SplatRenderer(device, params, scene.background)
+    renderer = SplatRenderer(device, params, scene.background, max_alpha)
     per = []
     for i in (scene.test if indices is None else indices):
         f = scene.frames[i]

@@ -85,7 +85,8 @@ class Trainer:
         self.stats = (pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
                       pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True))
 
-        self.raster = Rasterizer(device, self.width, self.height, 1, capacity=self.model.capacity, name="train.raster")
+        self.raster = Rasterizer(device, self.width, self.height, 1, capacity=self.model.capacity, name="train.raster",
+                                 max_alpha=cfg.max_alpha)
         self.raster.set_backgrounds(scene.background[None])
         self.loss = LossBuffers(device, 1, self.width, self.height)
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
