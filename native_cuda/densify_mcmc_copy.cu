@@ -1,5 +1,7 @@
-// densify_mcmc_copy: give drawn sources' attributes to their new copies, whose
-// Adam moments start at 0. Twin of shaders/densify_mcmc_copy.comp.
+// densify_mcmc_copy: give drawn sources' attributes to their new copies. New
+// splats (APPEND) start with Adam moments at 0; relocated ones too with
+// RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate).
+// Twin of shaders/densify_mcmc_copy.comp.
 //   APPEND = false (relocation): one thread per splat i < n; dead splat i
 //     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
 //     j = dead_offsets[i]'s source.
@@ -13,7 +15,7 @@
 //   binding 17    sample_src   [..]  u32  read
 //   binding 18    weight_totals [..] f32  read   total sampling weight at weight_total_offset
 //                                                 (0: nothing was drawn)
-//   constant_id 0 APPEND, 1 SH_COEFFS
+//   constant_id 0 APPEND, 1 SH_COEFFS, 2 RESET_MOMENTS
 #include "common/launch.cuh"
 
 namespace {
@@ -47,7 +49,8 @@ struct Args {
     const float* weight_totals;
 };
 
-__global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs) {
+__global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs,
+                                                                     bool reset_moments) {
     uint32_t t = spirula::global_index();
     uint32_t dst, src;
     if (append) {
@@ -73,21 +76,27 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.means[3u * dst + k] = a.means[3u * src + k];
         a.scales[3u * dst + k] = a.scales[3u * src + k];
-        a.m_means[3u * dst + k] = 0.0f;
-        a.v_means[3u * dst + k] = 0.0f;
-        a.m_scales[3u * dst + k] = 0.0f;
-        a.v_scales[3u * dst + k] = 0.0f;
     }
     a.quats[dst] = a.quats[src];
-    a.m_quats[dst] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    a.v_quats[dst] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     a.opacities[dst] = a.opacities[src];
-    a.m_opacities[dst] = 0.0f;
-    a.v_opacities[dst] = 0.0f;
     for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
         a.sh[3u * sh_coeffs * dst + k] = a.sh[3u * sh_coeffs * src + k];
-        a.m_sh[3u * sh_coeffs * dst + k] = 0.0f;
-        a.v_sh[3u * sh_coeffs * dst + k] = 0.0f;
+    }
+    if (append || reset_moments) {
+        for (uint32_t k = 0u; k < 3u; ++k) {
+            a.m_means[3u * dst + k] = 0.0f;
+            a.v_means[3u * dst + k] = 0.0f;
+            a.m_scales[3u * dst + k] = 0.0f;
+            a.v_scales[3u * dst + k] = 0.0f;
+        }
+        a.m_quats[dst] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a.v_quats[dst] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        a.m_opacities[dst] = 0.0f;
+        a.v_opacities[dst] = 0.0f;
+        for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
+            a.m_sh[3u * sh_coeffs * dst + k] = 0.0f;
+            a.v_sh[3u * sh_coeffs * dst + k] = 0.0f;
+        }
     }
 }
 
@@ -95,12 +104,12 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
 
 SPIRULA_EXPORT int densify_mcmc_copy(const SpirulaLaunch* L) {
     using spirula::buffer;
-    SPIRULA_CONTRACT(L, 19, 4, 2);
+    SPIRULA_CONTRACT(L, 19, 4, 3);
     Args a{buffer<float>(L, 0),  buffer<float4>(L, 1), buffer<float>(L, 2),  buffer<float>(L, 3),
            buffer<float>(L, 4),  buffer<float>(L, 5),  buffer<float>(L, 6),  buffer<float4>(L, 7),
            buffer<float4>(L, 8), buffer<float>(L, 9),  buffer<float>(L, 10), buffer<float>(L, 11),
            buffer<float>(L, 12), buffer<float>(L, 13), buffer<float>(L, 14), buffer<const uint32_t>(L, 15),
            buffer<const uint32_t>(L, 16), buffer<const uint32_t>(L, 17), buffer<const float>(L, 18)};
     return spirula::launch(L, dim3(256), densify_mcmc_copy_kernel, a, spirula::push_block<Push>(L),
-                           L->spec[0] != 0u, L->spec[1]);
+                           L->spec[0] != 0u, L->spec[1], L->spec[2] != 0u);
 }

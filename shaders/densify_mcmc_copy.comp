@@ -1,6 +1,7 @@
 #version 450
-// densify_mcmc_copy: give drawn sources' attributes to their new copies, whose
-// Adam moments start at 0.
+// densify_mcmc_copy: give drawn sources' attributes to their new copies. New
+// splats (APPEND) start with Adam moments at 0; relocated ones too with
+// RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate).
 //   APPEND = false (relocation): one thread per splat i < n; dead splat i
 //     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
 //     j = dead_offsets[i]'s source.
@@ -20,6 +21,7 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool APPEND = false;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
+layout(constant_id = 2) const bool RESET_MOMENTS = true;
 
 layout(std430, binding = 0) buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) buffer QuatsBuf { vec4 quats[]; };
@@ -74,20 +76,26 @@ void main() {
     for (uint k = 0u; k < 3u; ++k) {
         means[3u * dst + k] = means[3u * src + k];
         scales[3u * dst + k] = scales[3u * src + k];
-        m_means[3u * dst + k] = 0.0;
-        v_means[3u * dst + k] = 0.0;
-        m_scales[3u * dst + k] = 0.0;
-        v_scales[3u * dst + k] = 0.0;
     }
     quats[dst] = quats[src];
-    m_quats[dst] = vec4(0.0);
-    v_quats[dst] = vec4(0.0);
     opacities[dst] = opacities[src];
-    m_opacities[dst] = 0.0;
-    v_opacities[dst] = 0.0;
     for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
         sh[3u * SH_COEFFS * dst + k] = sh[3u * SH_COEFFS * src + k];
-        m_sh[3u * SH_COEFFS * dst + k] = 0.0;
-        v_sh[3u * SH_COEFFS * dst + k] = 0.0;
+    }
+    if (APPEND || RESET_MOMENTS) {
+        for (uint k = 0u; k < 3u; ++k) {
+            m_means[3u * dst + k] = 0.0;
+            v_means[3u * dst + k] = 0.0;
+            m_scales[3u * dst + k] = 0.0;
+            v_scales[3u * dst + k] = 0.0;
+        }
+        m_quats[dst] = vec4(0.0);
+        v_quats[dst] = vec4(0.0);
+        m_opacities[dst] = 0.0;
+        v_opacities[dst] = 0.0;
+        for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
+            m_sh[3u * SH_COEFFS * dst + k] = 0.0;
+            v_sh[3u * SH_COEFFS * dst + k] = 0.0;
+        }
     }
 }

@@ -27,8 +27,8 @@ def relocation(o, scale, n_share):
     return o_new, scale * o / denom
 
 
-def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000):
-    cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1)
+def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000, **cfg_kw):
+    cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1, **cfg_kw)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     trainer.model.upload(arrays, moments)
     return trainer
@@ -80,7 +80,8 @@ def _groups(before_means, after_means):
     return np.array([index.get(m.tobytes(), -1) for m in after_means])
 
 
-def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene):
+@pytest.mark.parametrize("keep_moments", [False, True], ids=["reset-moments", "keep-moments"])
+def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene, keep_moments):
     n = 300
     rng = np.random.default_rng(4)
     o = rng.uniform(0.05, 0.95, n)
@@ -89,7 +90,8 @@ def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene):
     a = _splats(n, seed=3)
     a["opacities"][:] = np.log(o / (1 - o))
     mom = _moments(a, 5)
-    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=n)    # at the budget: relocation only
+    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=n,    # at the budget: relocation only
+                            mcmc_keep_moments=keep_moments)
     trainer.strategy.refine(600)
     got = trainer.model.download()
     p = got["params"]
@@ -111,9 +113,9 @@ def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene):
             np.testing.assert_array_equal(p[name][i], a[name][s])
         for group in ("exp_avg", "exp_avg_sq"):
             for name in PARAMS:
-                if g == 1:       # untouched
+                if g == 1 or (keep_moments and i != s):   # untouched, or relocated keeping its own
                     np.testing.assert_array_equal(got[group][name][i], mom[group][name][i])
-                else:            # relocated, or the source it was drawn from
+                else:            # the source drawn from, or relocated from 0
                     assert not got[group][name][i].any(), (i, group, name)
     trainer.free()
 

@@ -40,6 +40,7 @@ class TrainConfig:
     min_opacity: float = 0.005
     # MCMC
     noise_lr: float = 5e5
+    mcmc_keep_moments: bool = False     # relocated splats keep their slot's Adam moments (gsplat 1.5.3)
     opacity_reg: float | None = None    # MCMC 0.01, ADC 0
     scale_reg: float | None = None
     # ADC

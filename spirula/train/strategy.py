@@ -100,7 +100,7 @@ class MCMC(Strategy):
                           weight_totals=self._scan_f.scratch),
                      push=dict(n=n, count=0, dead_total_offset=self._scan_u.total_offset(n),
                                weight_total_offset=self._scan_f.total_offset(n)),
-                     spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs))
+                     spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs, RESET_MOMENTS=int(not cfg.mcmc_keep_moments)))
         if n_add > 0:
             model.set_count(n + n_add)          # within the budget: no reallocation
             self._record_draw(rec, p, n, alive_only=False, count_offset=1, seed=_seed(cfg, step, 2), stream=2,
