@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_bwd_kernel(Args a, Push
 }  // namespace
 
 SPIRULA_EXPORT int rasterize_bwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 15, 4, 1);
+    SPIRULA_CONTRACT(L, 15, 5, 1);
     Args a{buffer<const uint2>(L, 0), buffer<const uint32_t>(L, 1), buffer<const float4>(L, 2),
            buffer<const float4>(L, 3), buffer<const float4>(L, 4), buffer<const float>(L, 5),
            buffer<const float>(L, 6), buffer<const uint32_t>(L, 7), buffer<const float>(L, 8),

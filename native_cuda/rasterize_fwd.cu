@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_fwd_kernel(Args a, Push
 }  // namespace
 
 SPIRULA_EXPORT int rasterize_fwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 10, 4, 0);
+    SPIRULA_CONTRACT(L, 10, 5, 0);
     Args a{buffer<const uint2>(L, 0), buffer<const uint32_t>(L, 1), buffer<const float4>(L, 2),
            buffer<const float4>(L, 3), buffer<const float4>(L, 4), buffer<const float>(L, 5),
            buffer<float>(L, 6), buffer<float>(L, 7), buffer<float>(L, 8), buffer<uint32_t>(L, 9)};

@@ -39,3 +39,23 @@ def test_preprocessor_evaluates_conditions_and_expands_object_macros():
     assert "vec4 sh[]" in text and "vec4 m_sh[]" in text and "float grad_xy[]" in text
     text = preprocess("fpbo", dict(ATOMIC_FLOAT=1, SH_VEC4=0))
     assert "float sh[]" in text and "vec4 sh[]" not in text
+
+
+CUDA_NAMES = sorted(p.stem for p in (shader_dir().parent / "native_cuda").glob("*.cu") if p.stem != "runtime")
+
+
+@pytest.mark.parametrize("name", CUDA_NAMES)
+def test_cuda_twin_declares_the_shaders_contract(registry, name):
+    """Each native_cuda/<kernel>.cu checks its launch against SPIRULA_CONTRACT(L,
+    buffers, push words, spec constants) and reads its push block as a struct:
+    both must match the shader, or every launch fails (or reads garbage)."""
+    import re
+    src = (shader_dir().parent / "native_cuda" / (name + ".cu")).read_text()
+    want = registry.get(name)
+    m = re.search(r"SPIRULA_CONTRACT\(L, (\d+), (\d+), (\d+)\)", src)
+    assert m, "%s.cu: no SPIRULA_CONTRACT" % name
+    assert tuple(map(int, m.groups())) == (len(want.bindings), len(want.push), len(want.spec))
+    body = re.sub(r"//[^\n]*", "", re.search(r"struct Push \{([^}]*)\}", src).group(1))
+    fields = [name.strip() for decl in body.split(";") if decl.strip()
+              for name in decl.strip().split(None, 1)[1].split(",")]
+    assert fields == [c.name for c in want.push]

@@ -54,7 +54,11 @@ class Strategy:
 
 
 class MCMC(Strategy):
-    """Relocation and growth within ``cap_max`` splats."""
+    """Relocation and growth within ``cap_max`` splats. ``relocated``: dead
+    splats moved by the last refinement; ``relocated_total``: by all."""
+
+    relocated = 0
+    relocated_total = 0
 
     def capacity(self, n: int) -> int:
         return max(self.cfg.cap_max, n)
@@ -117,6 +121,10 @@ class MCMC(Strategy):
                                    weight_total_offset=self._scan_f.total_offset(n)),
                          spec=dict(APPEND=1, SH_COEFFS=model.sh_coeffs))
         rec.finish().run()
+        # one word read back every refine_every steps: how many were relocated
+        dead = dev.readback(self._scan_u.scratch, shape=(1,), offset=4 * self._scan_u.total_offset(n))
+        self.relocated = int(dead[0])
+        self.relocated_total += self.relocated
         if n_add > 0:
             tr.raster.reserve(model.n)
 
