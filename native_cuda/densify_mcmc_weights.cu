@@ -22,8 +22,11 @@ densify_mcmc_weights_kernel(const float* opacities, float* weights, uint32_t* de
         return;
     }
     float o = 1.0f / (1.0f + expf(-opacities[i]));
-    bool is_dead = o <= pc.min_opacity;
-    weights[i] = (alive_only && is_dead) ? 0.0f : o;
+    // a non-finite splat counts as dead (relocated, so repaired) and weighs 0:
+    // one NaN weight would poison the whole prefix sum and stop all sampling
+    bool bad = isnan(o);
+    bool is_dead = bad || o <= pc.min_opacity;
+    weights[i] = ((alive_only && is_dead) || bad) ? 0.0f : o;
     dead[i] = is_dead ? 1u : 0u;
 }
 

@@ -28,7 +28,10 @@ void main() {
         return;
     }
     float o = 1.0 / (1.0 + exp(-opacities[i]));
-    bool is_dead = o <= pc.min_opacity;
-    weights[i] = (ALIVE_ONLY && is_dead) ? 0.0 : o;
+    // a non-finite splat counts as dead (relocated, so repaired) and weighs 0:
+    // one NaN weight would poison the whole prefix sum and stop all sampling
+    bool bad = isnan(o);
+    bool is_dead = bad || o <= pc.min_opacity;
+    weights[i] = ((ALIVE_ONLY && is_dead) || bad) ? 0.0 : o;
     dead[i] = is_dead ? 1u : 0u;
 }

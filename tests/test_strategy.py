@@ -332,3 +332,22 @@ def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch
     assert calls == [("refine", 10), ("refine", 15), ("reset",), ("refine", 20), ("refine", 25), ("refine", 30),
                      ("reset",)]
     trainer.free()
+
+
+def test_mcmc_splats_with_nan_opacity_are_relocated_never_drawn(device, scene):
+    """A NaN opacity (a diverged splat) counts as dead: it is overwritten by a
+    copy of a live splat and the draws, for relocation and for growth, go on
+    (a single NaN weight would otherwise poison the prefix sum of weights)."""
+    n = 200
+    a = _splats(n, seed=17, opacity=np.random.default_rng(18).uniform(0.05, 0.95, n))
+    nan = np.array([3, 77, 150])
+    a["opacities"][nan] = np.nan
+    trainer = _mcmc_trainer(device, scene, a, cap_max=1000)
+    trainer.strategy.refine(600)
+    p = trainer.model.download()["params"]
+    assert trainer.strategy.relocated == len(nan)
+    assert trainer.model.n == 210                                   # growth went on, 5%
+    assert np.isfinite(p["opacities"]).all()
+    src = _groups(a["means"], p["means"])
+    assert (src >= 0).all() and not np.isin(src, nan).any()
+    trainer.free()
