@@ -12,11 +12,17 @@ from reference.loss import WINDOW, loss_terms
 from reference.render import rasterization, rasterization_bwd
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
-from train_cases import PARAMS, random_init, sigmoid, tiny_scene
+from train_cases import PARAMS, random_init, sigmoid, tiny_scene, write_tiny_mixed_sizes
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
     return tiny_scene(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture(scope="module")
+def mixed_scene(tmp_path_factory):
+    from spirula.data import load_dataset
+    return load_dataset(write_tiny_mixed_sizes(tmp_path_factory.mktemp("mixed")))
 
 
 # ---- the reference of one step ---------------------------------------------------------
@@ -98,20 +104,28 @@ def activated(raw):
                 sh_coeffs=raw["sh"].astype(np.float64))
 
 
-@pytest.mark.parametrize("case", ["fresh", "resumed"])
-def test_one_step_matches_the_reference(device, scene, case):
+@pytest.mark.parametrize("case", ["fresh", "resumed", "mixed-sizes"])
+def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     """Trainer.train_step against tests/reference: render, 0.8 L1 + 0.2 (1 -
     SSIM) against the 8-bit ground truth, rasterization_bwd, the chain to
     log-scales and logits, the MCMC regularizers, then Adam with the
     schedule's rates. "fresh": the first step (Adam step 1, SH degree 0);
-    "resumed": step 6 of a run with Adam moments and SH degree 1 active."""
+    "resumed": step 6 of a run with Adam moments and SH degree 1 active;
+    "mixed-sizes": the first step on a half-size view of a dataset with two
+    image sizes."""
     n = 60
+    mixed = case == "mixed-sizes"
+    if mixed:
+        scene = mixed_scene
     resumed = case == "resumed"
     # SH degree at the schedule's boundaries: 0 at step 0 even with a band
     # every step; 1 from step 5 with a band every 5 steps
     cfg = TrainConfig(iterations=40, strategy="mcmc", noise_lr=0.0, sh_degree=1, sh_every=5 if resumed else 1,
                       cap_max=n)
     trainer = Trainer(scene, cfg, device, init=random_init(n, 1, seed=11))
+    if mixed:
+        assert sorted(trainer.sizes) == [(32, 24), (64, 48)]
+        trainer._order = [next(k for k, i in enumerate(scene.train) if scene.frames[i].width == 32)]
     before = trainer.model.download()
     rng = np.random.default_rng(3)
     if resumed:
@@ -132,17 +146,18 @@ def test_one_step_matches_the_reference(device, scene, case):
     # which image: the one whose reference loss is the step's loss
     raw = before["params"]
     act = activated(raw)
-    H, W = trainer.height, trainer.width
     cands = []
     for i in scene.train:
         f = scene.frames[i]
         vm = training_viewmat(f.viewmat, trainer.world)[None]
-        colors, _, _ = rasterization(**act, viewmats=vm, Ks=f.K[None], width=W, height=H, sh_degree=sh_degree,
-                                     backgrounds=scene.background[None].astype(np.float64))
+        colors, _, _ = rasterization(**act, viewmats=vm, Ks=f.K[None], width=f.width, height=f.height,
+                                     sh_degree=sh_degree, backgrounds=scene.background[None].astype(np.float64))
         gt = (np.rint(scene.load_image(i).astype(np.float64) * 255) / 255)[None]
         cands.append((abs(loss_terms(colors, gt)["loss"] - out["loss"]), i, vm, colors, gt))
     cands.sort(key=lambda c: c[0])
     (err, image, vm, colors, gt), second = cands[0], cands[1]
+    H, W = scene.frames[image].height, scene.frames[image].width
+    assert (W, H) == ((32, 24) if mixed else (64, 48)) == (trainer.width, trainer.height)
     ref = loss_terms(colors, gt)
     # loss: float32 window sums (test_loss.py: 2e-5 relative); the next best view is far off
     np.testing.assert_allclose([out["loss"], out["l1"], out["ssim"], out["mse"]],
@@ -440,3 +455,29 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
                   opacities=ply["opacity_logits"], sh=ply["sh_coeffs"])
     again = evaluate_run(scene, device, params)
     assert again["psnr"] == pytest.approx(m["psnr"], abs=0.01)
+
+
+def test_training_on_two_image_sizes_learns_and_evaluates_every_size(device, mixed_scene):
+    """A dataset with 64x48 and 32x24 views trains (one rasterizer per size,
+    shared splats) and is evaluated at each view's own size, also at a size
+    no training view has."""
+    cfg = TrainConfig(iterations=60, cap_max=400, sh_degree=1)
+    trainer = Trainer(mixed_scene, cfg, device, init=random_init(300, 1, seed=4))
+    views = [mixed_scene.train[0], mixed_scene.train[1]]
+    assert {(mixed_scene.frames[i].width, mixed_scene.frames[i].height) for i in views} == {(64, 48), (32, 24)}
+    before = trainer.evaluate(views)
+    for _ in range(60):
+        assert np.isfinite(trainer.train_step()["loss"])
+    after = trainer.evaluate(views)
+    assert [p["image"] for p in after["per_image"]] == [mixed_scene.frames[i].name for i in views]
+    # both sizes learn (the scene is brighter than the initial splats: ~2.4 dB at first)
+    for b, a in zip(before["per_image"], after["per_image"]):
+        assert a["psnr"] > b["psnr"] + 0.3, (b, a)
+    f = mixed_scene.frames[views[0]]
+    full = trainer.render(f.viewmat, f.K, size=(64, 48))
+    K = f.K.copy()
+    K[:2] *= 40 / 64
+    other = trainer.render(f.viewmat, K, size=(40, 30))          # a size no training view has
+    assert other.shape == (30, 40, 3)
+    assert abs(other.mean() - full.mean()) < 0.02
+    trainer.free()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_fixtures import make_truth, pattern, write_colmap
+from data_fixtures import make_truth, pattern, write_colmap, write_nerfstudio
 
 PARAMS = ("means", "quats", "scales", "opacities", "sh")      # SplatModel's parameter names
 
@@ -31,6 +31,26 @@ def bright_image(k: int) -> np.ndarray:
 def write_tiny_colmap(root: Path) -> Path:
     truth = make_truth()
     return write_colmap(Path(root), truth, binary=True, images=[bright_image(k) for k in range(len(truth.names))])
+
+
+def write_tiny_mixed_sizes(root: Path) -> Path:
+    """The tiny scene as a nerfstudio dataset whose odd views are half size
+    (32x24, intrinsics halved, images 2x2-averaged): two image sizes."""
+    import json
+
+    from PIL import Image
+    truth = make_truth()
+    images = [bright_image(k) for k in range(len(truth.names))]
+    root = write_nerfstudio(Path(root), truth, images=images, per_frame_intrinsics=True)
+    meta = json.loads((root / "transforms.json").read_text())
+    for k, fr in enumerate(meta["frames"]):
+        if k % 2:
+            small = images[k].reshape(images[k].shape[0] // 2, 2, images[k].shape[1] // 2, 2, 3).mean((1, 3))
+            Image.fromarray(np.rint(small).astype(np.uint8)).save(root / fr["file_path"])
+            for key in ("fl_x", "fl_y", "cx", "cy", "w", "h"):
+                fr[key] = fr[key] / 2
+    (root / "transforms.json").write_text(json.dumps(meta, indent=1))
+    return root
 
 
 def tiny_scene(root: Path):

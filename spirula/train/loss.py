@@ -11,14 +11,14 @@ class LossBuffers:
     """Scratch of the loss for V views of W x H: the SSIM derivative maps,
     per-workgroup partial sums, and the loss values [loss, L1, SSIM, MSE]."""
 
-    def __init__(self, device, n_views: int, width: int, height: int):
+    def __init__(self, device, n_views: int, width: int, height: int, name: str = "loss"):
         self.device = device
         self.n_views, self.width, self.height = n_views, width, height
         self.groups = (-(-width // TILE), -(-height // TILE), n_views)
         pool = device.pool
-        self.ssim_grads = pool.alloc("loss.ssim_grads", (n_views, height, width, 9), np.float32, "image")
-        self.partials = pool.alloc("loss.partials", (int(np.prod(self.groups)), 4), np.float32, "image")
-        self.loss_out = pool.alloc("loss.out", (4,), np.float32, "other", zero=True)
+        self.ssim_grads = pool.alloc(name + ".ssim_grads", (n_views, height, width, 9), np.float32, "image")
+        self.partials = pool.alloc(name + ".partials", (int(np.prod(self.groups)), 4), np.float32, "image")
+        self.loss_out = pool.alloc(name + ".out", (4,), np.float32, "other", zero=True)
 
     def record(self, rec, colors, gt_images, params, grad_colors):
         """Record loss_fwd and loss_bwd: ``grad_colors`` [V,H,W,3] receives dloss/dcolors."""
@@ -30,6 +30,10 @@ class LossBuffers:
                      dict(colors=colors, gt_images=gt_images, params=params, ssim_grads=self.ssim_grads,
                           partials=self.partials, grad_colors=grad_colors, loss_out=self.loss_out),
                      push=dict(push, n_views=self.n_views, n_partials=int(np.prod(self.groups))))
+
+    def free(self):
+        for b in (self.ssim_grads, self.partials, self.loss_out):
+            self.device.pool.free(b)
 
 
 def pack_rgba8(images) -> np.ndarray:

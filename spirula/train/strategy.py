@@ -126,7 +126,7 @@ class MCMC(Strategy):
         self.relocated = int(dead[0])
         self.relocated_total += self.relocated
         if n_add > 0:
-            tr.raster.reserve(model.n)
+            tr.reserve_views(model.n)
 
     def _record_draw(self, rec, p, n, alive_only, count_offset, seed, stream, count_max=None):
         """Weights, their prefix sum, and the draws (count: the dead count when
@@ -201,7 +201,7 @@ class ADC(Strategy):
         for stat in tr.stats:
             pool.resize(stat, (new.capacity,), keep=False)
             dev.fill(stat, 0)
-        tr.raster.reserve(new.capacity)
+        tr.reserve_views(new.capacity)
 
     def reset_opacity(self):
         tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device

@@ -12,6 +12,11 @@ No image, gradient or parameter crosses the bus; the host reads back four
 floats and one count. The sequence is recorded again only when the splat
 count, the SH degree or a buffer's allocation changes (densification, the
 SH schedule, intersection growth).
+
+Training images may differ in size (several COLMAP cameras, portrait and
+landscape photos): each size gets its own :class:`_ImageSize` (rasterizer,
+loss scratch, ground truth and recorded step); the splats, their optimizer
+state and the step parameters are shared.
 """
 from __future__ import annotations
 
@@ -31,6 +36,30 @@ from spirula.train.world import WorldTransform
 ISECT_HEADROOM = 1.5
 
 
+class _ImageSize:
+    """The training views of one image size: their ground truth on the GPU
+    (RGBA8, [I,H,W]), a rasterizer and loss scratch of that size, and the
+    step sequence recorded for them. ``images``: their train-list indices."""
+
+    def __init__(self, trainer, width: int, height: int, images: list, name: str):
+        dev, scene = trainer.device, trainer.scene
+        self.width, self.height, self.images = width, height, images
+        self.local = {img: k for k, img in enumerate(images)}     # train index -> index in gt_images
+        self.gt_images = dev.pool.alloc(name + ".gt_images", (len(images), height, width), np.uint32, "image")
+        dev.upload(self.gt_images, pack_rgba8(np.stack([scene.load_image(scene.train[i]) for i in images])))
+        self.raster = Rasterizer(dev, width, height, 1, capacity=trainer.model.capacity, name=name + ".raster",
+                                 max_alpha=trainer.cfg.max_alpha)
+        self.raster.set_backgrounds(scene.background[None])
+        self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
+        self.seq = None
+        self.seq_key = None
+
+    def free(self, device):
+        self.raster.free()
+        self.loss.free()
+        device.pool.free(self.gt_images)
+
+
 class Trainer:
     """Trains splats on a :class:`~spirula.data.Scene` with a :class:`TrainConfig`.
 
@@ -47,21 +76,12 @@ class Trainer:
         frames = [scene.frames[i] for i in scene.train]
         if not frames:
             raise SpirulaError("%s: no training images" % scene.path)
-        sizes = {(f.width, f.height) for f in frames}
-        if len(sizes) > 1:
-            raise SpirulaError("%s: training images of different sizes (%s) are not supported yet; "
-                               "use --downscale or one camera" % (scene.path, sorted(sizes)))
-        self.width, self.height = sizes.pop()
         self.sh_coeffs = (cfg.sh_degree + 1) ** 2
         self.step = 0
         self.rng = np.random.default_rng(cfg.seed)
         self._order = []
         pool = device.pool
 
-        # ground truth: every training image on the GPU, RGBA8
-        gt = np.stack([scene.load_image(i) for i in scene.train])
-        self.gt_images = pool.alloc("train.gt_images", (len(frames), self.height, self.width), np.uint32, "image")
-        device.upload(self.gt_images, pack_rgba8(gt))
         dataset_viewmats = np.stack([f.viewmat for f in frames]).astype(np.float64)
         self.world = world or WorldTransform.from_cameras(dataset_viewmats)
         self.viewmats = self.world.viewmats(dataset_viewmats)
@@ -85,22 +105,41 @@ class Trainer:
         self.stats = (pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
                       pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True))
 
-        self.raster = Rasterizer(device, self.width, self.height, 1, capacity=self.model.capacity, name="train.raster",
-                                 max_alpha=cfg.max_alpha)
-        self.raster.set_backgrounds(scene.background[None])
-        self.loss = LossBuffers(device, 1, self.width, self.height)
+        # one group per image size, the most common first (named "train" when alone)
+        by_size = {}
+        for k, f in enumerate(frames):
+            by_size.setdefault((f.width, f.height), []).append(k)
+        sizes = sorted(by_size, key=lambda wh: (-len(by_size[wh]), wh))
+        self.sizes = {wh: _ImageSize(self, wh[0], wh[1], by_size[wh],
+                                     "train" if len(sizes) == 1 else "train.%dx%d" % wh) for wh in sizes}
+        self._active = self.sizes[sizes[0]]
+        self._eval_rasters = {}
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
         self.host_in = pool.alloc("train.host_in", (STEP_PARAMS_WORDS + 20,), np.uint32, host=True)
         self.host_out = pool.alloc("train.host_out", (8,), np.float32, host=True)
-        self._seq = None
-        self._seq_key = None
-        self._measure_intersections()
+        for group in self.sizes.values():
+            self._active = group
+            self._measure_intersections()
+        self._active = self.sizes[sizes[0]]
+
+    # The image size being trained (the last step's); for one size, the only one.
+    raster = property(lambda self: self._active.raster)
+    loss = property(lambda self: self._active.loss)
+    gt_images = property(lambda self: self._active.gt_images)
+    width = property(lambda self: self._active.width)
+    height = property(lambda self: self._active.height)
+
+    def reserve_views(self, n: int):
+        """Room for ``n`` splats in every image size's rasterizer."""
+        for group in self.sizes.values():
+            group.raster.reserve(n)
 
     # -- the recorded step --------------------------------------------------------
     def _measure_intersections(self, views=8):
-        """Size the intersection buffers from a few training views (phase 1 only)."""
-        idx = self.rng.choice(len(self.viewmats), min(views, len(self.viewmats)), replace=False) \
-            if len(self.viewmats) > views else range(len(self.viewmats))
+        """Size the active image size's intersection buffers from a few of its
+        views (phase 1 only)."""
+        images = self._active.images
+        idx = self.rng.choice(images, views, replace=False) if len(images) > views else images
         self.raster.reserve(self.model.n)
         most = 1
         for i in idx:
@@ -112,11 +151,12 @@ class Trainer:
         self.raster.reserve(self.model.n, int(most * ISECT_HEADROOM))
 
     def _sequence(self, sh_degree: int):
-        key = (self.model.n, sh_degree, self.raster.isect_capacity)
-        if self._seq is None or self._seq_key != key or self._seq.stale:
-            self._seq = self._record(sh_degree)
-            self._seq_key = key
-        return self._seq
+        group = self._active
+        key = (self.model.n, sh_degree, group.raster.isect_capacity)
+        if group.seq is None or group.seq_key != key or group.seq.stale:
+            group.seq = self._record(sh_degree)
+            group.seq_key = key
+        return group.seq
 
     def _record(self, sh_degree: int):
         dev, raster, cfg = self.device, self.raster, self.cfg
@@ -145,7 +185,7 @@ class Trainer:
         lr = learning_rates(cfg, self.step, self.extent)
         p = step_params(
             step=t, seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF, n_views=1, n_splats=self.model.n,
-            image_index=[image] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats, lr_scales=lr.scales,
+            image_index=[self._active.local[image]] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats, lr_scales=lr.scales,
             lr_opacities=lr.opacities, lr_sh0=lr.sh0, lr_shN=lr.shN, bias1=1 - cfg.beta1 ** t,
             bias2=1 - cfg.beta2 ** t, beta1=cfg.beta1, beta2=cfg.beta2, adam_eps=cfg.adam_eps,
             l1_weight=cfg.l1_weight, ssim_weight=cfg.ssim_weight, opacity_reg=cfg.opacity_reg,
@@ -165,6 +205,7 @@ class Trainer:
         intersection count."""
         sh_degree = sh_degree_at(self.cfg, self.step)
         image = self._next_image()
+        self._active = self.sizes[self._size_of(image)]
         while True:
             self._write_params(image, sh_degree)
             self._sequence(sh_degree).run()
@@ -182,13 +223,33 @@ class Trainer:
                     n_isects=n_isects)
 
     # -- evaluation and export ----------------------------------------------------
-    def render(self, viewmat, K, sh_degree: int | None = None) -> np.ndarray:
+    def _size_of(self, image: int) -> tuple:
+        f = self.scene.frames[self.scene.train[image]]
+        return f.width, f.height
+
+    def _raster_for(self, width: int, height: int) -> Rasterizer:
+        """A rasterizer of this size: a training one, or one made for evaluation."""
+        group = self.sizes.get((width, height))
+        if group is not None:
+            return group.raster
+        raster = self._eval_rasters.get((width, height))
+        if raster is None:
+            raster = self._eval_rasters[(width, height)] = Rasterizer(
+                self.device, width, height, 1, capacity=self.model.n, name="eval.%dx%d" % (width, height),
+                max_alpha=self.cfg.max_alpha)
+            raster.set_backgrounds(self.scene.background[None])
+        raster.reserve(self.model.n)
+        return raster
+
+    def render(self, viewmat, K, sh_degree: int | None = None, size: tuple | None = None) -> np.ndarray:
         """One image [H,W,3] float32 of the current splats (background
-        composited) from a dataset camera (world->camera ``viewmat``, ``K``)."""
+        composited) from a dataset camera (world->camera ``viewmat``, ``K``),
+        ``size`` (width, height) pixels (default: the training images')."""
         deg = self.cfg.sh_degree if sh_degree is None else sh_degree
-        self.raster.set_cameras(self.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
-        self.raster.forward(self.model.params, deg)
-        return self.device.readback(self.raster.out_colors)[0]
+        raster = self._raster_for(*size) if size is not None else self.raster
+        raster.set_cameras(self.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
+        raster.forward(self.model.params, deg)
+        return self.device.readback(raster.out_colors)[0]
 
     def evaluate(self, indices=None) -> dict:
         """PSNR and SSIM of every test image (clamped to [0, 1])."""
@@ -197,9 +258,7 @@ class Trainer:
         per = []
         for i in indices:
             f = self.scene.frames[i]
-            if (f.width, f.height) != (self.width, self.height):
-                continue
-            img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step)), 0, 1)
+            img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height)), 0, 1)
             gt = self.scene.load_image(i)
             per.append(dict(image=f.name, psnr=psnr(img, gt), ssim=ssim(img, gt)))
         mean = {k: float(np.mean([p[k] for p in per])) if per else float("nan") for k in ("psnr", "ssim")}
@@ -218,7 +277,7 @@ class Trainer:
                     world=dict(center=list(self.world.center), scale=self.world.scale),
                     rng=self.rng.bit_generator.state, order=list(map(int, self._order)),
                     strategy=self.strategy.state_dict(),
-                    isect_capacity=self.raster.isect_capacity)
+                    isect_capacity=max(g.raster.isect_capacity for g in self.sizes.values()))
 
     def load_state_dict(self, state: dict):
         model = state["model"]
@@ -228,11 +287,15 @@ class Trainer:
         self.rng.bit_generator.state = state["rng"]
         self._order = list(state["order"])
         self.strategy.load_state_dict(state["strategy"])
-        self.raster.reserve(self.model.n, int(state.get("isect_capacity", 1)))
-        self._seq = None
+        for group in self.sizes.values():
+            group.raster.reserve(self.model.n, int(state.get("isect_capacity", 1)))
+            group.seq = None
 
     def free(self):
         self.model.free()
-        self.raster.free()
-        for b in (self.gt_images, self.params, self.host_in, self.host_out) + self.stats:
+        for group in self.sizes.values():
+            group.free(self.device)
+        for raster in self._eval_rasters.values():
+            raster.free()
+        for b in (self.params, self.host_in, self.host_out) + self.stats:
             self.device.pool.free(b)
