@@ -1,6 +1,7 @@
 """``spirula train``, ``spirula eval`` and ``spirula render``."""
 from __future__ import annotations
 
+import collections
 import json
 import sys
 from pathlib import Path
@@ -96,9 +97,10 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
     if output is None:
         output = _run_folder(resume) if resume is not None else \
             default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
-    _log("spirula: training %s (%s, %d train / %d test images, %dx%d) on %s, %d steps, %s"
-         % (dataset, scene.source, len(scene.train), len(scene.test), scene.frames[0].width,
-            scene.frames[0].height, device.info.name, cfg.iterations,
+    sizes = collections.Counter("%dx%d" % (scene.frames[i].width, scene.frames[i].height) for i in scene.train)
+    _log("spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
+         % (dataset, scene.source, len(scene.train), len(scene.test), ", ".join(s for s, _ in sizes.most_common()),
+            device.info.name, cfg.iterations,
             "MCMC, cap %s" % "{:,}".format(cfg.cap_max) if cfg.strategy == "mcmc" else "ADC"))
     train_run(scene, cfg, device, output, resume=resume, log=_log)
 
