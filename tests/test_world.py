@@ -130,3 +130,28 @@ def test_identity_changes_nothing():
     np.testing.assert_array_equal(w.viewmats(vms), vms)
     p = np.random.default_rng(7).normal(0, 1, (5, 3))
     np.testing.assert_array_equal(w.points(p), p)
+
+
+def test_focus_centre_is_the_point_the_cameras_look_at():
+    """Cameras on a tilted ring around (40, -12, 7), all looking at it: the
+    'focus' centre is that point (the camera mean is above it), and the scale
+    makes their median distance to it one."""
+    target = np.array([40.0, -12.0, 7.0])
+    vms = np.stack([look_at(target + [25 * np.cos(a), 25 * np.sin(a), 10 + 3 * np.sin(3 * a)], target)
+                    for a in np.linspace(0, 2 * np.pi, 12, endpoint=False)])
+    w = WorldTransform.from_cameras(vms, center="focus")
+    np.testing.assert_allclose(w.center, target, atol=1e-9)
+    c = _centres(vms)
+    assert w.scale == pytest.approx(1 / np.median(np.linalg.norm(c - target, axis=1)), rel=1e-12)
+    assert np.linalg.norm(c.mean(0) - target) > 5                # the 'cameras' centre differs
+
+
+def test_focus_centre_falls_back_to_the_cameras_when_axes_do_not_meet():
+    """Forward-facing (parallel axes) and a single camera: the camera mean."""
+    vms = np.stack([look_at([x, 0.0, z], [x, 10.0, z]) for x in (-1, 0, 1) for z in (-1, 1)])
+    w = WorldTransform.from_cameras(vms, center="focus")
+    np.testing.assert_allclose(w.center, _centres(vms).mean(0), atol=1e-12)
+    one = _cameras(n=1)
+    assert WorldTransform.from_cameras(one, center="focus").center == WorldTransform.from_cameras(one).center
+    with pytest.raises(ValueError, match="world center"):
+        WorldTransform.from_cameras(vms, center="middle")

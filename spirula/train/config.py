@@ -41,6 +41,8 @@ class TrainConfig:
     # MCMC
     noise_lr: float = 5e5
     mcmc_keep_moments: bool = False     # relocated splats keep their slot's Adam moments (gsplat 1.5.3)
+    # training coordinates: centred on the cameras' mean, or on the point they look at ('focus')
+    world_center: str = "cameras"
     opacity_reg: float | None = None    # MCMC 0.01, ADC 0
     scale_reg: float | None = None
     # ADC
@@ -72,6 +74,8 @@ class TrainConfig:
             self.opacity_reg = 0.01 if mcmc else 0.0
         if self.scale_reg is None:
             self.scale_reg = 0.01 if mcmc else 0.0
+        if self.world_center not in ("cameras", "focus"):
+            raise ValueError("world_center must be 'cameras' or 'focus', got %r" % self.world_center)
         if not 0 <= self.sh_degree <= 3:
             raise ValueError("sh_degree must be 0..3")
 

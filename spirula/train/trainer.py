@@ -83,7 +83,7 @@ class Trainer:
         pool = device.pool
 
         dataset_viewmats = np.stack([f.viewmat for f in frames]).astype(np.float64)
-        self.world = world or WorldTransform.from_cameras(dataset_viewmats)
+        self.world = world or WorldTransform.from_cameras(dataset_viewmats, cfg.world_center)
         self.viewmats = self.world.viewmats(dataset_viewmats)
         self.Ks = np.stack([f.K for f in frames]).astype(np.float64)
         centres = -np.einsum("nji,nj->ni", self.viewmats[:, :3, :3], self.viewmats[:, :3, 3])
