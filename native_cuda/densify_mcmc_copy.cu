@@ -17,6 +17,7 @@
 //                                                 (0: nothing was drawn)
 //   constant_id 0 APPEND, 1 SH_COEFFS, 2 RESET_MOMENTS
 #include "common/launch.cuh"
+#include "common/moments.cuh"
 
 namespace {
 
@@ -33,16 +34,7 @@ struct Args {
     float* scales;
     float* opacities;
     float* sh;
-    float* m_means;
-    float* v_means;
-    float4* m_quats;
-    float4* v_quats;
-    float* m_scales;
-    float* v_scales;
-    float* m_opacities;
-    float* v_opacities;
-    float* m_sh;
-    float* v_sh;
+    spirula::Moments mo;
     const uint32_t* dead_offsets;
     const uint32_t* totals;
     const uint32_t* sample_src;
@@ -83,20 +75,7 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
         a.sh[3u * sh_coeffs * dst + k] = a.sh[3u * sh_coeffs * src + k];
     }
     if (append || reset_moments) {
-        for (uint32_t k = 0u; k < 3u; ++k) {
-            a.m_means[3u * dst + k] = 0.0f;
-            a.v_means[3u * dst + k] = 0.0f;
-            a.m_scales[3u * dst + k] = 0.0f;
-            a.v_scales[3u * dst + k] = 0.0f;
-        }
-        a.m_quats[dst] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        a.v_quats[dst] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        a.m_opacities[dst] = 0.0f;
-        a.v_opacities[dst] = 0.0f;
-        for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
-            a.m_sh[3u * sh_coeffs * dst + k] = 0.0f;
-            a.v_sh[3u * sh_coeffs * dst + k] = 0.0f;
-        }
+        spirula::zero_moments(a.mo, dst, sh_coeffs);
     }
 }
 
@@ -105,10 +84,8 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
 SPIRULA_EXPORT int densify_mcmc_copy(const SpirulaLaunch* L) {
     using spirula::buffer;
     SPIRULA_CONTRACT(L, 19, 4, 3);
-    Args a{buffer<float>(L, 0),  buffer<float4>(L, 1), buffer<float>(L, 2),  buffer<float>(L, 3),
-           buffer<float>(L, 4),  buffer<float>(L, 5),  buffer<float>(L, 6),  buffer<float4>(L, 7),
-           buffer<float4>(L, 8), buffer<float>(L, 9),  buffer<float>(L, 10), buffer<float>(L, 11),
-           buffer<float>(L, 12), buffer<float>(L, 13), buffer<float>(L, 14), buffer<const uint32_t>(L, 15),
+    Args a{buffer<float>(L, 0), buffer<float4>(L, 1), buffer<float>(L, 2), buffer<float>(L, 3),
+           buffer<float>(L, 4), spirula::moments_at(L, 5), buffer<const uint32_t>(L, 15),
            buffer<const uint32_t>(L, 16), buffer<const uint32_t>(L, 17), buffer<const float>(L, 18)};
     return spirula::launch(L, dim3(256), densify_mcmc_copy_kernel, a, spirula::push_block<Push>(L),
                            L->spec[0] != 0u, L->spec[1], L->spec[2] != 0u);

@@ -12,6 +12,7 @@
 //   binding 3-12  Adam moments m, v of means, quats, scales, opacities, sh  f32 write (RESET_SOURCE)
 //   constant_id 0 RESET_SOURCE, 1 SH_COEFFS
 #include "common/launch.cuh"
+#include "common/moments.cuh"
 
 namespace {
 
@@ -20,18 +21,7 @@ struct Push {
     float min_opacity;
 };
 
-struct Moments {
-    float* m_means;
-    float* v_means;
-    float4* m_quats;
-    float4* v_quats;
-    float* m_scales;
-    float* v_scales;
-    float* m_opacities;
-    float* v_opacities;
-    float* m_sh;
-    float* v_sh;
-};
+using spirula::Moments;
 
 constexpr uint32_t MAX_SHARE = 51u;
 
@@ -62,20 +52,7 @@ densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, 
         scales[3u * i + k] += logf(coeff);
     }
     if (reset_source) {
-        for (uint32_t k = 0u; k < 3u; ++k) {
-            mo.m_means[3u * i + k] = 0.0f;
-            mo.v_means[3u * i + k] = 0.0f;
-            mo.m_scales[3u * i + k] = 0.0f;
-            mo.v_scales[3u * i + k] = 0.0f;
-        }
-        mo.m_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        mo.v_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        mo.m_opacities[i] = 0.0f;
-        mo.v_opacities[i] = 0.0f;
-        for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
-            mo.m_sh[3u * sh_coeffs * i + k] = 0.0f;
-            mo.v_sh[3u * sh_coeffs * i + k] = 0.0f;
-        }
+        spirula::zero_moments(mo, i, sh_coeffs);
     }
 }
 
@@ -84,9 +61,7 @@ densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, 
 SPIRULA_EXPORT int densify_mcmc_relocate(const SpirulaLaunch* L) {
     using spirula::buffer;
     SPIRULA_CONTRACT(L, 13, 2, 2);
-    Moments mo{buffer<float>(L, 3), buffer<float>(L, 4),  buffer<float4>(L, 5), buffer<float4>(L, 6),
-               buffer<float>(L, 7), buffer<float>(L, 8),  buffer<float>(L, 9),  buffer<float>(L, 10),
-               buffer<float>(L, 11), buffer<float>(L, 12)};
+    Moments mo = spirula::moments_at(L, 3);
     return spirula::launch(L, dim3(256), densify_mcmc_relocate_kernel, buffer<float>(L, 0), buffer<float>(L, 1),
                            buffer<uint32_t>(L, 2), mo, spirula::push_block<Push>(L), L->spec[0] != 0u, L->spec[1]);
 }

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from spirula.errors import SpirulaError
+from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
 from spirula.train.world import WorldTransform
@@ -206,8 +207,7 @@ class SplatRenderer:
     """Renders raw splat arrays (log-scales, logits) from any camera, with the
     alpha cap they were trained with."""
 
-    def __init__(self, device, params: dict, background=None, max_alpha: float = 0.99):
-        from spirula.render.rasterizer import Splats
+    def __init__(self, device, params: dict, background=None, max_alpha: float = MAX_ALPHA):
         self.device = device
         self.max_alpha = max_alpha
         self.splats = Splats.from_numpy(device, params["means"], params["quats"], params["scales"],
@@ -218,7 +218,6 @@ class SplatRenderer:
 
     def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
         """[H,W,3] float32 (background composited, not clamped)."""
-        from spirula.render.rasterizer import Rasterizer
         key = (int(width), int(height))
         raster = self._raster.get(key)
         if raster is None:
@@ -235,7 +234,7 @@ class SplatRenderer:
         self.splats.free(self.device)
 
 
-def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = 0.99) -> dict:
+def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = MAX_ALPHA) -> dict:
     """PSNR/SSIM of the splats on the given (default: test) views."""
     from spirula.train.metrics import psnr, ssim
     renderer = SplatRenderer(device, params, scene.background, max_alpha)

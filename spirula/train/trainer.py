@@ -112,7 +112,7 @@ class Trainer:
         sizes = sorted(by_size, key=lambda wh: (-len(by_size[wh]), wh))
         self.sizes = {wh: _ImageSize(self, wh[0], wh[1], by_size[wh],
                                      "train" if len(sizes) == 1 else "train.%dx%d" % wh) for wh in sizes}
-        self._active = self.sizes[sizes[0]]
+        self._size_of_image = [self.sizes[(f.width, f.height)] for f in frames]
         self._eval_rasters = {}
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
         self.host_in = pool.alloc("train.host_in", (STEP_PARAMS_WORDS + 20,), np.uint32, host=True)
@@ -185,8 +185,8 @@ class Trainer:
         lr = learning_rates(cfg, self.step, self.extent)
         p = step_params(
             step=t, seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF, n_views=1, n_splats=self.model.n,
-            image_index=[self._active.local[image]] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats, lr_scales=lr.scales,
-            lr_opacities=lr.opacities, lr_sh0=lr.sh0, lr_shN=lr.shN, bias1=1 - cfg.beta1 ** t,
+            image_index=[self._active.local[image]] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats,
+            lr_scales=lr.scales, lr_opacities=lr.opacities, lr_sh0=lr.sh0, lr_shN=lr.shN, bias1=1 - cfg.beta1 ** t,
             bias2=1 - cfg.beta2 ** t, beta1=cfg.beta1, beta2=cfg.beta2, adam_eps=cfg.adam_eps,
             l1_weight=cfg.l1_weight, ssim_weight=cfg.ssim_weight, opacity_reg=cfg.opacity_reg,
             scale_reg=cfg.scale_reg, noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
@@ -205,7 +205,7 @@ class Trainer:
         intersection count."""
         sh_degree = sh_degree_at(self.cfg, self.step)
         image = self._next_image()
-        self._active = self.sizes[self._size_of(image)]
+        self._active = self._size_of_image[image]
         while True:
             self._write_params(image, sh_degree)
             self._sequence(sh_degree).run()
@@ -223,10 +223,6 @@ class Trainer:
                     n_isects=n_isects)
 
     # -- evaluation and export ----------------------------------------------------
-    def _size_of(self, image: int) -> tuple:
-        f = self.scene.frames[self.scene.train[image]]
-        return f.width, f.height
-
     def _raster_for(self, width: int, height: int) -> Rasterizer:
         """A rasterizer of this size: a training one, or one made for evaluation."""
         group = self.sizes.get((width, height))
