@@ -33,6 +33,7 @@
 // shader, which changes no sum: the result is the same float).
 #include "common/adam.cuh"
 #include "common/launch.cuh"
+#include "common/moments.cuh"
 #include "common/projection.cuh"
 #include "common/random.cuh"
 #include "common/step_params.cuh"
@@ -66,16 +67,7 @@ struct Args {
     float* scales;
     float* opacities;
     float* sh;
-    float* m_means;
-    float* v_means;
-    float4* m_quats;
-    float4* v_quats;
-    float* m_scales;
-    float* v_scales;
-    float* m_opacities;
-    float* v_opacities;
-    float* m_sh;
-    float* v_sh;
+    spirula::Moments mo;       // bindings 5-14
     const float* cameras;
     const int2* radii;
     const float* grad_xy;
@@ -185,38 +177,38 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
 #pragma unroll
     for (int k = 0; k < 3; ++k) {
         uint32_t j = 3u * g + uint32_t(k);
-        float m = a.m_means[j], v = a.v_means[j];
+        float m = a.mo.m_means[j], v = a.mo.v_means[j];
         mean[k] = adam_update(mean[k], g_mean[k], m, v, params->lr_means, b1, b2, c1, c2, eps);
-        a.m_means[j] = m;
-        a.v_means[j] = v;
-        m = a.m_scales[j];
-        v = a.v_scales[j];
+        a.mo.m_means[j] = m;
+        a.mo.v_means[j] = v;
+        m = a.mo.m_scales[j];
+        v = a.mo.v_scales[j];
         log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params->lr_scales, b1, b2, c1, c2, eps);
-        a.m_scales[j] = m;
-        a.v_scales[j] = v;
+        a.mo.m_scales[j] = m;
+        a.mo.v_scales[j] = v;
     }
     {
-        float4 mq = a.m_quats[g], vq = a.v_quats[g];
+        float4 mq = a.mo.m_quats[g], vq = a.mo.v_quats[g];
         quat.x = adam_update(quat.x, g_quat.x, mq.x, vq.x, params->lr_quats, b1, b2, c1, c2, eps);
         quat.y = adam_update(quat.y, g_quat.y, mq.y, vq.y, params->lr_quats, b1, b2, c1, c2, eps);
         quat.z = adam_update(quat.z, g_quat.z, mq.z, vq.z, params->lr_quats, b1, b2, c1, c2, eps);
         quat.w = adam_update(quat.w, g_quat.w, mq.w, vq.w, params->lr_quats, b1, b2, c1, c2, eps);
-        a.m_quats[g] = mq;
-        a.v_quats[g] = vq;
+        a.mo.m_quats[g] = mq;
+        a.mo.v_quats[g] = vq;
     }
     {
-        float m = a.m_opacities[g], v = a.v_opacities[g];
+        float m = a.mo.m_opacities[g], v = a.mo.v_opacities[g];
         logit = adam_update(logit, g_opacity, m, v, params->lr_opacities, b1, b2, c1, c2, eps);
-        a.m_opacities[g] = m;
-        a.v_opacities[g] = v;
+        a.mo.m_opacities[g] = m;
+        a.mo.v_opacities[g] = v;
     }
     // SH: gradient of float f = coefficient f / 3, channel f % 3. The active
     // floats (compile-time f) come first, unrolled; the rest have gradient 0.
     float lr_sh0 = params->lr_sh0, lr_shN = params->lr_shN;
     if (sp.sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);
-        float4* m4 = reinterpret_cast<float4*>(a.m_sh);
-        float4* v4 = reinterpret_cast<float4*>(a.v_sh);
+        float4* m4 = reinterpret_cast<float4*>(a.mo.m_sh);
+        float4* v4 = reinterpret_cast<float4*>(a.mo.v_sh);
         constexpr uint32_t active_vec4 = (n_active + 3u) / 4u;
         const uint32_t n_vec4 = n_floats / 4u;
 #pragma unroll
@@ -272,17 +264,17 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
                 grad = g_sh[ONE_VIEW ? 0u : f];
             }
             uint32_t j = sh_base + f;
-            float m = a.m_sh[j], v = a.v_sh[j];
+            float m = a.mo.m_sh[j], v = a.mo.v_sh[j];
             a.sh[j] = adam_update(a.sh[j], grad, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            a.m_sh[j] = m;
-            a.v_sh[j] = v;
+            a.mo.m_sh[j] = m;
+            a.mo.v_sh[j] = v;
         }
         for (uint32_t f = n_active; f < n_floats; ++f) {
             uint32_t j = sh_base + f;
-            float m = a.m_sh[j], v = a.v_sh[j];
+            float m = a.mo.m_sh[j], v = a.mo.v_sh[j];
             a.sh[j] = adam_update(a.sh[j], 0.0f, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            a.m_sh[j] = m;
-            a.v_sh[j] = v;
+            a.mo.m_sh[j] = m;
+            a.mo.v_sh[j] = v;
         }
     }
 
@@ -325,10 +317,7 @@ int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const S
 SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
     SPIRULA_CONTRACT(L, 26, 7, 6);
     Args a{buffer<float>(L, 0),        buffer<float4>(L, 1),         buffer<float>(L, 2),
-           buffer<float>(L, 3),        buffer<float>(L, 4),          buffer<float>(L, 5),
-           buffer<float>(L, 6),        buffer<float4>(L, 7),         buffer<float4>(L, 8),
-           buffer<float>(L, 9),        buffer<float>(L, 10),         buffer<float>(L, 11),
-           buffer<float>(L, 12),       buffer<float>(L, 13),         buffer<float>(L, 14),
+           buffer<float>(L, 3),        buffer<float>(L, 4),          spirula::moments_at(L, 5),
            buffer<const float>(L, 15), buffer<const int2>(L, 16),    buffer<const float>(L, 17),
            buffer<const float>(L, 18), buffer<const float>(L, 19),   buffer<const float>(L, 20),
            buffer<const StepParams>(L, 21), buffer<const uint32_t>(L, 22), buffer<float>(L, 23),
