@@ -5,25 +5,16 @@
 # the patched kp source as kp-0.9.0-spirula.tar.gz, glslangValidator in bin/,
 # the scene of `benchmarks/make_scene.py .device/local/scene1080`) and build:
 #     bash -c 'source benchmarks/gpu_measure.sh' 2>&1 | tee $OUT/log.txt
-# A first call builds kp there (DEVICE_EXPORT hands it back: copy it to
-# .device/local/ and later calls load it).
+# benchmarks/gpu_setup.sh prepares the machine (kp, gsplat, paths).
 set -o pipefail
-export PYTHONUNBUFFERED=1
-T0=$(date +%s)
-stamp() { echo "=== $1 (t=$(( $(date +%s) - T0 )) s)"; }
-L=$PWD/.device/local
-if [ -f "$L/kp.cpython-312-x86_64-linux-gnu.so" ]; then export DEVICE_KP_SO=$L/kp.cpython-312-x86_64-linux-gnu.so
-else export DEVICE_FORCE_BUILD=1 DEVICE_EXPORT=${OUT:-/tmp}; fi
-[ -f "$L/gsplat_cuda.so.xz" ] && export DEVICE_GSPLAT_SO=$L/gsplat_cuda.so.xz
-DEVICE_KP_SRC=$L/kp-0.9.0-spirula.tar.gz WITH_GSPLAT=1 source .device/setup.sh || return 1
-export PYTHONPATH=$PWD:$PYTHONPATH PATH=$L/bin:$PATH SPIRULA_CUDA_LIB=$PWD/build/libspirula_cuda.so
+source benchmarks/gpu_setup.sh || return 1
 summary() { python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print({k: v for k, v in m.items() if k != 'per_image'})" "$1"; }
 stamp points; python3 benchmarks/make_scene.py $L/scene1080 --density 170 --points-only | tail -1
 stamp tests; timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_parity.py 2>&1 | tail -3
 stamp bench; timeout 150 python3 -m pytest benchmarks --benchmark-only --bench-full -s -q -p no:cacheprovider --bench-json ${OUT:-/tmp}/bench.json 2>&1 | grep -o "\[bench\].*"
 stamp peers; python3 .device/gsplat_raster_bench.py 2>&1 | tail -14; python3 .device/gsplat_raster_bench.py --adam 2>&1 | grep "fpbo\|projection_bwd\|adam_step"
 S="train $L/scene1080 --iterations 3000 --cap-max 1000000 --background black"
-stamp train; SS_PROFILE=1 python3 -m spirula $S --output /tmp/run0 2>&1 | grep -v "steps/s" | tail -60; summary /tmp/run0/metrics.json
+stamp train; SS_PROFILE=1 python3 -m spirula $S --output /tmp/run0 2>&1 | grep -v "steps/s" | sed -n "/spirula-profile/,\$p"; summary /tmp/run0/metrics.json
 for seed in 1 2; do stamp "train seed $seed"; python3 -m spirula $S --output /tmp/run$seed --seed $seed 2>&1 | tail -2 | head -1; done
 stamp gsplat_train; python3 .device/gsplat_train.py --data $L/scene1080 --strategy mcmc --cap-max 1000000 --steps 3000 2>&1 | tail -1
 stamp done

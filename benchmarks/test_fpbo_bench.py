@@ -5,17 +5,21 @@ degree 3, from random screen-space gradients (DESIGN.md §7).
 
 Default 50,000 splats (lavapipe-sized); --bench-full: 5,000,000, the workload
 of `gsplat_raster_bench.py --adam` (the raster_bench slab with SH degree 3).
-GPU time from the profiler's timestamps; reports ms and Msplat/ms.
+GPU time from the profiler's timestamps; reports ms and Msplat/ms. Two
+variants: with MCMC's position noise compiled in, as training records it
+(fpbo_bench), and without (fpbo_bench_no_noise, ADC's and the peer's work).
 """
 import statistics
 
 import numpy as np
+import pytest
 
 from scenes import camera, make_scene
 from test_raster_bench import profiled_device  # noqa: F401  (fixture)
 
 
-def test_fpbo_bench(benchmark, profiled_device, bench_opts):  # noqa: F811
+@pytest.mark.parametrize("mcmc_noise", [True, False], ids=["noise", "no-noise"])
+def test_fpbo_bench(benchmark, profiled_device, bench_opts, mcmc_noise):  # noqa: F811
     from spirula.render.rasterizer import Rasterizer
     from spirula.train.model import SplatModel
     from spirula.train.optimizer import record_fpbo
@@ -43,23 +47,23 @@ def test_fpbo_bench(benchmark, profiled_device, bench_opts):  # noqa: F811
     params = device.pool.alloc("fpbo.params", (STEP_PARAMS_WORDS,), np.uint32)
     p = step_params(step=10, n_views=1, n_splats=n, lr_means=1e-4, lr_quats=1e-3, lr_scales=5e-3,
                     lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4, bias1=1 - 0.9 ** 10, bias2=1 - 0.999 ** 10,
-                    beta1=0.9, beta2=0.999, adam_eps=1e-15)
+                    beta1=0.9, beta2=0.999, adam_eps=1e-15,
+                    noise_scale=1e-4 * 5e5 if mcmc_noise else 0.0)    # lr_means x noise_lr
     device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
     stats = (device.pool.alloc("fpbo.g2d", (n,), np.float32, zero=True),
              device.pool.alloc("fpbo.cnt", (n,), np.uint32, zero=True))
     device.upload(raster.offsets_scan.scratch, np.zeros(1, np.uint32), offset=4 * raster.total_offset)
     rec = device.recorder("fpbo")
-    record_fpbo(rec, model, raster, params, stats, 3, mcmc_noise=True, adc_stats=False)
+    record_fpbo(rec, model, raster, params, stats, 3, mcmc_noise=mcmc_noise, adc_stats=False)
     seq = rec.finish()
-    for _ in range(3):
-        seq.run()
+    bench_opts.warm_up(seq.run)
     times = []
     for _ in range(bench_opts.iters or bench_opts.pick(5, 20)):
         prof.kernels.clear()
         seq.run()
         times.append(prof.kernels["fpbo"].ns / 1e6)
     ms = statistics.median(times)
-    bench_opts.record("fpbo_bench", n=n, visible=int(visible.sum()), sh_degree=3, fpbo_ms=ms,
+    bench_opts.record("fpbo_bench" if mcmc_noise else "fpbo_bench_no_noise", n=n, visible=int(visible.sum()), sh_degree=3, fpbo_ms=ms,
                       msplat_per_ms=n / 1e6 / ms, device=device.info.name)
     benchmark.extra_info.update(fpbo_ms=ms, msplat_per_ms=n / 1e6 / ms)
     benchmark.pedantic(seq.run, rounds=3, iterations=1)

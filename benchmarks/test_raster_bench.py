@@ -87,8 +87,7 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
     fwdbwd = rec.finish()
 
     iters = bench_opts.iters or bench_opts.pick(5, 20)
-    for _ in range(3):
-        fwdbwd.run()
+    bench_opts.warm_up(fwdbwd.run)
     runs = []
     for _ in range(iters):
         prof.kernels.clear()

@@ -1,6 +1,8 @@
 // densify_mcmc_copy: give drawn sources' attributes to their new copies. New
 // splats (APPEND) start with Adam moments at 0; relocated ones too with
-// RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate).
+// RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate),
+// except a slot whose splat had diverged (a non-finite opacity, mean, scale
+// or rotation): its moments may be NaN too and would turn the copy NaN again.
 // Twin of shaders/densify_mcmc_copy.comp.
 //   APPEND = false (relocation): one thread per splat i < n; dead splat i
 //     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
@@ -16,6 +18,7 @@
 //   binding 18    weight_totals [..] f32  read   total sampling weight at weight_total_offset
 //                                                 (0: nothing was drawn)
 //   constant_id 0 APPEND, 1 SH_COEFFS, 2 RESET_MOMENTS
+#include "common/finite.cuh"
 #include "common/launch.cuh"
 #include "common/moments.cuh"
 
@@ -65,6 +68,8 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
     if (!(a.weight_totals[pc.weight_total_offset] > 0.0f)) {
         return;
     }
+    bool reset = append || reset_moments ||
+                 !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, dst);
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.means[3u * dst + k] = a.means[3u * src + k];
         a.scales[3u * dst + k] = a.scales[3u * src + k];
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
     for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
         a.sh[3u * sh_coeffs * dst + k] = a.sh[3u * sh_coeffs * src + k];
     }
-    if (append || reset_moments) {
+    if (reset) {
         spirula::zero_moments(a.mo, dst, sh_coeffs);
     }
 }

@@ -110,11 +110,14 @@ __global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
             float a2 = 2.0f * (sxy - mx * my) + SSIM_C2;
             float b1 = mx * mx + my * my + SSIM_C1;
             float b2 = (sxx - mx * mx) + (syy - my * my) + SSIM_C2;
-            float s = (a1 * a2) / (b1 * b2);
+            float inv_b = 1.0f / (b1 * b2);
+            float s = a1 * a2 * inv_b;
             sums.z += s;
-            g_m = s * (2.0f * my / a1 - 2.0f * my / a2 - 2.0f * mx / b1 + 2.0f * mx / b2);
+            // dS/dmu = s (2 my / a1 - 2 my / a2 - 2 mx / b1 + 2 mx / b2) with s / a1 and
+            // s / a2 written out: a2 = 2 cov + C2 can round to exactly 0 (then 0 / 0)
+            g_m = 2.0f * my * (a2 - a1) * inv_b + 2.0f * mx * s * (1.0f / b2 - 1.0f / b1);
             g_sxx = -s / b2;
-            g_sxy = 2.0f * s / a2;
+            g_sxy = 2.0f * a1 * inv_b;
         }
         out_grads[3 * ch] = g_m;
         out_grads[3 * ch + 1] = g_sxx;

@@ -1,7 +1,9 @@
 #version 450
 // densify_mcmc_copy: give drawn sources' attributes to their new copies. New
 // splats (APPEND) start with Adam moments at 0; relocated ones too with
-// RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate).
+// RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate),
+// except a slot whose splat had diverged (a non-finite opacity, mean, scale
+// or rotation): its moments may be NaN too and would turn the copy NaN again.
 //   APPEND = false (relocation): one thread per splat i < n; dead splat i
 //     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
 //     j = dead_offsets[i]'s source.
@@ -73,6 +75,13 @@ void main() {
     if (!(weight_totals[pc.weight_total_offset] > 0.0)) {
         return;
     }
+    bool reset = APPEND || RESET_MOMENTS;
+    if (!reset) {
+        vec3 mean = vec3(means[3u * dst], means[3u * dst + 1u], means[3u * dst + 2u]);
+        vec3 scale = vec3(scales[3u * dst], scales[3u * dst + 1u], scales[3u * dst + 2u]);
+        reset = isnan(opacities[dst]) || isinf(opacities[dst]) || !finite3(mean) || !finite3(scale)
+                || !finite4(quats[dst]);
+    }
     for (uint k = 0u; k < 3u; ++k) {
         means[3u * dst + k] = means[3u * src + k];
         scales[3u * dst + k] = scales[3u * src + k];
@@ -82,7 +91,7 @@ void main() {
     for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
         sh[3u * SH_COEFFS * dst + k] = sh[3u * SH_COEFFS * src + k];
     }
-    if (APPEND || RESET_MOMENTS) {
+    if (reset) {
         for (uint k = 0u; k < 3u; ++k) {
             m_means[3u * dst + k] = 0.0;
             v_means[3u * dst + k] = 0.0;

@@ -1,12 +1,16 @@
 #version 450
 // densify_mcmc_weights: MCMC densification (Kheradmand et al. 2024, as gsplat's
 // MCMCStrategy), step 1: each splat's sampling weight (its opacity) and
-// whether it is dead (opacity <= min_opacity). With ALIVE_ONLY, dead splats
-// weigh 0 (relocation samples sources among the living).
+// whether it is dead (opacity <= min_opacity, or any of its opacity, mean,
+// scale or rotation not finite). With ALIVE_ONLY, dead splats weigh 0
+// (relocation samples sources among the living).
 // One thread per splat i < n (workgroup 256, folded).
 //   binding 0  opacities  [N]  f32  read   logits
 //   binding 1  weights    [N]  f32  write  opacity (0 for dead when ALIVE_ONLY)
 //   binding 2  dead       [N]  u32  write  1 if dead (scanned in place afterwards)
+//   binding 3  means      [N,3] f32  read
+//   binding 4  scales     [N,3] f32  read   log
+//   binding 5  quats      [N,4] f32  read
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
@@ -16,6 +20,9 @@ layout(constant_id = 0) const bool ALIVE_ONLY = true;
 layout(std430, binding = 0) readonly buffer OpacitiesBuf { float opacities[]; };
 layout(std430, binding = 1) writeonly buffer WeightsBuf { float weights[]; };
 layout(std430, binding = 2) writeonly buffer DeadBuf { uint dead[]; };
+layout(std430, binding = 3) readonly buffer MeansBuf { float means[]; };
+layout(std430, binding = 4) readonly buffer ScalesBuf { float scales[]; };
+layout(std430, binding = 5) readonly buffer QuatsBuf { vec4 quats[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -27,10 +34,13 @@ void main() {
     if (i >= pc.n) {
         return;
     }
-    float o = 1.0 / (1.0 + exp(-opacities[i]));
+    float logit = opacities[i];
+    float o = 1.0 / (1.0 + exp(-logit));
     // a non-finite splat counts as dead (relocated, so repaired) and weighs 0:
     // one NaN weight would poison the whole prefix sum and stop all sampling
-    bool bad = isnan(o);
+    vec3 mean = vec3(means[3u * i], means[3u * i + 1u], means[3u * i + 2u]);
+    vec3 scale = vec3(scales[3u * i], scales[3u * i + 1u], scales[3u * i + 2u]);
+    bool bad = isnan(logit) || isinf(logit) || !finite3(mean) || !finite3(scale) || !finite4(quats[i]);
     bool is_dead = bad || o <= pc.min_opacity;
     weights[i] = ((ALIVE_ONLY && is_dead) || bad) ? 0.0 : o;
     dead[i] = is_dead ? 1u : 0u;

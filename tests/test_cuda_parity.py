@@ -862,21 +862,35 @@ def test_fpbo_changes_nothing_when_the_intersections_overflowed(backends):
 
 @pytest.mark.parametrize("alive_only", [True, False], ids=["alive-only", "all"])
 def test_densify_mcmc_weights_match(backends, alive_only):
-    """Dead flags exact (no opacity within 1e-3 of min_opacity); weights
-    1e-5 relative (GLSL's exp: 3 + 2|x| ulp, |x| < 12)."""
+    """Dead flags exact (no opacity within 1e-3 of min_opacity; diverged
+    splats, with a non-finite opacity, mean, scale or rotation, dead too);
+    weights 1e-5 relative (GLSL's exp: 3 + 2|x| ulp, |x| < 12)."""
     n, min_opacity = 3001, 0.005
     rng = np.random.default_rng(70)
     o = np.concatenate([rng.uniform(0.0001, 0.004, n // 3), rng.uniform(0.006, 0.99999, n - n // 3)])
     x = logit(rng.permutation(o))
-    vk_out, cu_out = both(backends, "densify_mcmc_weights", (6, 2, 1), dict(opacities=x),
+    geometry = dict(means=rng.normal(0, 1, (n, 3)).astype(np.float32),
+                    scales=rng.uniform(-5, 0, (n, 3)).astype(np.float32),
+                    quats=rng.normal(0, 1, (n, 4)).astype(np.float32))
+    broken = np.array([5, 600, 1201, 1800, 2400, 2999])
+    x[broken[:2]] = [np.nan, np.inf]
+    geometry["means"][broken[2], 0] = np.nan
+    geometry["scales"][broken[3], 1] = np.inf
+    geometry["quats"][broken[4], 3] = -np.inf
+    geometry["quats"][broken[5], 0] = np.nan
+    vk_out, cu_out = both(backends, "densify_mcmc_weights", (6, 2, 1), dict(opacities=x, **geometry),
                           dict(weights=((n,), np.float32), dead=((n,), np.uint32)),
                           push=dict(n=n, min_opacity=min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
     assert_exact(cu_out["dead"], vk_out["dead"], "dead")
-    sig = 1 / (1 + np.exp(-x.astype(np.float64)))
-    assert np.array_equal(cu_out["dead"], (sig <= min_opacity).astype(np.uint32))
+    with np.errstate(invalid="ignore"):
+        sig = 1 / (1 + np.exp(-x.astype(np.float64)))
+    want_dead = sig <= min_opacity
+    want_dead[broken] = True
+    assert np.array_equal(cu_out["dead"], want_dead.astype(np.uint32))
+    assert (cu_out["weights"][broken] == 0).all() and (vk_out["weights"][broken] == 0).all()
     assert_near(cu_out["weights"], vk_out["weights"], 0.0, 1e-5, "weights")
-    dead = cu_out["dead"] == 1
-    assert (cu_out["weights"][dead] == 0).all() == alive_only and (cu_out["weights"][~dead] > 0).all()
+    dead = (cu_out["dead"] == 1) & ~np.isin(np.arange(n), broken)
+    assert (cu_out["weights"][dead] == 0).all() == alive_only and (cu_out["weights"][cu_out["dead"] == 0] > 0).all()
 
 
 def test_densify_mcmc_sample_is_exact(backends):
@@ -943,7 +957,10 @@ def test_densify_mcmc_relocate_matches(backends, reset):
 
 @pytest.mark.parametrize("append", [False, True], ids=["relocate", "append"])
 @pytest.mark.parametrize("drawn", [True, False], ids=["drawn", "nothing-drawn"])
-def test_densify_mcmc_copy_is_exact(backends, append, drawn):
+@pytest.mark.parametrize("reset", [True, False], ids=["reset-moments", "keep-moments"])
+def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
+    """Copies bit-exact; moments of the copies zeroed when appended or with
+    RESET_MOMENTS, else kept, except in slots that held a diverged splat."""
     n, K, count = 2000, 9, 700
     rows = n + count if append else n
     rng = np.random.default_rng(73)
@@ -957,22 +974,30 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn):
         for name, shape in (("means", (rows, 3)), ("quats", (rows, 4)), ("scales", (rows, 3)),
                             ("opacities", (rows,)), ("sh", (rows, K, 3))):
             inputs[key + name] = rng.standard_normal(shape).astype(np.float32)
+    diverged = np.flatnonzero(dead)[:5]                     # dead because not finite
+    for row, (name, value) in zip(diverged, [("opacities", np.nan), ("opacities", -np.inf), ("means", np.nan),
+                                             ("scales", np.inf), ("quats", np.nan)]):
+        inputs[name].reshape(rows, -1)[row, -1] = value
     inputs.update(dead_offsets=offsets, totals=np.array([3, int(dead.sum())], np.uint32), sample_src=sample_src,
                   weight_totals=np.array([0, 0, 12.5 if drawn else 0.0], np.float32))
     groups = -(-(count if append else n) // 256)
     vk_out, cu_out = both(backends, "densify_mcmc_copy", groups, inputs, {}, read=tuple(inputs),
                           push=dict(n=n, count=count if append else 0, dead_total_offset=1, weight_total_offset=2),
-                          spec=dict(APPEND=int(append), SH_COEFFS=K))
+                          spec=dict(APPEND=int(append), SH_COEFFS=K, RESET_MOMENTS=int(reset)))
     if append:
         dst, src = n + np.arange(count), sample_src[:count]
     else:
         dst = np.flatnonzero(dead)
         src = sample_src[offsets[dst]]
+    zeroed = dst if append or reset else diverged
     for name in inputs:
         assert_exact(cu_out[name], vk_out[name], name)
         want = inputs[name].copy()
         if drawn and not name.startswith(("dead", "totals", "sample", "weight")):
-            want[dst] = 0 if name.startswith(("m_", "v_")) else inputs[name][src]
+            if name.startswith(("m_", "v_")):
+                want[zeroed] = 0
+            else:
+                want[dst] = inputs[name][src]
         assert_exact(cu_out[name], want, name + " (expected)")
 
 

@@ -82,3 +82,20 @@ def test_images_without_valid_ssim_windows_use_l1_only(device):
     l1 = np.abs(colors - gt).mean()
     np.testing.assert_allclose(out[:3], [0.8 * l1, l1, 1.0], rtol=1e-5)
     np.testing.assert_allclose(grad, 0.8 * np.sign(colors - gt) / colors.size, rtol=1e-6)
+
+
+def test_ssim_gradient_stays_finite_where_the_covariance_term_rounds_to_zero(device):
+    """SSIM's dS/dmu has s / a2 in it, a2 = 2 cov(x, y) + C2, and s is a
+    multiple of a2: in dark, anti-correlated windows a2 can round to exactly
+    0 (0 / 0). This image sweeps cov through -C2/2 and, on lavapipe, hits an
+    exact zero: the old formula put NaN into the 11x11 window around it (as
+    it did in one training run on the H200, then into every splat there)."""
+    H = W = 512
+    rng = np.random.default_rng(3)
+    p = rng.choice([-1.0, 1.0], (1, H, W, 3))
+    a = np.linspace(0.02, 0.06, W)[None, None, :, None]
+    colors = (0.04 + a * p).astype(np.float32)
+    gt_images = np.concatenate([np.zeros((1, H, W, 3)), (5 - 3 * p) / 255.0]).astype(np.float32)
+    out, grad = gpu_loss(device, colors, gt_images, image_index=[1])
+    assert np.isfinite(out).all()
+    assert np.isfinite(grad).all(), "%d non-finite" % (~np.isfinite(grad)).sum()

@@ -51,11 +51,13 @@ def _moments(arrays, seed):
 
 def test_mcmc_relocation_by_hand(device, scene):
     """One live splat (opacity 0.5) and one dead: the dead one becomes its copy
-    and both take 1 - sqrt(1 - 0.5) = 0.29289 and 0.95216 x the scale."""
+    and both take 1 - sqrt(1 - 0.5) = 0.29289 and 0.95216 x the scale. The
+    source's Adam moments restart at 0, and the copy's too (by default it
+    would keep its slot's, as in gsplat: test below)."""
     a = _splats(2, seed=1)
     a["opacities"][:] = [0.0, np.log(0.003 / 0.997)]
     a["scales"][0] = np.log([0.1, 0.05, 0.2])
-    trainer = _mcmc_trainer(device, scene, a, _moments(a, 2), cap_max=2)
+    trainer = _mcmc_trainer(device, scene, a, _moments(a, 2), cap_max=2, mcmc_keep_moments=False)
     trainer.strategy.refine(600)
     got = trainer.model.download()
     p = got["params"]
@@ -168,7 +170,9 @@ def test_mcmc_refine_relocates_then_grows_within_the_budget(device, scene, cap_m
     assert (src >= 0).all() and not np.isin(src, dead).any()
     for group in ("exp_avg", "exp_avg_sq"):
         for name in PARAMS:
-            assert not got[group][name][dead].any() and not got[group][name][n:].any()
+            # relocated splats keep their slot's moments (the default, as gsplat), new ones start at 0
+            np.testing.assert_array_equal(got[group][name][dead], mom[group][name][dead], err_msg=name)
+            assert not got[group][name][n:].any()
     out = trainer.train_step()                                   # and training goes on
     assert np.isfinite(out["loss"])
     trainer.free()
@@ -334,20 +338,38 @@ def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch
     trainer.free()
 
 
-def test_mcmc_splats_with_nan_opacity_are_relocated_never_drawn(device, scene):
-    """A NaN opacity (a diverged splat) counts as dead: it is overwritten by a
-    copy of a live splat and the draws, for relocation and for growth, go on
-    (a single NaN weight would otherwise poison the prefix sum of weights)."""
+@pytest.mark.parametrize("keep_moments", [False, True], ids=["reset-moments", "keep-moments"])
+def test_mcmc_diverged_splats_are_relocated_never_drawn(device, scene, keep_moments):
+    """A splat with a non-finite opacity, mean, scale or rotation (a diverged
+    splat) counts as dead: it is overwritten by a copy of a live splat, with
+    its moments restarted at 0 even where relocated splats keep theirs (its
+    moments are NaN too and would make the copy diverge again), and the draws,
+    for relocation and for growth, go on (a single NaN weight would otherwise
+    poison the prefix sum of weights)."""
     n = 200
     a = _splats(n, seed=17, opacity=np.random.default_rng(18).uniform(0.05, 0.95, n))
-    nan = np.array([3, 77, 150])
-    a["opacities"][nan] = np.nan
-    trainer = _mcmc_trainer(device, scene, a, cap_max=1000)
+    a["opacities"][3] = np.nan
+    a["opacities"][170] = np.inf
+    a["means"][77, 1] = np.nan
+    a["scales"][150, 2] = np.inf
+    a["quats"][160, 0] = np.nan
+    broken = np.array([3, 77, 150, 160, 170])
+    mom = _moments(a, 19)
+    for group in mom.values():
+        for v in group.values():
+            v[broken] = np.nan
+    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=1000, mcmc_keep_moments=keep_moments)
     trainer.strategy.refine(600)
-    p = trainer.model.download()["params"]
-    assert trainer.strategy.relocated == len(nan)
+    got = trainer.model.download()
+    p = got["params"]
+    assert trainer.strategy.relocated == len(broken)
     assert trainer.model.n == 210                                   # growth went on, 5%
-    assert np.isfinite(p["opacities"]).all()
+    for group in got.values():
+        for name, v in group.items():
+            assert np.isfinite(v).all(), name
+    for group in ("exp_avg", "exp_avg_sq"):
+        for name in PARAMS:
+            assert not got[group][name][broken].any(), (group, name)
     src = _groups(a["means"], p["means"])
-    assert (src >= 0).all() and not np.isin(src, nan).any()
+    assert (src >= 0).all() and not np.isin(src, broken).any()
     trainer.free()

@@ -27,7 +27,7 @@ class TrainConfig:
     lr_means_final: float = 1.6e-6
     lr_quats: float = 1e-3
     lr_scales: float = 5e-3
-    lr_opacities: float | None = None   # default: 0.05, or 0.025 with MCMC
+    lr_opacities: float = 0.05          # gsplat's; DESIGN's 0.025 with MCMC lost 0.6 dB (docs/performance.md)
     lr_sh0: float = 2.5e-3
     lr_shN_divisor: float = 20.0
     # initialization (None: the strategy's default)
@@ -40,7 +40,7 @@ class TrainConfig:
     min_opacity: float = 0.005
     # MCMC
     noise_lr: float = 5e5
-    mcmc_keep_moments: bool = False     # relocated splats keep their slot's Adam moments (gsplat 1.5.3)
+    mcmc_keep_moments: bool = True      # relocated splats keep their slot's Adam moments (gsplat 1.5.3)
     # training coordinates: centred on the cameras' mean, or on the point they look at ('focus')
     world_center: str = "cameras"
     opacity_reg: float | None = None    # MCMC 0.01, ADC 0
@@ -80,9 +80,8 @@ class TrainConfig:
             raise ValueError("sh_degree must be 0..3")
 
     def opacity_lr(self) -> float:
-        if self.lr_opacities is not None:
-            return self.lr_opacities
-        return 0.025 if self.strategy == "mcmc" else 0.05
+        # None: a config.json from before 0.05 became the default for both strategies
+        return 0.05 if self.lr_opacities is None else self.lr_opacities
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)

@@ -47,6 +47,15 @@ def _atomic_write_bytes(path: Path, write):
             os.unlink(tmp)
 
 
+def finite_splats(arrays: dict) -> np.ndarray:
+    """[N] bool: the splats whose every parameter is finite."""
+    ok = None
+    for a in arrays.values():
+        row = np.isfinite(a.reshape(len(a), -1)).all(axis=1)
+        ok = row if ok is None else ok & row
+    return ok
+
+
 def save_checkpoint(trainer: Trainer, path: Path):
     state = trainer.state_dict()
     arrays = {}
@@ -165,6 +174,13 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
 
     from spirula.data import write_splat_ply
     arrays = trainer.splat_arrays()
+    finite = finite_splats(arrays)
+    nonfinite = int(len(finite) - finite.sum())
+    if nonfinite:
+        # a viewer would choke on NaN rows; the checkpoint keeps them as they are
+        log("spirula: warning: %d of %d splats have non-finite parameters; splat.ply leaves them out"
+            % (nonfinite, len(finite)))
+        arrays = {k: v[finite] for k, v in arrays.items()}
     write_splat_ply(output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"],
                     arrays["opacities"], arrays["sh"])
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
@@ -180,7 +196,9 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                    peak_vram_mib=pool.peak_bytes / (1 << 20),
                    process_vram_mib=process / (1 << 20) if process is not None else None,
                    device=device.info.name, lpips=None,
-                   relocated=getattr(trainer.strategy, "relocated_total", None))
+                   relocated=getattr(trainer.strategy, "relocated_total", None),
+                   relocated_by_step=getattr(trainer.strategy, "history", None),
+                   nonfinite_splats=nonfinite)
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
     log("spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
         % (trainer.step, train_time, "{:,}".format(trainer.model.n),

@@ -55,13 +55,27 @@ class Strategy:
 
 class MCMC(Strategy):
     """Relocation and growth within ``cap_max`` splats. ``relocated``: dead
-    splats moved by the last refinement; ``relocated_total``: by all."""
+    splats moved by the last refinement; ``relocated_total``: by all;
+    ``history``: [step, relocated] of every refinement (kept in checkpoints),
+    so that a run whose relocation stalled shows it in metrics.json."""
 
     relocated = 0
     relocated_total = 0
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.history = []
+
     def capacity(self, n: int) -> int:
         return max(self.cfg.cap_max, n)
+
+    def state_dict(self) -> dict:
+        return dict(history=np.asarray(self.history, np.int64).reshape(-1, 2))
+
+    def load_state_dict(self, state: dict):
+        self.history = [[int(s), int(c)] for s, c in np.asarray(state.get("history", ()), np.int64).reshape(-1, 2)]
+        self.relocated_total = sum(c for _, c in self.history)
+        self.relocated = self.history[-1][1] if self.history else 0
 
     def after_step(self, step: int):
         if self.refine_due(step):
@@ -125,6 +139,7 @@ class MCMC(Strategy):
         dead = dev.readback(self._scan_u.scratch, shape=(1,), offset=4 * self._scan_u.total_offset(n))
         self.relocated = int(dead[0])
         self.relocated_total += self.relocated
+        self.history.append([step, self.relocated])
         if n_add > 0:
             tr.reserve_views(model.n)
 
@@ -133,7 +148,8 @@ class MCMC(Strategy):
         count_offset is None, else counts[count_offset])."""
         b = self._bufs
         rec.dispatch("densify_mcmc_weights", -(-n // 256),
-                     dict(opacities=p.opacities, weights=b["weights"], dead=b["dead"]),
+                     dict(opacities=p.opacities, weights=b["weights"], dead=b["dead"], means=p.means,
+                          scales=p.scales, quats=p.quats),
                      push=dict(n=n, min_opacity=self.cfg.min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
         if count_offset is None:
             self._scan_u.record(rec, b["dead"], n)

@@ -1,0 +1,127 @@
+"""Test PSNR of training configurations over several seeds, several runs at a
+time on one GPU (quality does not depend on the runs' speed, so they share it).
+
+    python benchmarks/quality_sweep.py DATASET --seeds 0-4 --parallel 3 \\
+        --config defaults --config "gsplat_rates:mcmc_keep_moments=true,lr_opacities=0.05" \\
+        [--gsplat .device/gsplat_train.py] [--json OUT.json]
+
+Each run is `spirula train DATASET --iterations 3000 --cap-max 1000000
+--background black --seed S --set KEY=VALUE ...` (the training benchmark of
+docs/performance.md); a config is NAME or NAME:KEY=VALUE,KEY=VALUE. With
+--gsplat, the peer trainer runs the same seeds (42 + S) as config "gsplat".
+Prints a line per run as it ends (PSNR, SSIM, splats relocated, the fewest
+relocated by one refinement in the run's second half, which is 0 when
+relocation stalled, and non-finite splats), then per config the mean,
+standard deviation and range.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def parse_seeds(text):
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def parse_config(text):
+    name, _, sets = text.partition(":")
+    return name, [s for s in sets.split(",") if s]
+
+
+def spirula_command(args, sets, seed, out):
+    cmd = [sys.executable, "-m", "spirula", "train", args.dataset, "--iterations", str(args.iterations),
+           "--cap-max", str(args.cap_max), "--background", "black", "--seed", str(seed),
+           "--save-every", "0", "--output", str(out)]
+    for s in sets:
+        cmd += ["--set", s]
+    return cmd
+
+
+def gsplat_command(args, seed, out):
+    return [sys.executable, args.gsplat, "--data", args.dataset, "--strategy", "mcmc", "--cap-max",
+            str(args.cap_max), "--steps", str(args.iterations), "--seed", str(42 + seed),
+            "--json", str(out / "metrics.json")]
+
+
+def summarize(name, seed, out, rc, seconds):
+    row = dict(config=name, seed=seed, rc=rc, seconds=round(seconds, 1))
+    try:
+        m = json.loads((out / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return row
+    row.update(psnr=m.get("psnr"), ssim=m.get("ssim"), n_splats=m.get("n_splats"),
+               relocated=m.get("relocated"), nonfinite=m.get("nonfinite_splats"))
+    hist = m.get("relocated_by_step") or []
+    if hist:
+        row["fewest_relocated_late"] = min(c for _, c in hist[len(hist) // 2:])
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dataset")
+    ap.add_argument("--config", action="append", default=[], help="NAME or NAME:KEY=VALUE,KEY=VALUE")
+    ap.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,5")
+    ap.add_argument("--iterations", type=int, default=3000)
+    ap.add_argument("--cap-max", type=int, default=1_000_000)
+    ap.add_argument("--parallel", type=int, default=3, help="runs at a time")
+    ap.add_argument("--gsplat", default=None, help="gsplat_train.py: also run the peer")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/quality_sweep"))
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    seeds = parse_seeds(args.seeds)
+    configs = [parse_config(c) for c in args.config or ["defaults"]]
+    # seed-major order: a sweep cut short still has every config at the first seeds
+    jobs = []
+    for seed in seeds:
+        if args.gsplat:
+            out = args.workdir / ("gsplat-%d" % seed)
+            jobs.append(("gsplat", seed, out, gsplat_command(args, seed, out)))
+        for name, sets in configs:
+            out = args.workdir / ("%s-%d" % (name, seed))
+            jobs.append((name, seed, out, spirula_command(args, sets, seed, out)))
+    rows, running = [], []
+    while jobs or running:
+        while jobs and len(running) < args.parallel:
+            name, seed, out, cmd = jobs.pop(0)
+            out.mkdir(parents=True, exist_ok=True)
+            log = open(out / "log.txt", "w")
+            running.append((name, seed, out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT),
+                            time.time(), log))
+        time.sleep(0.5)
+        for job in list(running):
+            name, seed, out, proc, t0, log = job
+            if proc.poll() is None:
+                continue
+            running.remove(job)
+            log.close()
+            row = summarize(name, seed, out, proc.returncode, time.time() - t0)
+            rows.append(row)
+            print("[sweep] " + json.dumps(row), flush=True)
+            if proc.returncode:
+                print("[sweep] %s seed %d failed; the end of %s:\n%s" % (
+                    name, seed, out / "log.txt", (out / "log.txt").read_text()[-1500:]), flush=True)
+    names = (["gsplat"] if args.gsplat else []) + [n for n, _ in configs]
+    table = {}
+    for name in names:
+        psnr = [r["psnr"] for r in rows if r["config"] == name and r.get("psnr") is not None]
+        if not psnr:
+            continue
+        table[name] = dict(runs=len(psnr), mean=statistics.mean(psnr),
+                           std=statistics.stdev(psnr) if len(psnr) > 1 else 0.0, min=min(psnr), max=max(psnr))
+        print("[sweep] %-24s %d runs  PSNR mean %.3f  std %.3f  range %.2f-%.2f" % (
+            name, len(psnr), table[name]["mean"], table[name]["std"], min(psnr), max(psnr)), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(dict(configs=dict(configs), rows=rows, table=table), indent=1))
+
+
+if __name__ == "__main__":
+    main()
