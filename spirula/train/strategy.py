@@ -62,8 +62,8 @@ class MCMC(Strategy):
     relocated = 0
     relocated_total = 0
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, cfg, trainer):
+        super().__init__(cfg, trainer)
         self.history = []
 
     def capacity(self, n: int) -> int:
