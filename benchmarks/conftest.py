@@ -33,10 +33,10 @@ class BenchOptions:
         3.3 ms from there on; three warm-up runs measured the slow phase."""
         import time
         end = time.perf_counter() + self.pick(0.2, 2.0)
-        for k in range(1_000_000):
+        runs = 0
+        while runs < 3 or time.perf_counter() < end:
             run()
-            if k >= 2 and time.perf_counter() >= end:
-                break
+            runs += 1
 
     def record(self, name, **values):
         """Print one figure line and keep it for --bench-json."""

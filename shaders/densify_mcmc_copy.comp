@@ -19,6 +19,7 @@
 //                                                 (0: nothing was drawn)
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "finite.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool APPEND = false;
@@ -75,13 +76,7 @@ void main() {
     if (!(weight_totals[pc.weight_total_offset] > 0.0)) {
         return;
     }
-    bool reset = APPEND || RESET_MOMENTS;
-    if (!reset) {
-        vec3 mean = vec3(means[3u * dst], means[3u * dst + 1u], means[3u * dst + 2u]);
-        vec3 scale = vec3(scales[3u * dst], scales[3u * dst + 1u], scales[3u * dst + 2u]);
-        reset = isnan(opacities[dst]) || isinf(opacities[dst]) || !finite3(mean) || !finite3(scale)
-                || !finite4(quats[dst]);
-    }
+    bool reset = APPEND || RESET_MOMENTS || !splat_finite(dst);
     for (uint k = 0u; k < 3u; ++k) {
         means[3u * dst + k] = means[3u * src + k];
         scales[3u * dst + k] = scales[3u * src + k];

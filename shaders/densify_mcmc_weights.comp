@@ -13,6 +13,7 @@
 //   binding 5  quats      [N,4] f32  read
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "finite.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool ALIVE_ONLY = true;
@@ -38,9 +39,7 @@ void main() {
     float o = 1.0 / (1.0 + exp(-logit));
     // a non-finite splat counts as dead (relocated, so repaired) and weighs 0:
     // one NaN weight would poison the whole prefix sum and stop all sampling
-    vec3 mean = vec3(means[3u * i], means[3u * i + 1u], means[3u * i + 2u]);
-    vec3 scale = vec3(scales[3u * i], scales[3u * i + 1u], scales[3u * i + 2u]);
-    bool bad = isnan(logit) || isinf(logit) || !finite3(mean) || !finite3(scale) || !finite4(quats[i]);
+    bool bad = !splat_finite(i);
     bool is_dead = bad || o <= pc.min_opacity;
     weights[i] = ((ALIVE_ONLY && is_dead) || bad) ? 0.0 : o;
     dead[i] = is_dead ? 1u : 0u;

@@ -1,6 +1,6 @@
 // Whether a splat's opacity logit, mean, log-scale and rotation are all
 // finite (a diverged splat is not): the MCMC kernels relocate such a splat
-// and restart its optimizer state. GLSL: finite3/finite4 in common.glsl.
+// and restart its optimizer state. GLSL: shaders/include/finite.glsl.
 #ifndef SPIRULA_FINITE_CUH
 #define SPIRULA_FINITE_CUH
 

@@ -18,12 +18,4 @@ uint linear_group_id() {
 // Total threads of a (possibly folded) 1D dispatch: the grid-stride step.
 #define grid_stride() (gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_WorkGroupSize.x)
 
-// Neither NaN nor infinite (a diverged splat's parameters).
-bool finite3(vec3 v) {
-    return !any(isnan(v)) && !any(isinf(v));
-}
-bool finite4(vec4 v) {
-    return !any(isnan(v)) && !any(isinf(v));
-}
-
 #endif
