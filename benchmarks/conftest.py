@@ -1,5 +1,5 @@
 """Benchmark options. Defaults are small so a CPU (lavapipe) run stays short;
-``--bench-full`` (or SPIRULA_BENCH_FULL=1) selects the GPU workloads of DESIGN.md §7."""
+``--bench-full`` (or SPIRULA_BENCH_FULL=1) selects the GPU workloads of docs/design.md §7."""
 import os
 
 import pytest

@@ -1,4 +1,4 @@
-"""Fixed benchmark workloads (DESIGN.md section 7), drawn with numpy so that
+"""Fixed benchmark workloads (docs/design.md §7), drawn with numpy so that
 the gsplat peer (`gsplat_raster_bench.py`) draws exactly the same arrays."""
 from __future__ import annotations
 

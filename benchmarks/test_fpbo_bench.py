@@ -1,5 +1,5 @@
 """fpbo_bench: one fused projection backward + Adam step over N splats at SH
-degree 3, from random screen-space gradients (DESIGN.md §7).
+degree 3, from random screen-space gradients (docs/design.md §7).
 
     pytest benchmarks/test_fpbo_bench.py --benchmark-only -s [--bench-full]
 

@@ -1,4 +1,4 @@
-"""raster_bench: the rasterizer's stages on a fixed random slab (DESIGN.md §7).
+"""raster_bench: the rasterizer's stages on a fixed random slab (docs/design.md §7).
 
     pytest benchmarks/test_raster_bench.py --benchmark-only -s [--bench-full] [--bench-n N]
 

@@ -1,5 +1,5 @@
 """The training schedules and configuration (spirula/train/schedule.py and
-config.py) against DESIGN.md section 2 and gsplat's simple_trainer: the means'
+config.py) against docs/design.md §9 and gsplat's simple_trainer: the means'
 learning rate decays exponentially from lr_means x extent to lr_means_final x
 extent over the run, every other rate is constant, one SH band more every
 sh_every steps up to sh_degree, and the strategy picks its own defaults."""
@@ -73,7 +73,7 @@ def test_defaults_follow_design_section_2():
 def test_mcmc_strategy_defaults():
     c = TrainConfig(strategy="mcmc")
     assert (c.init_opacity, c.init_scale, c.refine_stop, c.opacity_reg, c.scale_reg) == (0.5, 0.1, 25_000, 0.01, 0.01)
-    # gsplat 1.5.3's rates, not DESIGN's 0.025 / reset moments: +0.6 dB (docs/performance.md)
+    # gsplat 1.5.3's rates, not 0.025 / reset moments: +0.6 dB (docs/design.md §9)
     assert c.opacity_lr() == 0.05 and c.mcmc_keep_moments
     assert TrainConfig.from_dict(dict(strategy="mcmc", lr_opacities=None)).opacity_lr() == 0.05
 

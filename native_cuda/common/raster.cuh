@@ -1,5 +1,5 @@
 // Per-pixel compositing rules shared by rasterize_fwd and rasterize_bwd: the
-// twin of shaders/include/raster.glsl (DESIGN.md section 2).
+// twin of shaders/include/raster.glsl (docs/design.md §2.4).
 #ifndef SPIRULA_RASTER_CUH
 #define SPIRULA_RASTER_CUH
 

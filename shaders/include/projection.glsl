@@ -1,5 +1,5 @@
 // EWA projection of one 3D Gaussian through one pinhole camera, forward and
-// backward (DESIGN.md section 2; the same maths as gsplat 1.5.3's
+// backward (docs/design.md §2.3; the same maths as gsplat 1.5.3's
 // fully_fused_projection). Used by projection_fwd, projection_bwd and fpbo.
 //
 // Conventions: quaternions are wxyz (q.x = w); matrices below are written as

@@ -1,7 +1,7 @@
 // Per-pixel compositing rules shared by rasterize_fwd and rasterize_bwd
-// (DESIGN.md section 2): front to back, alpha = min(max_alpha, o * exp(-sigma)),
+// (docs/design.md §2.4): front to back, alpha = min(max_alpha, o * exp(-sigma)),
 // skip sigma < 0 or alpha < 1/255, stop before blending when T(1 - alpha) <= 1e-4.
-// max_alpha is a push constant: 0.99 (DESIGN, Inria, gsplat main) by default,
+// max_alpha is a push constant: 0.99 (Inria, gsplat main) by default,
 // 0.999 in gsplat 1.5.3.
 #ifndef SPIRULA_RASTER_GLSL
 #define SPIRULA_RASTER_GLSL

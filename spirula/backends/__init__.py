@@ -1,4 +1,4 @@
-"""GPU backends behind one device interface (DESIGN.md section 1).
+"""GPU backends behind one device interface (docs/design.md §4).
 
 ``vulkan``: :class:`spirula.runtime.device.Device` (Kompute, SPIR-V from
 ``shaders/*.comp``); ``cuda``: :class:`spirula.backends.cuda.CudaDevice`

@@ -14,7 +14,7 @@ so both backends check the same buffer names and constants.
 Everything runs on one CUDA stream, in recording order, so the barriers a
 Vulkan sequence needs are implicit. With the profiler on, every launch sits
 between a pair of CUDA events, and the kernel rows, transfers and memsets are
-accounted as on Vulkan (DESIGN.md section 5).
+accounted as on Vulkan (docs/design.md §5).
 
 Every library call returns a ``cudaError_t``; :func:`check` raises
 :class:`CudaError` with the driver's message for any that is not 0.

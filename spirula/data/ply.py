@@ -1,6 +1,6 @@
 """PLY files: the 3DGS ``splat.ply`` every viewer reads, and seed point clouds.
 
-``splat.ply`` (DESIGN.md section 6): ``binary_little_endian``, one ``vertex``
+``splat.ply`` (docs/design.md §6): ``binary_little_endian``, one ``vertex``
 element of float32 properties, in this order::
 
     x y z  nx ny nz  f_dc_0 f_dc_1 f_dc_2  f_rest_0 .. f_rest_{3(K-1)-1}

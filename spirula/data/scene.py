@@ -1,6 +1,6 @@
 """The data model every loader produces: posed frames, seed points, splits.
 
-Conventions (DESIGN.md section 2, the same as gsplat):
+Conventions (docs/design.md §2.1, the same as gsplat):
 
 - ``Frame.viewmat`` is world->camera, ``[4,4] float64``, OpenCV camera frame
   (x right, y down, +z forward): ``p_cam = R @ p_world + t``.

@@ -3,7 +3,7 @@
 A thin wrapper over :class:`~spirula.render.rasterizer.Rasterizer`: inputs are
 checked and uploaded, the GPU renders, outputs are read back. Training uses
 the device-resident form directly. Conventions follow gsplat's
-``rasterization()`` (DESIGN.md section 2): activated scales and opacities,
+``rasterization()`` (docs/design.md §2): activated scales and opacities,
 quaternions wxyz, OpenCV world->camera view matrices, pixel centres at +0.5.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
         sh_degree: SH degree used (default: the largest K allows, up to 3).
         backgrounds: [C,3] colours behind the Gaussians (default black).
         max_alpha: cap on one Gaussian's alpha at a pixel (default 0.99,
-            DESIGN.md; gsplat 1.5.3 uses 0.999).
+            docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
         device: a :class:`~spirula.runtime.device.Device` (default: the process's).
 
     Returns:

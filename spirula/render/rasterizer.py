@@ -34,7 +34,7 @@ from spirula.runtime.buffers import Buffer
 
 TILE = 16
 EPS2D = 0.3
-MAX_ALPHA = 0.99        # DESIGN section 2 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
+MAX_ALPHA = 0.99        # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
 FAR_PLANE = 1e10
 
@@ -122,7 +122,7 @@ class Rasterizer:
         n_cameras: C, cameras rendered together.
         capacity: Gaussians to reserve room for (grows with :meth:`reserve`).
         isect_capacity: intersections to reserve room for.
-        max_alpha: the cap on one Gaussian's alpha at a pixel (0.99: DESIGN;
+        max_alpha: the cap on one Gaussian's alpha at a pixel (0.99: docs/design.md §2.4;
             gsplat 1.5.3 uses 0.999).
     """
 

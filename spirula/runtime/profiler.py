@@ -1,7 +1,7 @@
 """The built-in profiler: ``SS_PROFILE=1`` (or ``--profile``).
 
 On, it collects three things and prints them on stderr at exit, each framed by
-``[spirula-profile] ---- ... ----`` lines (formats: DESIGN.md section 5):
+``[spirula-profile] ---- ... ----`` lines (formats: docs/design.md §5):
 
 1. GPU time by kernel, from a timestamp pair around every dispatch;
 2. the timing breakdown: H2D / D2H / D2D / memset / device wait (of which

@@ -1,4 +1,4 @@
-"""Training configuration: one dataclass, defaults from DESIGN.md section 2
+"""Training configuration: one dataclass, defaults in docs/design.md §9
 (3DGS / gsplat simple_trainer), written to ``config.json`` with every run."""
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ class TrainConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     adam_eps: float = 1e-15
-    # rendering: cap on one splat's alpha at a pixel (DESIGN 0.99; gsplat 1.5.3 0.999)
+    # rendering: cap on one splat's alpha at a pixel (docs/design.md §2.4: 0.99; gsplat 1.5.3 0.999)
     max_alpha: float = 0.99
     lr_means: float = 1.6e-4            # x scene extent, decaying to lr_means_final x extent
     lr_means_final: float = 1.6e-6
     lr_quats: float = 1e-3
     lr_scales: float = 5e-3
-    lr_opacities: float = 0.05          # gsplat's; DESIGN's 0.025 with MCMC lost 0.6 dB (docs/performance.md)
+    lr_opacities: float = 0.05          # gsplat's; 0.025 with MCMC lost 0.6 dB (docs/design.md §9)
     lr_sh0: float = 2.5e-3
     lr_shN_divisor: float = 20.0
     # initialization (None: the strategy's default)

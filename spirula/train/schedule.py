@@ -1,4 +1,4 @@
-"""Learning-rate and SH-degree schedules (DESIGN.md section 2, as gsplat's
+"""Learning-rate and SH-degree schedules (docs/design.md §9, as gsplat's
 simple_trainer): the means' rate decays exponentially to 1% over the run,
 scaled by the scene extent; the other rates are constant; one SH band more
 every ``sh_every`` steps up to the configured degree."""
