@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
         if (r.x == 0 && r.y == 0) {
             continue;
         }
-        Camera cam = load_camera(a.cameras, c);
+        Camera cam = LOAD_CAMERA(a.cameras, c);
         vec2 v_xy = make2(a.grad_xy[2u * i], a.grad_xy[2u * i + 1u]);
         vec3 v_con = make3(a.grad_conics[3u * i], a.grad_conics[3u * i + 1u], a.grad_conics[3u * i + 2u]);
         vec3 v_rgb = make3(a.grad_rgb[3u * i], a.grad_rgb[3u * i + 1u], a.grad_rgb[3u * i + 2u]);
@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
         for (uint32_t k = 0u; k < n_active / 3u; ++k) {
             raw += basis[k] * make3(sh[sh_base + 3u * k], sh[sh_base + 3u * k + 1u], sh[sh_base + 3u * k + 2u]);
         }
-        vec3 v_raw = v_rgb * colour_clamp_mask(raw);
+        vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5f, vec3(0.0f)));
         float w[16];
 #pragma unroll
         for (uint32_t k = 0u; k < n_active / 3u; ++k) {
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
                 }
             }
         }
-        sh_direction_vjp<SH_DEGREE>(dir, inv_len, w, g_mean);
+        sh_direction_vjp(SH_DEGREE, dir, inv_len, w, g_mean);
         view_vraw = v_raw;
         vec2 v_stat = sp.absgrad ? make2(a.grad_xy_abs[2u * i], a.grad_xy_abs[2u * i + 1u]) : v_xy;
         vec2 gn = v_stat * make2(params->grad_norm_scale_x, params->grad_norm_scale_y);

@@ -12,7 +12,7 @@
 //   binding 5  isect_keys  [capacity] u32 write
 //   binding 6  isect_ids   [capacity] u32 write
 #include "common/launch.cuh"
-#include "common/glsl.cuh"
+#include "common/raster.cuh"
 
 namespace {
 
@@ -51,10 +51,9 @@ intersect_tile_write_kernel(const uint32_t* sorted_ids, const uint32_t* offsets,
     int2 r = radii[id];
     vec2 mean2d = make2(g.x, g.y);
     vec2 radius = make2(float(r.x), float(r.y));
-    float tw = float(pc.tile_width), th = float(pc.tile_height);
-    uint32_t tmin_x = uint32_t(glsl_clamp(floorf(mean2d.x / 16.0f - radius.x / 16.0f), 0.0f, tw));
-    uint32_t tmin_y = uint32_t(glsl_clamp(floorf(mean2d.y / 16.0f - radius.y / 16.0f), 0.0f, th));
-    uint32_t tmax_x = uint32_t(glsl_clamp(ceilf(mean2d.x / 16.0f + radius.x / 16.0f), 0.0f, tw));
+    vec2 tile_min, tile_max;
+    tile_rect(mean2d, radius, vec2(float(pc.tile_width), float(pc.tile_height)), tile_min, tile_max);
+    uint32_t tmin_x = uint32_t(tile_min.x), tmin_y = uint32_t(tile_min.y), tmax_x = uint32_t(tile_max.x);
     uint32_t box_width = tmax_x > tmin_x ? tmax_x - tmin_x : 1u;
     uint32_t ty = tmin_y + k / box_width, tx = tmin_x + k % box_width;
     isect_keys[j] = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height + ty * pc.tile_width + tx;

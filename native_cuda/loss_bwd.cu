@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(256) loss_bwd_kernel(Args a, Push pc) {
 
     int W = int(pc.width), H = int(pc.height);
     uint32_t view = blockIdx.z;
-    uint32_t image = view_image(a.params, view);
+    uint32_t image = view_image(*a.params, view);
     int ox = int(blockIdx.x) * SSIM_TILE, oy = int(blockIdx.y) * SSIM_TILE;
     int lx = int(threadIdx.x), ly = int(threadIdx.y);
     int px = ox + lx, py = oy + ly;

@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
 
     int W = int(pc.width), H = int(pc.height);
     uint32_t view = blockIdx.z;
-    uint32_t image = view_image(a.params, view);
+    uint32_t image = view_image(*a.params, view);
     int ox = int(blockIdx.x) * SSIM_TILE, oy = int(blockIdx.y) * SSIM_TILE;
     int lx = int(threadIdx.x), ly = int(threadIdx.y);
     int px = ox + lx, py = oy + ly;
@@ -106,18 +106,11 @@ __global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
                 syy += w * s_h[3][ly + k][lx];
                 sxy += w * s_h[4][ly + k][lx];
             }
-            float a1 = 2.0f * mx * my + SSIM_C1;
-            float a2 = 2.0f * (sxy - mx * my) + SSIM_C2;
-            float b1 = mx * mx + my * my + SSIM_C1;
-            float b2 = (sxx - mx * mx) + (syy - my * my) + SSIM_C2;
-            float inv_b = 1.0f / (b1 * b2);
-            float s = a1 * a2 * inv_b;
-            sums.z += s;
-            // dS/dmu = s (2 my / a1 - 2 my / a2 - 2 mx / b1 + 2 mx / b2) with s / a1 and
-            // s / a2 written out: a2 = 2 cov + C2 can round to exactly 0 (then 0 / 0)
-            g_m = 2.0f * my * (a2 - a1) * inv_b + 2.0f * mx * s * (1.0f / b2 - 1.0f / b1);
-            g_sxx = -s / b2;
-            g_sxy = 2.0f * a1 * inv_b;
+            vec3 g;
+            sums.z += ssim_and_grads(mx, my, sxx, syy, sxy, g);
+            g_m = g.x;
+            g_sxx = g.y;
+            g_sxy = g.z;
         }
         out_grads[3 * ch] = g_m;
         out_grads[3 * ch + 1] = g_sxx;

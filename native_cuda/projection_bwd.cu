@@ -85,13 +85,13 @@ __global__ void __launch_bounds__(128) projection_bwd_kernel(Args a, Push pc, ui
         if (r.x == 0 && r.y == 0) {
             continue;
         }
-        Camera cam = load_camera(a.cameras, c);
+        Camera cam = LOAD_CAMERA(a.cameras, c);
         vec2 v_xy = make2(a.grad_xy[2u * i], a.grad_xy[2u * i + 1u]);
         vec3 v_con = make3(a.grad_conics[3u * i], a.grad_conics[3u * i + 1u], a.grad_conics[3u * i + 2u]);
         vec3 v_rgb = make3(a.grad_rgb[3u * i], a.grad_rgb[3u * i + 1u], a.grad_rgb[3u * i + 2u]);
         v_opacity += a.grad_opacity[i];
-        projection_vjp<SH_DEGREE>(cam, mean, quat, scale, coeffs, float(pc.width), float(pc.height), pc.eps2d,
-                                  v_xy, v_con, v_rgb, v_mean, v_quat, v_scale, v_sh);
+        projection_vjp(cam, mean, quat, scale, SH_DEGREE, coeffs, float(pc.width), float(pc.height), pc.eps2d, v_xy,
+                       v_con, v_rgb, v_mean, v_quat, v_scale, v_sh);
     }
     if (!ACTIVATED) {
         v_scale = v_scale * scale;                     // d exp(l) / dl

@@ -18,6 +18,7 @@
 // Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
 #include "common/launch.cuh"
 #include "common/projection.cuh"
+#include "common/raster.cuh"
 
 namespace {
 
@@ -66,7 +67,7 @@ projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
         return;
     }
     uint32_t c = i / pc.n, g = i - c * pc.n;
-    Camera cam = load_camera(a.cameras, c);
+    Camera cam = LOAD_CAMERA(a.cameras, c);
     vec3 mean = make3(a.means[3u * g], a.means[3u * g + 1u], a.means[3u * g + 2u]);
     vec3 pcam = cam.R * mean + cam.t;
     float opacity = a.opacities[g];
@@ -82,22 +83,12 @@ projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     if (!ACTIVATED) {
         s = make3(expf(s.x), expf(s.y), expf(s.z));
     }
-    vec4 q = load4(a.quats, g);
-    mat3 R = quat_to_rotmat(q * inversesqrt(dot(q, q)));
-    mat3 M = mat3_cols(R.c[0] * s.x, R.c[1] * s.y, R.c[2] * s.z);
-    mat3 cov_c = cam.R * (M * transpose(M)) * transpose(cam.R);
-    vec2 clipped;
-    vec2 tanc = clamped_tan(pcam, cam.f, float(pc.width), float(pc.height), clipped);
-    vec3 cov2d = project_cov(cov_c, pcam, tanc, cam.f) + make3(pc.eps2d, 0.0f, pc.eps2d);
-    float det = cov2d.x * cov2d.z - cov2d.y * cov2d.y;
-    vec2 mean2d = make2(cam.f.x * pcam.x / pcam.z + cam.f.z, cam.f.y * pcam.y / pcam.z + cam.f.w);
-    float extent = opacity_extent(opacity);
-    vec2 radius = make2(ceilf(extent * sqrtf(cov2d.x)), ceilf(extent * sqrtf(cov2d.z)));
-    // Phrased as what a visible Gaussian satisfies, so that NaN anywhere culls.
-    bool visible = det > 0.0f && (radius.x > 0.0f || radius.y > 0.0f)
-        && mean2d.x + radius.x > 0.0f && mean2d.x - radius.x < float(pc.width)
-        && mean2d.y + radius.y > 0.0f && mean2d.y - radius.y < float(pc.height);
-    if (!visible) {
+    vec2 mean2d;
+    float det;
+    vec3 cov2d = project_gaussian(cam, pcam, load4(a.quats, g), s, float(pc.width), float(pc.height), pc.eps2d,
+                                  mean2d, det);
+    vec2 radius = screen_radius(cov2d, opacity);
+    if (!on_screen(det, mean2d, radius, float(pc.width), float(pc.height))) {
         cull(a, i);
         return;
     }
@@ -116,11 +107,8 @@ projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     }
     color = make3(fmaxf(color.x + 0.5f, 0.0f), fmaxf(color.y + 0.5f, 0.0f), fmaxf(color.z + 0.5f, 0.0f));
 
-    float tw = float(pc.tile_width), th = float(pc.tile_height);
-    vec2 tile_min = make2(glsl_clamp(floorf(mean2d.x / 16.0f - radius.x / 16.0f), 0.0f, tw),
-                          glsl_clamp(floorf(mean2d.y / 16.0f - radius.y / 16.0f), 0.0f, th));
-    vec2 tile_max = make2(glsl_clamp(ceilf(mean2d.x / 16.0f + radius.x / 16.0f), 0.0f, tw),
-                          glsl_clamp(ceilf(mean2d.y / 16.0f + radius.y / 16.0f), 0.0f, th));
+    vec2 tile_min, tile_max;
+    tile_rect(mean2d, radius, vec2(float(pc.tile_width), float(pc.tile_height)), tile_min, tile_max);
     uint32_t count = uint32_t(tile_max.x - tile_min.x) * uint32_t(tile_max.y - tile_min.y);
 
     store4(a.xyop, i, make4(mean2d.x, mean2d.y, opacity, pcam.z));

@@ -33,13 +33,14 @@ last=""
 for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_$a,code=sm_$a"); last=$a; done
 GENCODE+=(-gencode "arch=compute_$last,code=compute_$last")
 # IEEE arithmetic (no --use_fast_math), so CUDA and Vulkan results stay close.
-FLAGS=(-std=c++17 -O3 -Xcompiler -fPIC -Xcompiler -fvisibility=hidden "${GENCODE[@]}")
+# shaders/include: the maths shared with the shaders (dialect.glsl)
+FLAGS=(-std=c++17 -O3 -Ishaders/include -Xcompiler -fPIC -Xcompiler -fvisibility=hidden "${GENCODE[@]}")
 
 SOURCES=(native_cuda/*.cu)
 [ -e "${SOURCES[0]}" ] || skip "no sources in native_cuda/"
 mkdir -p build
 
-key=$( { "$NVCC" --version; echo "${FLAGS[*]}"; cat native_cuda/*.cu native_cuda/common/*.cuh "$0"; } | sha256sum | cut -c1-32)
+key=$( { "$NVCC" --version; echo "${FLAGS[*]}"; cat native_cuda/*.cu native_cuda/common/*.cuh shaders/include/*.glsl "$0"; } | sha256sum | cut -c1-32)
 if [ -s "$OUT" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$key" ]; then
   exit 0
 fi

@@ -18,6 +18,7 @@
 //   binding 6  isect_ids   [capacity] u32  write
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "raster.glsl"
 
 layout(local_size_x = 256) in;
 
@@ -56,10 +57,9 @@ void main() {
     uint k = j - offsets[lo];
     vec2 mean2d = xyop[id].xy;
     vec2 radius = vec2(radii[id]);
-    uvec2 tmin = uvec2(clamp(floor(mean2d / 16.0 - radius / 16.0), vec2(0.0),
-                             vec2(pc.tile_width, pc.tile_height)));
-    uvec2 tmax = uvec2(clamp(ceil(mean2d / 16.0 + radius / 16.0), vec2(0.0),
-                             vec2(pc.tile_width, pc.tile_height)));
+    vec2 tile_min, tile_max;
+    tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
+    uvec2 tmin = uvec2(tile_min), tmax = uvec2(tile_max);
     uint box_width = max(tmax.x - tmin.x, 1u);
     uint ty = tmin.y + k / box_width, tx = tmin.x + k % box_width;
     isect_keys[j] = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height + ty * pc.tile_width + tx;

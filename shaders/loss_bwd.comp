@@ -75,14 +75,14 @@ void main() {
             int row = int(i) / SSIM_TILE, col = int(i) % SSIM_TILE;
             vec3 acc = vec3(0.0);
             for (int k = 0; k < 11; ++k) {
-                acc += SSIM_W[k] * s_g[row][col + k];
+                acc += ssim_w(k) * s_g[row][col + k];
             }
             s_h[row][col] = acc;
         }
         barrier();
         vec3 b = vec3(0.0);
         for (int k = 0; k < 11; ++k) {
-            b += SSIM_W[k] * s_h[lp.y + k][lp.x];
+            b += ssim_w(k) * s_h[lp.y + k][lp.x];
         }
         float dssim = b.x + 2.0 * x[ch] * b.y + y[ch] * b.z;
         if (n_valid > 0.0) {

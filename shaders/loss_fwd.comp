@@ -44,7 +44,7 @@ void main() {
     ivec2 lp = ivec2(gl_LocalInvocationID.xy);
     ivec2 p = origin + lp;
     bool inside = p.x < W && p.y < H;
-    bool valid = ssim_valid(p, W, H);
+    bool valid = ssim_valid(p.x, p.y, W, H);
     uint tid = gl_LocalInvocationIndex;
     uint view_base = view * uint(W * H);
     uint image_base = image * uint(W * H);
@@ -68,7 +68,7 @@ void main() {
             float mx = 0.0, my = 0.0, sxx = 0.0, syy = 0.0, sxy = 0.0;
             for (int k = 0; k < 11; ++k) {
                 vec2 v = s_xy[row][col + k];
-                float w = SSIM_W[k];
+                float w = ssim_w(k);
                 mx += w * v.x;
                 my += w * v.y;
                 sxx += w * v.x * v.x;
@@ -92,25 +92,18 @@ void main() {
         if (valid) {
             float mx = 0.0, my = 0.0, sxx = 0.0, syy = 0.0, sxy = 0.0;
             for (int k = 0; k < 11; ++k) {
-                float w = SSIM_W[k];
+                float w = ssim_w(k);
                 mx += w * s_h[0][lp.y + k][lp.x];
                 my += w * s_h[1][lp.y + k][lp.x];
                 sxx += w * s_h[2][lp.y + k][lp.x];
                 syy += w * s_h[3][lp.y + k][lp.x];
                 sxy += w * s_h[4][lp.y + k][lp.x];
             }
-            float a1 = 2.0 * mx * my + SSIM_C1;
-            float a2 = 2.0 * (sxy - mx * my) + SSIM_C2;
-            float b1 = mx * mx + my * my + SSIM_C1;
-            float b2 = (sxx - mx * mx) + (syy - my * my) + SSIM_C2;
-            float inv_b = 1.0 / (b1 * b2);
-            float s = a1 * a2 * inv_b;
-            sums.z += s;
-            // dS/dmu = s (2 my / a1 - 2 my / a2 - 2 mx / b1 + 2 mx / b2) with s / a1 and
-            // s / a2 written out: a2 = 2 cov + C2 can round to exactly 0 (then 0 / 0)
-            g_m = 2.0 * my * (a2 - a1) * inv_b + 2.0 * mx * s * (1.0 / b2 - 1.0 / b1);
-            g_sxx = -s / b2;
-            g_sxy = 2.0 * a1 * inv_b;
+            vec3 g;
+            sums.z += ssim_and_grads(mx, my, sxx, syy, sxy, g);
+            g_m = g.x;
+            g_sxx = g.y;
+            g_sxy = g.z;
         }
         out_grads[3 * ch] = g_m;
         out_grads[3 * ch + 1] = g_sxx;

@@ -20,6 +20,7 @@
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "projection.glsl"
+#include "raster.glsl"
 #include "sh.glsl"
 
 layout(local_size_x = 256) in;
@@ -82,22 +83,11 @@ void main() {
     if (!ACTIVATED) {
         s = exp(s);
     }
-    vec4 q = quats[g];
-    mat3 R = quat_to_rotmat(q * inversesqrt(dot(q, q)));
-    mat3 M = mat3(R[0] * s.x, R[1] * s.y, R[2] * s.z);
-    mat3 cov_c = cam.R * (M * transpose(M)) * transpose(cam.R);
-    vec2 clipped;
-    vec2 tanc = clamped_tan(pcam, cam.f, float(pc.width), float(pc.height), clipped);
-    vec3 cov2d = project_cov(cov_c, pcam, tanc, cam.f) + vec3(pc.eps2d, 0.0, pc.eps2d);
-    float det = cov2d.x * cov2d.z - cov2d.y * cov2d.y;
-    vec2 mean2d = cam.f.xy * pcam.xy / pcam.z + cam.f.zw;
-    float extent = opacity_extent(opacity);
-    vec2 radius = ceil(extent * sqrt(vec2(cov2d.x, cov2d.z)));
-    // Phrased as what a visible Gaussian satisfies, so that NaN anywhere culls.
-    bool visible = det > 0.0 && (radius.x > 0.0 || radius.y > 0.0)
-        && mean2d.x + radius.x > 0.0 && mean2d.x - radius.x < float(pc.width)
-        && mean2d.y + radius.y > 0.0 && mean2d.y - radius.y < float(pc.height);
-    if (!visible) {
+    vec2 mean2d;
+    float det;
+    vec3 cov2d = project_gaussian(cam, pcam, quats[g], s, float(pc.width), float(pc.height), pc.eps2d, mean2d, det);
+    vec2 radius = screen_radius(cov2d, opacity);
+    if (!on_screen(det, mean2d, radius, float(pc.width), float(pc.height))) {
         cull(i);
         return;
     }
@@ -115,10 +105,8 @@ void main() {
     }
     color = max(color + 0.5, vec3(0.0));
 
-    vec2 tile_min = clamp(floor(mean2d / 16.0 - radius / 16.0), vec2(0.0),
-                          vec2(pc.tile_width, pc.tile_height));
-    vec2 tile_max = clamp(ceil(mean2d / 16.0 + radius / 16.0), vec2(0.0),
-                          vec2(pc.tile_width, pc.tile_height));
+    vec2 tile_min, tile_max;
+    tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
     uint count = uint(tile_max.x - tile_min.x) * uint(tile_max.y - tile_min.y);
 
     xyop[i] = vec4(mean2d, opacity, pcam.z);

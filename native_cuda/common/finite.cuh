@@ -1,23 +1,21 @@
-// Whether a splat's opacity logit, mean, log-scale and rotation are all
-// finite (a diverged splat is not): the MCMC kernels relocate such a splat
-// and restart its optimizer state. GLSL: shaders/include/finite.glsl.
+// Whether a splat is finite: shaders/include/finite.glsl, compiled for CUDA
+// (dialect.glsl), and the CUDA way of loading the values it checks.
 #ifndef SPIRULA_FINITE_CUH
 #define SPIRULA_FINITE_CUH
 
-#include <cstdint>
+#include "glsl.cuh"
 
 namespace spirula {
+#include "finite.glsl"
 
+// splat i of means [N,3], log-scales [N,3] and quats [N] (GLSL: the splat_finite macro)
 __device__ __forceinline__ bool splat_finite(float logit, const float* means, const float* scales,
                                              const float4* quats, uint32_t i) {
     float4 q = quats[i];
-    bool ok = isfinite(logit) && isfinite(q.x) && isfinite(q.y) && isfinite(q.z) && isfinite(q.w);
-    for (uint32_t k = 0u; k < 3u; ++k) {
-        ok = ok && isfinite(means[3u * i + k]) && isfinite(scales[3u * i + k]);
-    }
-    return ok;
+    return splat_values_finite(logit, vec4(q.x, q.y, q.z, q.w),
+                               vec3(means[3u * i], means[3u * i + 1u], means[3u * i + 2u]),
+                               vec3(scales[3u * i], scales[3u * i + 1u], scales[3u * i + 2u]));
 }
-
 }  // namespace spirula
 
 #endif

@@ -1,27 +1,59 @@
 // The small part of GLSL's vector and matrix algebra the kernels use, with
-// GLSL's meaning and evaluation order, so that a kernel reads like its
-// shader: vec2/vec3/vec4, mat3 stored column-major (m.c[j] is column j, the
-// maths entry (i, j) is m.c[j][i], as M[j][i] in GLSL), M * v summed over
-// columns in order, inversesqrt = rsqrtf, normalize = v * inversesqrt(|v|^2).
+// GLSL's meaning and evaluation order: enough to compile the shared maths of
+// shaders/include (dialect.glsl) as CUDA, and for a kernel to read like its
+// shader. vec2/vec3/vec4 with GLSL's constructors (vec3(s), vec3(x, y, z)),
+// mat3 stored column-major (m[j] is column j, the maths entry (i, j) is
+// m[j][i], as in GLSL; mat3(c0, c1, c2) and mat3(a0, ..., a8) fill it column
+// by column), M * v summed over columns in order, inversesqrt = rsqrtf,
+// normalize = v * inversesqrt(|v|^2).
 #ifndef SPIRULA_GLSL_CUH
 #define SPIRULA_GLSL_CUH
 
+#include <cmath>
 #include <cstdint>
 
 namespace spirula {
 
 #define SPIRULA_FN __device__ __forceinline__
 
+// GLSL's float built-ins, next to the vector overloads below (which would
+// otherwise hide them inside this namespace)
+using ::ceil;
+using ::cos;
+using ::exp;
+using ::floor;
+using ::isinf;
+using ::isnan;
+using ::log;
+using ::max;
+using ::min;
+using ::sin;
+using ::sqrt;
+
+struct bvec3 {
+    bool x, y, z;
+};
+
 struct vec2 {
     float x, y;
+    vec2() = default;
+    SPIRULA_FN explicit vec2(float s) : x(s), y(s) {}
+    SPIRULA_FN vec2(float x_, float y_) : x(x_), y(y_) {}
 };
 struct vec3 {
     float x, y, z;
+    vec3() = default;
+    SPIRULA_FN explicit vec3(float s) : x(s), y(s), z(s) {}
+    SPIRULA_FN vec3(float x_, float y_, float z_) : x(x_), y(y_), z(z_) {}
+    SPIRULA_FN explicit vec3(bvec3 b) : x(b.x ? 1.0f : 0.0f), y(b.y ? 1.0f : 0.0f), z(b.z ? 1.0f : 0.0f) {}
     SPIRULA_FN float& operator[](int i) { return i == 0 ? x : (i == 1 ? y : z); }
     SPIRULA_FN float operator[](int i) const { return i == 0 ? x : (i == 1 ? y : z); }
 };
 struct vec4 {
     float x, y, z, w;
+    vec4() = default;
+    SPIRULA_FN explicit vec4(float s) : x(s), y(s), z(s), w(s) {}
+    SPIRULA_FN vec4(float x_, float y_, float z_, float w_) : x(x_), y(y_), z(z_), w(w_) {}
 };
 
 SPIRULA_FN vec2 make2(float x, float y) { return {x, y}; }
@@ -52,6 +84,8 @@ SPIRULA_FN vec3 operator*(vec3 a, vec3 b) { return {a.x * b.x, a.y * b.y, a.z * 
 SPIRULA_FN vec3 operator*(vec3 a, float s) { return {a.x * s, a.y * s, a.z * s}; }
 SPIRULA_FN vec3 operator*(float s, vec3 a) { return {s * a.x, s * a.y, s * a.z}; }
 SPIRULA_FN vec3 operator+(vec3 a, float s) { return {a.x + s, a.y + s, a.z + s}; }
+SPIRULA_FN vec3 operator/(vec3 a, float s) { return {a.x / s, a.y / s, a.z / s}; }
+SPIRULA_FN bvec3 greaterThanEqual(vec3 a, vec3 b) { return {a.x >= b.x, a.y >= b.y, a.z >= b.z}; }
 SPIRULA_FN vec3& operator+=(vec3& a, vec3 b) { a = a + b; return a; }
 SPIRULA_FN vec3& operator*=(vec3& a, float s) { a = a * s; return a; }
 SPIRULA_FN float dot(vec3 a, vec3 b) { return a.x * b.x + a.y * b.y + a.z * b.z; }
@@ -61,35 +95,48 @@ SPIRULA_FN vec4 operator+(vec4 a, vec4 b) { return {a.x + b.x, a.y + b.y, a.z + 
 SPIRULA_FN vec4 operator-(vec4 a, vec4 b) { return {a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w}; }
 SPIRULA_FN vec4 operator*(vec4 a, float s) { return {a.x * s, a.y * s, a.z * s, a.w * s}; }
 SPIRULA_FN vec4 operator*(float s, vec4 a) { return {s * a.x, s * a.y, s * a.z, s * a.w}; }
+SPIRULA_FN vec4 operator-(vec4 a) { return {-a.x, -a.y, -a.z, -a.w}; }
 SPIRULA_FN vec4& operator+=(vec4& a, vec4 b) { a = a + b; return a; }
 SPIRULA_FN float dot(vec4 a, vec4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 // mat3, column-major
 struct mat3 {
     vec3 c[3];
+    mat3() = default;
+    // mat3(c0, c1, c2) and mat3(a0, ..., a8): column by column, as GLSL's constructors
+    SPIRULA_FN mat3(vec3 c0, vec3 c1, vec3 c2) : c{c0, c1, c2} {}
+    SPIRULA_FN mat3(float a0, float a1, float a2, float a3, float a4, float a5, float a6, float a7, float a8)
+        : c{{a0, a1, a2}, {a3, a4, a5}, {a6, a7, a8}} {}
+    SPIRULA_FN vec3& operator[](int j) { return c[j]; }
+    SPIRULA_FN const vec3& operator[](int j) const { return c[j]; }
 };
-// mat3(a0, ..., a8): column by column, as GLSL's constructor
-SPIRULA_FN mat3 mat3_cols(vec3 c0, vec3 c1, vec3 c2) { return {{c0, c1, c2}}; }
+SPIRULA_FN mat3 mat3_cols(vec3 c0, vec3 c1, vec3 c2) { return mat3(c0, c1, c2); }
 SPIRULA_FN mat3 mat3_scalars(float a0, float a1, float a2, float a3, float a4, float a5, float a6, float a7,
                              float a8) {
-    return {{{a0, a1, a2}, {a3, a4, a5}, {a6, a7, a8}}};
+    return mat3(a0, a1, a2, a3, a4, a5, a6, a7, a8);
 }
 SPIRULA_FN vec3 operator*(const mat3& m, vec3 v) { return m.c[0] * v.x + m.c[1] * v.y + m.c[2] * v.z; }
-SPIRULA_FN mat3 operator*(const mat3& a, const mat3& b) { return {{a * b.c[0], a * b.c[1], a * b.c[2]}}; }
-SPIRULA_FN mat3 operator*(float s, const mat3& m) { return {{s * m.c[0], s * m.c[1], s * m.c[2]}}; }
-SPIRULA_FN mat3 operator*(const mat3& m, float s) { return {{m.c[0] * s, m.c[1] * s, m.c[2] * s}}; }
-SPIRULA_FN mat3 operator+(const mat3& a, const mat3& b) {
-    return {{a.c[0] + b.c[0], a.c[1] + b.c[1], a.c[2] + b.c[2]}};
-}
+SPIRULA_FN mat3 operator*(const mat3& a, const mat3& b) { return mat3(a * b.c[0], a * b.c[1], a * b.c[2]); }
+SPIRULA_FN mat3 operator*(float s, const mat3& m) { return mat3(s * m.c[0], s * m.c[1], s * m.c[2]); }
+SPIRULA_FN mat3 operator*(const mat3& m, float s) { return mat3(m.c[0] * s, m.c[1] * s, m.c[2] * s); }
+SPIRULA_FN mat3 operator+(const mat3& a, const mat3& b) { return mat3(a.c[0] + b.c[0], a.c[1] + b.c[1], a.c[2] + b.c[2]); }
 SPIRULA_FN mat3 transpose(const mat3& m) {
-    return {{{m.c[0].x, m.c[1].x, m.c[2].x}, {m.c[0].y, m.c[1].y, m.c[2].y}, {m.c[0].z, m.c[1].z, m.c[2].z}}};
+    return mat3(m.c[0].x, m.c[1].x, m.c[2].x, m.c[0].y, m.c[1].y, m.c[2].y, m.c[0].z, m.c[1].z, m.c[2].z);
 }
 // outerProduct(c, r): column j is c * r[j]
-SPIRULA_FN mat3 outerProduct(vec3 c, vec3 r) { return {{c * r.x, c * r.y, c * r.z}}; }
+SPIRULA_FN mat3 outerProduct(vec3 c, vec3 r) { return mat3(c * r.x, c * r.y, c * r.z); }
 
 SPIRULA_FN float inversesqrt(float x) { return rsqrtf(x); }
 SPIRULA_FN vec3 normalize(vec3 v) { return v * rsqrtf(dot(v, v)); }
-SPIRULA_FN float glsl_clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+SPIRULA_FN float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+SPIRULA_FN float glsl_clamp(float x, float lo, float hi) { return clamp(x, lo, hi); }
+SPIRULA_FN vec2 clamp(vec2 x, vec2 lo, vec2 hi) { return {clamp(x.x, lo.x, hi.x), clamp(x.y, lo.y, hi.y)}; }
+SPIRULA_FN vec2 sqrt(vec2 v) { return {sqrtf(v.x), sqrtf(v.y)}; }
+SPIRULA_FN vec2 floor(vec2 v) { return {floorf(v.x), floorf(v.y)}; }
+SPIRULA_FN vec2 ceil(vec2 v) { return {ceilf(v.x), ceilf(v.y)}; }
+
+// GLSL's unpackUnorm4x8(v)[ch]: byte ch of v over 255
+SPIRULA_FN float unpack_unorm8(uint32_t v, int ch) { return float((v >> (8u * uint32_t(ch))) & 0xffu) / 255.0f; }
 
 }  // namespace spirula
 
