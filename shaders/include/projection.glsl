@@ -186,7 +186,7 @@ FN void projection_geometry_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, fl
     v_quat += (v_q - q * dot(q, v_q)) * qn;
 }
 
-// Colour = max(SH(dir) . sh + 0.5f, 0), dir = normalize(mean - camera centre).
+// Colour = max(SH(dir) . sh + 0.5, 0), dir = normalize(mean - camera centre).
 // Given the SH basis at dir, the raw colour SH(dir) . sh, and w[k] =
 // sh[k] . v_raw (v_raw: v_rgb masked by the clamp), adds the gradient through
 // dir to v_mean.
