@@ -195,9 +195,7 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                    ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
                    peak_vram_mib=pool.peak_bytes / (1 << 20),
                    process_vram_mib=process / (1 << 20) if process is not None else None,
-                   device=device.info.name, lpips=None,
-                   relocated=getattr(trainer.strategy, "relocated_total", None),
-                   relocated_by_step=getattr(trainer.strategy, "history", None),
+                   device=device.info.name, lpips=None, **trainer.strategy.metrics(),
                    nonfinite_splats=nonfinite)
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
     log("spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
