@@ -197,6 +197,7 @@ def render_command(run, cameras, out, backend):
     """Render a trained run from dataset cameras to PNG files."""
     from PIL import Image
 
+    from spirula.progress import track, write
     from spirula.train.run import SplatRenderer
     cfg, params, ckpt, scene = _open_run(run)
     indices = [_camera_index(scene, c) for c in cameras] if cameras else list(scene.test)
@@ -206,12 +207,12 @@ def render_command(run, cameras, out, backend):
     renderer = SplatRenderer(device, params, scene.background, cfg.max_alpha)
     out = out or ((Path(run) if Path(run).is_dir() else ckpt.parent.parent) / "renders")
     out.mkdir(parents=True, exist_ok=True)
-    for i in indices:
+    for i in track(indices, "rendering", unit="view"):
         f = scene.frames[i]
         img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
         path = out / (Path(f.name).stem + ".png")
         Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(path)
-        click.echo(str(path))
+        write(str(path))
     renderer.free()
 
 

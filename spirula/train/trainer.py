@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from spirula.errors import OutOfMemoryError, SpirulaError
+from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
@@ -47,7 +48,8 @@ class _ImageSize:
         self.width, self.height, self.images = width, height, images
         self.local = {img: k for k, img in enumerate(images)}     # train index -> index in gt_images
         self.gt_images = dev.pool.alloc(name + ".gt_images", (len(images), height, width), np.uint32, "image")
-        dev.upload(self.gt_images, pack_rgba8(np.stack([scene.load_image(scene.train[i]) for i in images])))
+        dev.upload(self.gt_images, pack_rgba8(np.stack([scene.load_image(scene.train[i])
+                                                        for i in track(images, "loading images", unit="image")])))
         self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster",
                                  max_alpha=max_alpha)
         self.raster.set_backgrounds(scene.background[None])
@@ -267,7 +269,7 @@ class Trainer:
         from spirula.train.metrics import psnr, ssim
         indices = self.scene.test if indices is None else indices
         per = []
-        for i in indices:
+        for i in track(indices, "evaluating", unit="view"):
             f = self.scene.frames[i]
             img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height)), 0, 1)
             gt = self.scene.load_image(i)
