@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from conftest import ROOT
+from spirula.train.config import TrainConfig
 from train_cases import write_tiny_colmap
 
 # small enough for lavapipe's 128 MiB storage-buffer limit (the default MCMC
@@ -145,3 +146,45 @@ def test_train_on_images_of_two_sizes(tmp_path):
     assert "32x24, 64x48" in proc.stderr + proc.stdout          # by count: 6 small, 4 full
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert np.isfinite(metrics["psnr"]) and (tmp_path / "run" / "splat.ply").is_file()
+
+
+# ---- the options map onto TrainConfig (in process) ----------------------------------
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("args,want", [
+    ([], lambda: TrainConfig.demo()),
+    (["DATA"], lambda: TrainConfig()),
+    (["--iterations", "7", "--seed", "3", "--strategy", "adc"],
+     lambda: TrainConfig.demo(iterations=7, seed=3, strategy="adc")),
+    (["DATA", "--sh-degree", "1", "--set", "log_every=5", "--eval-split", "none"],
+     lambda: TrainConfig(sh_degree=1, log_every=5, eval_split="none")),
+], ids=["demo", "dataset", "demo-options", "dataset-options"])
+def test_untyped_options_leave_the_configuration_defaults(monkeypatch, tmp_path, args, want):
+    """The CLI holds no defaults of its own: without options, `spirula train`
+    is TrainConfig.demo() and `spirula train DATASET` TrainConfig(); an option
+    sets its field and nothing else."""
+    import dataclasses
+
+    import spirula.cli.train as cli_train
+    import spirula.data
+    import spirula.data.demo
+    from spirula.cli.main import _register, cli
+    made = []
+
+    class Recorded(TrainConfig):
+        def __post_init__(self):
+            super().__post_init__()
+            made.append(dataclasses.asdict(self))
+
+    def load_dataset(*a, **kw):
+        raise _Stop
+    monkeypatch.setattr(cli_train, "TrainConfig", Recorded)
+    monkeypatch.setattr(spirula.data, "load_dataset", load_dataset)
+    monkeypatch.setattr(spirula.data.demo, "ensure_demo_scene", lambda log=None: tmp_path / "demo")
+    _register()
+    with pytest.raises(_Stop):
+        cli.main(args=["train"] + [str(tmp_path) if a == "DATA" else a for a in args], standalone_mode=False)
+    assert made[-1] == dataclasses.asdict(want())

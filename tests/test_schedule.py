@@ -111,3 +111,15 @@ def test_config_json_ignores_keys_it_does_not_know():
     """config.json also holds the dataset path (spirula/train/run.py)."""
     d = dict(json.loads(TrainConfig(strategy="adc").to_json()), dataset="/data/garden", future_option=3)
     assert TrainConfig.from_dict(d) == TrainConfig(strategy="adc")
+
+
+def test_demo_settings_live_in_the_configuration():
+    """`spirula train` without a dataset trains TrainConfig.demo(); what is
+    given on top wins, and every other field keeps TrainConfig's default."""
+    demo = TrainConfig.demo()
+    assert (demo.iterations, demo.cap_max, demo.log_every, demo.init_scale) == (400, 30_000, 50, 1.0)
+    assert demo.init_opacity == TrainConfig().init_opacity == 0.5
+    assert TrainConfig.demo(iterations=1500, init_scale=0.1) == \
+        TrainConfig(iterations=1500, cap_max=30_000, log_every=50, init_scale=0.1)
+    adc = TrainConfig.demo(strategy="adc")
+    assert (adc.refine_stop, adc.init_opacity) == (15_000, 0.1)

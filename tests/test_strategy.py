@@ -2,17 +2,78 @@
 hand-made splats: MCMC relocation and growth against gsplat's
 compute_relocation, ADC clone/split/prune and the opacity reset, and when
 each strategy acts."""
+import inspect
+import types
+
 import numpy as np
 import pytest
 
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
-from train_cases import PARAMS, random_init, sigmoid, tiny_scene
+from train_cases import PARAMS, random_init, refine, sigmoid, tiny_scene
 
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
     return tiny_scene(tmp_path_factory.mktemp("tiny"))
+
+
+# ---- the interface ---------------------------------------------------------------------
+
+def _reaches(obj, cls) -> bool:
+    """Whether an instance of ``cls`` is reachable from ``obj`` through
+    attributes, lists, tuples and dicts."""
+    seen, todo = set(), [obj]
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType, str, bytes, int, float,
+                                           np.ndarray)):
+            continue
+        seen.add(id(o))
+        if isinstance(o, cls):
+            return True
+        if isinstance(o, dict):
+            todo += o.values()
+        elif isinstance(o, (list, tuple, set)):
+            todo += o
+        todo += getattr(o, "__dict__", {}).values()
+    return False
+
+
+@pytest.mark.parametrize("strategy", ["mcmc", "adc"])
+def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monkeypatch, strategy):
+    """Data flows down (as gsplat's step_post_backward): a strategy is made from
+    the configuration alone, is handed the splats, statistics, step, extent
+    and device, returns what it changed, and holds no trainer."""
+    from spirula.train import strategy as strategies
+    cfg = TrainConfig(iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, refine_start=2, refine_every=3,
+                      reset_every=6, grow_grad2d=1e-7)
+    assert list(inspect.signature(type(strategies.make(cfg))).parameters) == ["cfg"]
+    trainer = Trainer(scene, cfg, device, init=random_init(200, 1))
+    got = []
+
+    def adopt(changes, adopt=trainer.adopt):
+        got.append((trainer.step - 1, trainer.model, changes))
+        adopt(changes)
+    monkeypatch.setattr(trainer, "adopt", adopt)
+    for _ in range(10):
+        n = trainer.model.n
+        trainer.train_step()
+        if got and got[-1][0] == trainer.step - 1:
+            _, before, changes = got[-1]
+            assert isinstance(changes, strategies.Changes)
+            assert (changes.n_before, changes.n_after) == (n, trainer.model.n)
+            assert trainer.model is changes.model
+            if strategy == "mcmc":        # within the budget, in place
+                assert changes.model is before and changes.n_after == int(1.05 * n)
+                assert changes.relocated == trainer.strategy.relocated and not changes.stats_reset
+            else:                          # a new model, the statistics restart
+                assert changes.model is not before and changes.stats_reset
+                assert changes.opacities_reset == (trainer.step - 1 == 6)
+    assert [s for s, _, _ in got] == [3, 6, 9]                   # 0-based steps, as gsplat
+    assert not _reaches(trainer.strategy, Trainer)
+    assert _reaches(types.SimpleNamespace(held=[{"by": trainer}]), Trainer)      # (the check can fail)
+    trainer.free()
 
 
 # ---- MCMC ----------------------------------------------------------------------------
@@ -58,7 +119,7 @@ def test_mcmc_relocation_by_hand(device, scene):
     a["opacities"][:] = [0.0, np.log(0.003 / 0.997)]
     a["scales"][0] = np.log([0.1, 0.05, 0.2])
     trainer = _mcmc_trainer(device, scene, a, _moments(a, 2), cap_max=2, mcmc_keep_moments=False)
-    trainer.strategy.refine(600)
+    refine(trainer, 600)
     got = trainer.model.download()
     p = got["params"]
     assert trainer.model.n == 2
@@ -94,7 +155,7 @@ def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene, keep_mo
     mom = _moments(a, 5)
     trainer = _mcmc_trainer(device, scene, a, mom, cap_max=n,    # at the budget: relocation only
                             mcmc_keep_moments=keep_moments)
-    trainer.strategy.refine(600)
+    refine(trainer, 600)
     got = trainer.model.download()
     p = got["params"]
     assert trainer.model.n == n
@@ -130,7 +191,7 @@ def test_mcmc_growth_adds_five_percent_drawn_by_opacity(device, scene):
     a["opacities"][:] = np.log(o / (1 - o))
     mom = _moments(a, 8)
     trainer = _mcmc_trainer(device, scene, a, mom, cap_max=1000)
-    trainer.strategy.refine(600)
+    refine(trainer, 600)
     got = trainer.model.download()
     p = got["params"]
     assert trainer.model.n == 420
@@ -162,7 +223,7 @@ def test_mcmc_refine_relocates_then_grows_within_the_budget(device, scene, cap_m
     a["opacities"][:] = np.log(o / (1 - o))
     mom = _moments(a, 11)
     trainer = _mcmc_trainer(device, scene, a, mom, cap_max=cap_max)
-    trainer.strategy.refine(600)
+    refine(trainer, 600)
     got = trainer.model.download()
     assert trainer.model.n == want
     assert sigmoid(got["params"]["opacities"]).min() > 0.005
@@ -232,7 +293,7 @@ def test_adc_refine_clones_splits_and_prunes(device, scene, step):
     trainer.model.upload(a, mom)
     device.upload(trainer.stats[0], np.array(grad, np.float32))
     device.upload(trainer.stats[1], np.array(vis, np.uint32))
-    trainer.strategy.refine(step)
+    refine(trainer, step)
     got = trainer.model.download()
     p = got["params"]
     prune_big = step > cfg.reset_every
@@ -297,7 +358,7 @@ def test_adc_opacity_reset_caps_opacities_at_twice_min_opacity(device, scene):
     a["opacities"] = np.log(o / (1 - o)).astype(np.float32)
     mom = _moments(a, 15)
     trainer.model.upload(a, mom)
-    trainer.strategy.reset_opacity()
+    trainer.strategy.reset_opacity(trainer.model, device)
     got = trainer.model.download()
     np.testing.assert_allclose(sigmoid(got["params"]["opacities"]), np.minimum(o, 0.01), rtol=1e-5)
     np.testing.assert_array_equal(got["params"]["opacities"][40:], a["opacities"][40:])
@@ -314,25 +375,28 @@ def test_adc_opacity_reset_caps_opacities_at_twice_min_opacity(device, scene):
 def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
     from spirula.train import strategy as strategies
     calls = []
-    monkeypatch.setattr(strategies.MCMC, "refine", lambda self, step: calls.append(step))
+    monkeypatch.setattr(strategies.MCMC, "refine", lambda self, model, step, device: calls.append(step))
     cfg = TrainConfig(strategy="mcmc", cap_max=100, sh_degree=1, refine_start=5, refine_every=5, refine_stop=31)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     for s in range(40):
-        trainer.strategy.after_step(s)
+        trainer.strategy.step_post_backward(trainer.model, trainer.stats, s, trainer.extent, device)
     assert calls == [10, 15, 20, 25, 30]
     trainer.free()
 
 def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch):
-    """after_step(s) with the 0-based index of the step just done, as gsplat."""
+    """step_post_backward(..., s, ...) with the 0-based index of the step just done, as gsplat."""
     from spirula.train import strategy as strategies
     calls = []
-    monkeypatch.setattr(strategies.ADC, "refine", lambda self, step: calls.append(("refine", step)))
-    monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self: calls.append(("reset",)))
+    def refine(self, model, stats, step, extent, device):
+        calls.append(("refine", step))
+        return strategies.Changes(model, model.n, model.n)
+    monkeypatch.setattr(strategies.ADC, "refine", refine)
+    monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self, model, device: calls.append(("reset",)))
     cfg = TrainConfig(strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15,
                       refine_stop=31)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     for s in range(40):
-        trainer.strategy.after_step(s)
+        trainer.strategy.step_post_backward(trainer.model, trainer.stats, s, trainer.extent, device)
     assert calls == [("refine", 10), ("refine", 15), ("reset",), ("refine", 20), ("refine", 25), ("refine", 30),
                      ("reset",)]
     trainer.free()
@@ -359,7 +423,7 @@ def test_mcmc_diverged_splats_are_relocated_never_drawn(device, scene, keep_mome
         for v in group.values():
             v[broken] = np.nan
     trainer = _mcmc_trainer(device, scene, a, mom, cap_max=1000, mcmc_keep_moments=keep_moments)
-    trainer.strategy.refine(600)
+    refine(trainer, 600)
     got = trainer.model.download()
     p = got["params"]
     assert trainer.strategy.relocated == len(broken)

@@ -73,3 +73,15 @@ def random_init(n: int, sh_degree: int, seed: int = 0, spread: float = 0.45) -> 
                 quats=rng.standard_normal((n, 4)).astype(np.float32),
                 scales=np.log(rng.uniform(0.06, 0.2, (n, 3))).astype(np.float32),
                 opacities=np.log(o / (1 - o)).astype(np.float32), sh=sh)
+
+
+def refine(trainer, step: int):
+    """The trainer's strategy refines its splats now, as after step ``step``,
+    and the trainer takes the result over; returns the strategy's Changes."""
+    s = trainer.strategy
+    if trainer.cfg.strategy == "mcmc":
+        changes = s.refine(trainer.model, step, trainer.device)
+    else:
+        changes = s.refine(trainer.model, trainer.stats, step, trainer.extent, trainer.device)
+    trainer.adopt(changes)
+    return changes

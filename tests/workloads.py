@@ -106,7 +106,7 @@ def train(strategy: str = "mcmc"):
     import sys
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from train_cases import random_init, tiny_scene
+    from train_cases import random_init, refine, tiny_scene
     from spirula.runtime.device import Device, set_device
     from spirula.train.config import TrainConfig
     from spirula.train.trainer import Trainer
@@ -129,9 +129,9 @@ def train(strategy: str = "mcmc"):
         for _ in range(3):
             assert np.isfinite(trainer.train_step()["loss"])
         assert trainer.raster.isect_capacity > 64
-        trainer.strategy.refine(600)
+        refine(trainer, 600)
         if strategy == "adc":
-            trainer.strategy.reset_opacity()
+            trainer.strategy.reset_opacity(trainer.model, dev)
             assert trainer.model.n > n0, (trainer.model.n, n0)
         else:
             assert trainer.model.n == int(1.05 * n0), trainer.model.n

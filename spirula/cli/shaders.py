@@ -14,6 +14,7 @@ def shaders(define):
     defines = dict(d.split("=", 1) if "=" in d else (d, "1") for d in define)
     reg = KernelRegistry()
     names = reg.names()
-    for name in names:
+    from spirula.progress import track
+    for name in track(names, "compiling shaders", unit="kernel"):
         reg.get(name, **defines)
     click.echo("spirula: %d kernels compiled (cache: %s)" % (len(names), reg.cache))

@@ -11,6 +11,7 @@ import numpy as np
 
 from spirula.cli.main import cli, common_options
 from spirula.errors import SpirulaError
+from spirula.train.config import TrainConfig
 
 
 def _open_device(backend: str):
@@ -33,26 +34,37 @@ def _log(msg):
     click.echo(msg, err=True)
 
 
+def _default(field: str) -> str:
+    """The help text's default of a TrainConfig field: the config's own, and
+    the demo's where it differs. Options default to None: only the ones typed
+    become fields (an untyped one leaves the config's default)."""
+    value, demo = getattr(TrainConfig(), field), getattr(TrainConfig.demo(), field)
+    fmt = "{:,}".format if isinstance(value, int) and not isinstance(value, bool) else str
+    return "[default: %s%s]" % (fmt(value), "; demo: %s" % fmt(demo) if demo != value else "")
+
+
 @cli.command()
 @common_options
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
-@click.option("--iterations", type=int, default=None, help="Training steps [default: 30000; demo: 400].")
-@click.option("--strategy", type=click.Choice(["mcmc", "adc"]), default="mcmc", show_default=True,
-              help="Densification: MCMC (budget --cap-max) or classic adaptive density control.")
-@click.option("--cap-max", type=int, default=None, help="MCMC splat budget [default: 1000000; demo: 30000].")
-@click.option("--sh-degree", type=click.IntRange(0, 3), default=3, show_default=True)
+@click.option("--iterations", type=int, default=None, help="Training steps %s." % _default("iterations"))
+@click.option("--strategy", type=click.Choice(["mcmc", "adc"]), default=None,
+              help="Densification: MCMC (budget --cap-max) or classic adaptive density control %s."
+                   % _default("strategy"))
+@click.option("--cap-max", type=int, default=None, help="MCMC splat budget %s." % _default("cap_max"))
+@click.option("--sh-degree", type=click.IntRange(0, 3), default=None, help=_default("sh_degree"))
 @click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
-@click.option("--eval-split", default="interval:8", show_default=True, help="interval:N or none.")
+@click.option("--eval-split", default=None, help="interval:N or none %s." % _default("eval_split"))
 @click.option("--background", type=click.Choice(["white", "black"]), default=None,
               help="Background colour [default: white for Blender scenes, black otherwise].")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Run folder [default: outputs/<dataset>-<timestamp>].")
 @click.option("--resume", type=click.Path(path_type=Path), default=None,
               help="Continue a run (its folder or a ckpt/step-*.npz).")
-@click.option("--eval-every", type=int, default=0, help="Evaluate on the test images every N steps.")
-@click.option("--save-every", type=int, default=7000, show_default=True, help="Checkpoint every N steps.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--eval-every", type=int, default=None,
+              help="Evaluate on the test images every N steps (0: never) %s." % _default("eval_every"))
+@click.option("--save-every", type=int, default=None, help="Checkpoint every N steps %s." % _default("save_every"))
+@click.option("--seed", type=int, default=None, help=_default("seed"))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).")
 def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale, eval_split, background, output,
@@ -65,7 +77,6 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
     folder. Ctrl-C saves a checkpoint; --resume continues from it.
     """
     from spirula.data import load_dataset
-    from spirula.train.config import TrainConfig
     from spirula.train.run import default_output_dir, train_run
 
     explicit = _explicit_options(dict(iterations=iterations, strategy=strategy, cap_max=cap_max,
@@ -79,20 +90,12 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
         dataset = dataset or Path(saved["dataset"])
         cfg = TrainConfig.from_dict({**saved, **explicit})
     else:
-        demo = dataset is None
-        if demo:
+        if dataset is None:
             from spirula.data.demo import ensure_demo_scene
             dataset = ensure_demo_scene(log=_log)
-        # the demo: a recognizable scene within 5 minutes on lavapipe with 2 cores
-        # (400 steps: 88 s of training, ~22 dB; 1,500 steps: 27.6 dB in ~7 min)
-        defaults = dict(iterations=400 if demo else 30_000, cap_max=30_000 if demo else 1_000_000,
-                        log_every=50 if demo else 100)
-        if demo:
-            # the demo's seed points are sparse (~6,000): full-size seeds cover the
-            # views from the first step (27.5 dB after 1,500 steps, against 26.6
-            # with MCMC's 0.1 meant for dense SfM clouds)
-            defaults["init_scale"] = 1.0
-        cfg = TrainConfig(**{**defaults, **explicit})
+            cfg = TrainConfig.demo(**explicit)
+        else:
+            cfg = TrainConfig(**explicit)
     scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split,
                          background=cfg.background or "auto", seed=cfg.seed)
     device = _open_device(backend)
@@ -194,6 +197,7 @@ def render_command(run, cameras, out, backend):
     """Render a trained run from dataset cameras to PNG files."""
     from PIL import Image
 
+    from spirula.progress import track, write
     from spirula.train.run import SplatRenderer
     cfg, params, ckpt, scene = _open_run(run)
     indices = [_camera_index(scene, c) for c in cameras] if cameras else list(scene.test)
@@ -203,12 +207,12 @@ def render_command(run, cameras, out, backend):
     renderer = SplatRenderer(device, params, scene.background, cfg.max_alpha)
     out = out or ((Path(run) if Path(run).is_dir() else ckpt.parent.parent) / "renders")
     out.mkdir(parents=True, exist_ok=True)
-    for i in indices:
+    for i in track(indices, "rendering", unit="view"):
         f = scene.frames[i]
         img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
         path = out / (Path(f.name).stem + ".png")
         Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(path)
-        click.echo(str(path))
+        write(str(path))
     renderer.free()
 
 

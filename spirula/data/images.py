@@ -26,6 +26,7 @@ import numpy as np
 from PIL import Image
 
 from spirula.errors import SpirulaError
+from spirula.progress import track
 
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
@@ -208,7 +209,7 @@ def resolve_images(root, image_dir, views, downscale, referenced_by: str) -> Non
                 size = (max(1, round(v.width / n)), max(1, round(v.height / n)))
                 _save_pil(im.resize(size, Image.BOX), tmp / v.name)
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
-            list(ex.map(work, views))
+            list(track(ex.map(work, views), "downscaling", total=len(views), unit="image"))
         try:
             os.replace(tmp, target)
         except OSError:              # another process finished it first

@@ -32,6 +32,7 @@ from PIL import Image
 
 from spirula.data.images import cache_location, note, read_image, rel
 from spirula.errors import SpirulaError
+from spirula.progress import track
 
 
 def distort(x: np.ndarray, y: np.ndarray, dist) -> tuple:
@@ -161,7 +162,7 @@ def undistort_views(root, views, tag: str) -> None:
             msg += " (up to %.1f%% of an image's pixels lie outside the source and repeat its edge)" % (
                 100 * worst)
         note(msg)
-        for v in stale:
+        for v in track(stale, "undistorting", unit="image"):
             key = (v.width, v.height, tuple(np.ravel(v.K)), tuple(np.ravel(v.dist)))
             img = read_image(v.image_path)
             if img.shape[:2] != (v.height, v.width):

@@ -1,4 +1,4 @@
-"""A training run as a user sees it: output folder, progress line,
+"""A training run as a user sees it: output folder, progress (spirula/progress.py),
 checkpoints (atomic, resumable), Ctrl-C, evaluation, splat.ply, metrics.json.
 
     outputs/<dataset>-<YYYYmmdd-HHMMSS>/
@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from spirula.errors import SpirulaError
+from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
@@ -98,29 +98,6 @@ def find_checkpoint(path: Path) -> Path:
     raise SpirulaError("%s: no checkpoint (ckpt/step-*.npz) found" % path)
 
 
-class Progress:
-    """One status line: step, steps/s, splats, loss, PSNR (rewritten in place on a terminal)."""
-
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream = total, stream
-        self.tty = stream.isatty()
-        self.t0 = time.perf_counter()
-        self.last_step, self.last_t = 0, self.t0
-
-    def update(self, step: int, n_splats: int, out: dict, final: bool = False):
-        now = time.perf_counter()
-        rate = (step - self.last_step) / max(now - self.last_t, 1e-9)
-        self.last_step, self.last_t = step, now
-        psnr = -10 * np.log10(max(out["mse"], 1e-12))
-        line = ("step %*d/%d | %7.1f steps/s | %9s splats | loss %.4f | PSNR %.2f"
-                % (len(str(self.total)), step, self.total, rate, "{:,}".format(n_splats), out["loss"], psnr))
-        if self.tty and not final:
-            self.stream.write("\r" + line)
-        else:
-            self.stream.write(("\r" if self.tty else "") + line + "\n")
-        self.stream.flush()
-
-
 def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print) -> dict:
     """Train, write the outputs, return the metrics dict."""
     output = Path(output)
@@ -147,9 +124,8 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                 old.unlink()
         return path
 
-    progress = Progress(cfg.iterations)
+    progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
     t_start = time.perf_counter()
-    out = dict(loss=float("nan"), mse=1.0)
     step_ms = []
     try:
         while trainer.step < cfg.iterations:
@@ -157,18 +133,21 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
             out = trainer.train_step()
             step_ms.append(1e3 * (time.perf_counter() - t0))
             s = trainer.step
-            if s % cfg.log_every == 0 or s == cfg.iterations:
-                progress.update(s, trainer.model.n, out, final=s == cfg.iterations)
+            progress.update(s, out)
             if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
                 m = trainer.evaluate()
-                log("\nspirula: step %d: test PSNR %.3f SSIM %.4f" % (s, m["psnr"], m["ssim"]))
+                progress.test_psnr = m["psnr"]
+                progress.message(log, "spirula: step %d: test PSNR %.3f SSIM %.4f" % (s, m["psnr"], m["ssim"]))
             if cfg.save_every and s % cfg.save_every == 0 and s < cfg.iterations:
                 checkpoint()
     except KeyboardInterrupt:
+        progress.close()
         path = checkpoint()
-        log("\nspirula: interrupted at step %d; checkpoint %s (continue with --resume %s)"
+        log("spirula: interrupted at step %d; checkpoint %s (continue with --resume %s)"
             % (trainer.step, path, output))
         raise
+    finally:
+        progress.close()
     train_time = time.perf_counter() - t_start
     path = checkpoint()
 
@@ -195,9 +174,7 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                    ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
                    peak_vram_mib=pool.peak_bytes / (1 << 20),
                    process_vram_mib=process / (1 << 20) if process is not None else None,
-                   device=device.info.name, lpips=None,
-                   relocated=getattr(trainer.strategy, "relocated_total", None),
-                   relocated_by_step=getattr(trainer.strategy, "history", None),
+                   device=device.info.name, lpips=None, **trainer.strategy.metrics(),
                    nonfinite_splats=nonfinite)
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
     log("spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
@@ -257,7 +234,7 @@ def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = M
     from spirula.train.metrics import psnr, ssim
     renderer = SplatRenderer(device, params, scene.background, max_alpha)
     per = []
-    for i in (scene.test if indices is None else indices):
+    for i in track(scene.test if indices is None else indices, "evaluating", unit="view"):
         f = scene.frames[i]
         img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
         gt = scene.load_image(i)

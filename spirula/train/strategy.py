@@ -12,16 +12,46 @@ Policy lives here (when to refine, how many splats); the work is done by the
 - :class:`ADC` (Kerbl et al. 2023, as gsplat's ``DefaultStrategy``): clone
   small and split large splats with a high screen-space gradient, prune
   transparent and oversized ones, reset opacities every ``reset_every`` steps.
+
+Data flows down, as in gsplat's ``strategy.step_post_backward(params,
+optimizers, state, step, info)``: after each step the trainer hands
+:meth:`Strategy.step_post_backward` the splats and their Adam moments
+(``model``), the screen-space statistics fpbo accumulates (``stats``), the
+step, the scene extent and the device; the strategy returns the
+:class:`Changes` it made (or None) and the trainer takes them over. A
+strategy holds its configuration, its own state (MCMC's relocation history)
+and scratch buffers, never the trainer.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from spirula.render.scan import PrefixSum
 
 
-def make(cfg, trainer):
-    return MCMC(cfg, trainer) if cfg.strategy == "mcmc" else ADC(cfg, trainer)
+def make(cfg):
+    """The strategy ``cfg.strategy`` names, with its settings from ``cfg``."""
+    return MCMC(cfg) if cfg.strategy == "mcmc" else ADC(cfg)
+
+
+@dataclasses.dataclass
+class Changes:
+    """What a strategy changed.
+
+    ``model``: the splats afterwards, the :class:`SplatModel` passed in or,
+    when they were reallocated, a new one (the old one is then freed);
+    ``n_before``, ``n_after``: the live count; ``relocated``: dead splats
+    MCMC moved; ``stats_reset``: the statistics were resized to
+    ``model.capacity`` and zeroed; ``opacities_reset``: ADC's opacity reset ran.
+    """
+    model: object
+    n_before: int
+    n_after: int
+    relocated: int = 0
+    stats_reset: bool = False
+    opacities_reset: bool = False
 
 
 def _seed(cfg, step: int, salt: int) -> int:
@@ -35,22 +65,40 @@ def _moment_buffers(model) -> dict:
 
 
 class Strategy:
-    def __init__(self, cfg, trainer):
+    """``cfg``: the :class:`~spirula.train.config.TrainConfig` (refine_*,
+    min_opacity and the strategy's own fields)."""
+
+    def __init__(self, cfg):
         self.cfg = cfg
-        self.trainer = trainer
 
     def capacity(self, n: int) -> int:
+        """Splats to allocate room for when training starts from ``n``."""
         return n
 
     def refine_due(self, step: int) -> bool:
         c = self.cfg
         return c.refine_start < step < c.refine_stop and step % c.refine_every == 0
 
-    def state_dict(self) -> dict:
+    def step_post_backward(self, model, stats, step: int, extent: float, device):
+        """After step ``step`` (0-based, as gsplat): refine (and reset) when due.
+
+        ``model``: :class:`~spirula.train.model.SplatModel`; ``stats``:
+        (grad2d_sum [N] f32, vis_count [N] u32) buffers; ``extent``: the scene
+        extent in training coordinates. Returns :class:`Changes`, or None when
+        nothing was due.
+        """
+        raise NotImplementedError
+
+    def state_dict(self, model, stats, device) -> dict:
+        """The strategy's state for a checkpoint, as numpy arrays."""
         return {}
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict, stats, device):
         pass
+
+    def metrics(self) -> dict:
+        """What metrics.json reports about densification."""
+        return dict(relocated=None, relocated_by_step=None)
 
 
 class MCMC(Strategy):
@@ -62,27 +110,30 @@ class MCMC(Strategy):
     relocated = 0
     relocated_total = 0
 
-    def __init__(self, cfg, trainer):
-        super().__init__(cfg, trainer)
+    def __init__(self, cfg):
+        super().__init__(cfg)
         self.history = []
 
     def capacity(self, n: int) -> int:
         return max(self.cfg.cap_max, n)
 
-    def state_dict(self) -> dict:
+    def state_dict(self, model, stats, device) -> dict:
         return dict(history=np.asarray(self.history, np.int64).reshape(-1, 2))
 
-    def load_state_dict(self, state: dict):
+    def load_state_dict(self, state: dict, stats, device):
         self.history = [[int(s), int(c)] for s, c in np.asarray(state.get("history", ()), np.int64).reshape(-1, 2)]
         self.relocated_total = sum(c for _, c in self.history)
         self.relocated = self.history[-1][1] if self.history else 0
 
-    def after_step(self, step: int):
-        if self.refine_due(step):
-            self.refine(step)
+    def metrics(self) -> dict:
+        return dict(relocated=self.relocated_total, relocated_by_step=self.history)
 
-    def _scratch(self, model):
-        dev = self.trainer.device
+    def step_post_backward(self, model, stats, step: int, extent: float, device):
+        if self.refine_due(step):
+            return self.refine(model, step, device)
+        return None
+
+    def _scratch(self, model, dev):
         if getattr(self, "_bufs", None) is None or self._bufs["weights"].capacity < 4 * model.capacity:
             pool = dev.pool
             cap = model.capacity
@@ -96,12 +147,13 @@ class MCMC(Strategy):
             self._scan_f = PrefixSum(dev, cap, name="mcmc.scan_f", dtype=np.float32)
         return self._bufs
 
-    def refine(self, step: int):
-        """Relocate dead splats, then grow by 5% (up to cap_max)."""
-        tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device
+    def refine(self, model, step: int, device) -> Changes:
+        """Relocate dead splats, then grow by 5% (up to cap_max) within
+        ``model``'s capacity (no reallocation)."""
+        cfg, dev = self.cfg, device
         n = model.n
         n_add = max(0, min(cfg.cap_max, int(1.05 * n)) - n)
-        b = self._scratch(model)
+        b = self._scratch(model, dev)
         p = model.params
         moments = _moment_buffers(model)
         groups = -(-n // 256)
@@ -140,8 +192,7 @@ class MCMC(Strategy):
         self.relocated = int(dead[0])
         self.relocated_total += self.relocated
         self.history.append([step, self.relocated])
-        if n_add > 0:
-            tr.reserve_views(model.n)
+        return Changes(model, n_before=n, n_after=model.n, relocated=self.relocated)
 
     def _record_draw(self, rec, p, n, alive_only, count_offset, seed, stream, count_max=None):
         """Weights, their prefix sum, and the draws (count: the dead count when
@@ -170,15 +221,24 @@ class ADC(Strategy):
     def capacity(self, n: int) -> int:
         return int(n * 1.5) + 1024
 
-    def after_step(self, step: int):
+    def step_post_backward(self, model, stats, step: int, extent: float, device):
         c = self.cfg
-        if step < c.refine_stop and step > c.refine_start and step % c.refine_every == 0:
-            self.refine(step)
+        changes = None
+        if self.refine_due(step):
+            changes = self.refine(model, stats, step, extent, device)
+            model = changes.model
         if step % c.reset_every == 0 and 0 < step < c.refine_stop:
-            self.reset_opacity()
+            reset = self.reset_opacity(model, device)
+            if changes is None:
+                changes = reset
+            else:
+                changes.opacities_reset = True
+        return changes
 
-    def refine(self, step: int):
-        tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device
+    def refine(self, model, stats, step: int, extent: float, device) -> Changes:
+        """Clone, split and prune into a new :class:`SplatModel` (``model`` is
+        freed); the statistics restart at 0."""
+        cfg, dev = self.cfg, device
         n = model.n
         pool = dev.pool
         actions = pool.alloc("adc.actions", (max(n, 1),), np.uint32, "splat", scratch=True)
@@ -187,10 +247,10 @@ class ADC(Strategy):
         rec = dev.recorder("adc.classify")
         p = model.params
         rec.dispatch("densify_adc_classify", -(-n // 256),
-                     dict(scales=p.scales, opacities=p.opacities, grad2d_sum=tr.stats[0], vis_count=tr.stats[1],
+                     dict(scales=p.scales, opacities=p.opacities, grad2d_sum=stats[0], vis_count=stats[1],
                           actions=actions, out_counts=counts),
-                     push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * tr.extent,
-                               prune_scale3d=cfg.prune_scale3d * tr.extent, min_opacity=cfg.min_opacity,
+                     push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * extent,
+                               prune_scale3d=cfg.prune_scale3d * extent, min_opacity=cfg.min_opacity,
                                prune_big=int(step > cfg.reset_every), grow=1))
         offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
         rec.copy(counts, offsets, nbytes=4 * max(n, 1))
@@ -213,14 +273,14 @@ class ADC(Strategy):
         for b in (actions, counts, offsets, scan.scratch):
             pool.free(b)
         model.free()
-        tr.model = new
-        for stat in tr.stats:
+        for stat in stats:
             pool.resize(stat, (new.capacity,), keep=False)
             dev.fill(stat, 0)
-        tr.reserve_views(new.capacity)
+        return Changes(new, n_before=n, n_after=new.n, stats_reset=True)
 
-    def reset_opacity(self):
-        tr, cfg, model, dev = self.trainer, self.cfg, self.trainer.model, self.trainer.device
+    def reset_opacity(self, model, device) -> Changes:
+        """Cap every opacity at twice min_opacity; their Adam moments restart at 0."""
+        cfg, dev = self.cfg, device
         o = 2.0 * cfg.min_opacity
         rec = dev.recorder("adc.reset")
         rec.dispatch("densify_adc_reset", -(-model.n // 256),
@@ -228,18 +288,17 @@ class ADC(Strategy):
                           v_opacities=model.exp_avg_sq.opacities),
                      push=dict(n=model.n, ceiling_logit=float(np.log(o / (1 - o)))))
         rec.finish().run()
+        return Changes(model, n_before=model.n, n_after=model.n, opacities_reset=True)
 
-    def state_dict(self) -> dict:
-        tr = self.trainer
-        n = tr.model.n
-        return dict(grad2d_sum=tr.device.readback(tr.stats[0], shape=(n,)),
-                    vis_count=tr.device.readback(tr.stats[1], shape=(n,)))
+    def state_dict(self, model, stats, device) -> dict:
+        n = model.n
+        return dict(grad2d_sum=device.readback(stats[0], shape=(n,)),
+                    vis_count=device.readback(stats[1], shape=(n,)))
 
-    def load_state_dict(self, state: dict):
-        tr = self.trainer
+    def load_state_dict(self, state: dict, stats, device):
         if "grad2d_sum" in state:
             n = len(state["grad2d_sum"])
-            for stat, key in zip(tr.stats, ("grad2d_sum", "vis_count")):
-                tr.device.pool.resize(stat, (max(n, 1),), keep=False)
+            for stat, key in zip(stats, ("grad2d_sum", "vis_count")):
+                device.pool.resize(stat, (max(n, 1),), keep=False)
                 if n:
-                    tr.device.upload(stat, np.asarray(state[key]))
+                    device.upload(stat, np.asarray(state[key]))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from spirula.errors import OutOfMemoryError, SpirulaError
+from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
@@ -39,16 +40,18 @@ ISECT_HEADROOM = 1.5
 class _ImageSize:
     """The training views of one image size: their ground truth on the GPU
     (RGBA8, [I,H,W]), a rasterizer and loss scratch of that size, and the
-    step sequence recorded for them. ``images``: their train-list indices."""
+    step sequence recorded for them. ``images``: their train-list indices;
+    ``capacity``: splats the rasterizer starts with room for."""
 
-    def __init__(self, trainer, width: int, height: int, images: list, name: str):
-        dev, scene = trainer.device, trainer.scene
+    def __init__(self, dev, scene, width: int, height: int, images: list, name: str, capacity: int,
+                 max_alpha: float):
         self.width, self.height, self.images = width, height, images
         self.local = {img: k for k, img in enumerate(images)}     # train index -> index in gt_images
         self.gt_images = dev.pool.alloc(name + ".gt_images", (len(images), height, width), np.uint32, "image")
-        dev.upload(self.gt_images, pack_rgba8(np.stack([scene.load_image(scene.train[i]) for i in images])))
-        self.raster = Rasterizer(dev, width, height, 1, capacity=trainer.model.capacity, name=name + ".raster",
-                                 max_alpha=trainer.cfg.max_alpha)
+        dev.upload(self.gt_images, pack_rgba8(np.stack([scene.load_image(scene.train[i])
+                                                        for i in track(images, "loading images", unit="image")])))
+        self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster",
+                                 max_alpha=max_alpha)
         self.raster.set_backgrounds(scene.background[None])
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
         self.seq = None
@@ -95,7 +98,7 @@ class Trainer:
         else:
             init = self.world.to_training(init)
         n = len(init["means"])
-        self.strategy = strategies.make(cfg, self)
+        self.strategy = strategies.make(cfg)
         try:
             self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
         except OutOfMemoryError as exc:
@@ -110,8 +113,9 @@ class Trainer:
         for k, f in enumerate(frames):
             by_size.setdefault((f.width, f.height), []).append(k)
         sizes = sorted(by_size, key=lambda wh: (-len(by_size[wh]), wh))
-        self.sizes = {wh: _ImageSize(self, wh[0], wh[1], by_size[wh],
-                                     "train" if len(sizes) == 1 else "train.%dx%d" % wh) for wh in sizes}
+        self.sizes = {wh: _ImageSize(device, scene, wh[0], wh[1], by_size[wh],
+                                     "train" if len(sizes) == 1 else "train.%dx%d" % wh,
+                                     self.model.capacity, cfg.max_alpha) for wh in sizes}
         self._size_of_image = [self.sizes[(f.width, f.height)] for f in frames]
         self._eval_rasters = {}
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
@@ -133,6 +137,15 @@ class Trainer:
         """Room for ``n`` splats in every image size's rasterizer."""
         for group in self.sizes.values():
             group.raster.reserve(n)
+
+    def adopt(self, changes):
+        """Take over what the strategy changed (:class:`~spirula.train.strategy.Changes`):
+        its splats, and room for them in every view."""
+        if changes.model is not self.model:       # reallocated: room for its whole capacity
+            self.model = changes.model
+            self.reserve_views(self.model.capacity)
+        elif changes.n_after > changes.n_before:
+            self.reserve_views(self.model.n)
 
     # -- the recorded step --------------------------------------------------------
     def _measure_intersections(self, views=8):
@@ -201,8 +214,9 @@ class Trainer:
 
     def train_step(self) -> dict:
         """One optimization step (re-run after growing the intersection
-        buffers if they overflowed). Returns loss, l1, ssim, mse and the
-        intersection count."""
+        buffers if they overflowed), then the strategy's densification.
+        Returns loss, l1, ssim, mse, the intersection count and the splat
+        count after the step."""
         sh_degree = sh_degree_at(self.cfg, self.step)
         image = self._next_image()
         self._active = self._size_of_image[image]
@@ -218,9 +232,12 @@ class Trainer:
         if n_isects > 0.9 * self.raster.isect_capacity:
             self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
         self.step += 1
-        self.strategy.after_step(self.step - 1)      # 0-based index of this step, as gsplat
+        changes = self.strategy.step_post_backward(self.model, self.stats, self.step - 1,   # 0-based, as gsplat
+                                                   self.extent, self.device)
+        if changes is not None:
+            self.adopt(changes)
         return dict(loss=float(out[0]), l1=float(out[1]), ssim=float(out[2]), mse=float(out[3]),
-                    n_isects=n_isects)
+                    n_isects=n_isects, n_splats=self.model.n)
 
     # -- evaluation and export ----------------------------------------------------
     def _raster_for(self, width: int, height: int) -> Rasterizer:
@@ -252,7 +269,7 @@ class Trainer:
         from spirula.train.metrics import psnr, ssim
         indices = self.scene.test if indices is None else indices
         per = []
-        for i in indices:
+        for i in track(indices, "evaluating", unit="view"):
             f = self.scene.frames[i]
             img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height)), 0, 1)
             gt = self.scene.load_image(i)
@@ -272,7 +289,7 @@ class Trainer:
         return dict(step=self.step, config=self.cfg.to_json(), model=state,
                     world=dict(center=list(self.world.center), scale=self.world.scale),
                     rng=self.rng.bit_generator.state, order=list(map(int, self._order)),
-                    strategy=self.strategy.state_dict(),
+                    strategy=self.strategy.state_dict(self.model, self.stats, self.device),
                     isect_capacity=max(g.raster.isect_capacity for g in self.sizes.values()))
 
     def load_state_dict(self, state: dict):
@@ -282,7 +299,7 @@ class Trainer:
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]
         self._order = list(state["order"])
-        self.strategy.load_state_dict(state["strategy"])
+        self.strategy.load_state_dict(state["strategy"], self.stats, self.device)
         for group in self.sizes.values():
             group.raster.reserve(self.model.n, int(state.get("isect_capacity", 1)))
             group.seq = None
