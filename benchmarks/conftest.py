@@ -58,14 +58,7 @@ def bench_opts(request):
             json.dump(opts.results, f, indent=1)
 
 
-def open_device(backend: str):
-    if backend == "cuda":
-        from spirula.backends.cuda import open_cuda_device
-        return open_cuda_device()
-    from spirula.runtime.device import Device
-    return Device()
-
-
 @pytest.fixture(scope="session")
 def device(bench_opts):
+    from spirula.backends import open_device
     return open_device(bench_opts.backend)

@@ -18,8 +18,8 @@ from test_fpbo_bench import FpboWorkload
 
 def main():
     os.environ["SS_PROFILE"] = "1"
-    from spirula.runtime.device import get_device
-    dev = get_device()
+    from spirula.backends import open_device
+    dev = open_device("vulkan")
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5_000_000
     work = FpboWorkload(dev, n, 1237, 822, mcmc_noise=False)
     seqs, spacers = [work.record(work.first_model)], []

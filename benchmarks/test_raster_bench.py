@@ -32,7 +32,7 @@ STAGES = {
 
 @pytest.fixture(scope="module")
 def profiled_device(bench_opts):
-    from conftest import open_device
+    from spirula.backends import open_device
     from spirula.runtime import profiler
     old = os.environ.get("SS_PROFILE")
     os.environ["SS_PROFILE"] = "1"

@@ -17,8 +17,8 @@ import time
 
 import numpy as np
 
+from spirula.backends import open_device
 from spirula.data import load_dataset
-from spirula.runtime.device import get_device
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
 
@@ -40,7 +40,7 @@ def main():
             fields[key] = value
     cfg = TrainConfig(**fields)
     scene = load_dataset(args.dataset, background=cfg.background, seed=cfg.seed)
-    trainer = Trainer(scene, cfg, get_device())
+    trainer = Trainer(scene, cfg, open_device("vulkan"))
     t0 = time.time()
     watch = Watch(trainer) if args.watch else None
     while trainer.step < cfg.iterations:

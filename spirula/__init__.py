@@ -5,19 +5,21 @@ Public API:
 - :func:`rasterization` / :func:`rasterization_backward`: render N Gaussians
   into C images on the GPU from numpy arrays, and back-propagate image
   gradients to every input (gsplat's conventions);
-- :class:`Device` / :func:`get_device`: the GPU (a Kompute manager; pass your
-  own ``kp.Manager`` to share it);
+- :func:`open_device` (``"vulkan"`` or ``"cuda"``) / :func:`get_device`: the
+  GPU; :class:`Device` is the Vulkan one (a Kompute manager: pass your own
+  ``kp.Manager`` to share it);
 - :func:`load_dataset`: COLMAP, Blender/NeRF-synthetic and nerfstudio scenes;
 - :class:`TrainConfig` / :class:`Trainer`: training on the GPU.
 
-The layers below are :mod:`spirula.runtime` (devices, buffers, kernels,
-recorded sequences, the profiler), :mod:`spirula.render` (projection, sort,
+The layers below are :mod:`spirula.backends` (the device interface, the
+Vulkan and CUDA devices), :mod:`spirula.runtime` (buffers, kernels, recorded
+sequences, the profiler), :mod:`spirula.render` (projection, sort,
 rasterization), :mod:`spirula.train` and :mod:`spirula.data`.
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "rasterization", "rasterization_backward", "Device", "get_device", "load_dataset",
-           "TrainConfig", "Trainer"]
+__all__ = ["__version__", "rasterization", "rasterization_backward", "open_device", "Device", "get_device",
+           "load_dataset", "TrainConfig", "Trainer"]
 
 
 def __getattr__(name):
@@ -25,9 +27,12 @@ def __getattr__(name):
     if name in ("rasterization", "rasterization_backward"):
         from spirula.render import api
         return getattr(api, name)
-    if name in ("Device", "get_device"):
-        from spirula.runtime import device
-        return getattr(device, name)
+    if name in ("open_device", "get_device"):
+        from spirula import backends
+        return getattr(backends, name)
+    if name == "Device":
+        from spirula.backends.vulkan import VulkanDevice
+        return VulkanDevice
     if name == "load_dataset":
         from spirula.data import load_dataset
         return load_dataset

@@ -22,8 +22,8 @@ LAYER_SETTINGS = Path(__file__).resolve().parent / "vulkan"
 
 @pytest.fixture(scope="session")
 def device():
-    from spirula.runtime.device import Device, set_device
-    dev = Device()
+    from spirula.backends import open_device, set_device
+    dev = open_device("vulkan")
     set_device(dev)
     return dev
 

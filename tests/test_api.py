@@ -23,8 +23,8 @@ def test_embedding_app_can_hand_over_its_own_manager():
     import kp
     import numpy as np
     mgr = kp.Manager()
-    dev = spirula.Device(manager=mgr)
-    assert dev.mgr is mgr
+    dev = spirula.open_device("vulkan", manager=mgr)
+    assert isinstance(dev, spirula.Device) and dev.mgr is mgr
     from render_cases import random_scene
     s = random_scene(n=20, cameras=1, sh_degree=0)
     colors, _, _, meta = spirula.rasterization(**s, device=dev)

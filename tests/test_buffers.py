@@ -40,7 +40,7 @@ def test_upload_and_readback_at_offsets(device):
 
 
 def test_transfer_larger_than_staging_goes_in_chunks(device, monkeypatch):
-    from spirula.runtime import device as devmod
+    from spirula.backends import vulkan as devmod
     monkeypatch.setattr(devmod, "STAGING_MAX_BYTES", 4096)
     data = np.arange(10_000, dtype=np.float32)
     buf = device.pool.alloc("test.chunks", data.shape, np.float32)

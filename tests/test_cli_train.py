@@ -122,6 +122,25 @@ def test_eval_of_a_folder_that_is_not_a_run_is_one_line(dataset):
     assert_one_line_error(spirula("eval", dataset), "checkpoint")
 
 
+@pytest.mark.parametrize("command", ["train", "eval", "render"])
+def test_backend_cuda_runs_there_or_says_why_not(run, dataset, tmp_path, command):
+    """--backend cuda (a common option, after the command or before it): the
+    command runs on CUDA where it can, else one line and exit code 2, as
+    `spirula devices --backend cuda` says."""
+    from spirula.backends import unavailable_reason
+    out, _ = run
+    args = {"train": ["train", dataset, "--iterations", 2, "--output", tmp_path / "cuda", *SMALL],
+            "eval": ["eval", out], "render": ["render", out, "--camera", "0", "--out", tmp_path / "r"]}[command]
+    reason = unavailable_reason("cuda")
+    if reason is None:
+        proc = spirula(*args, "--backend", "cuda")
+        assert proc.returncode == 0, proc.stderr
+        return
+    for proc in (spirula(*args, "--backend", "cuda"), spirula("--backend", "cuda", *args)):
+        assert proc.returncode == 2
+        assert_one_line_error(proc, reason)
+
+
 def test_resume_continues_the_run_with_its_own_configuration(dataset, tmp_path):
     """`spirula train --resume RUN` (what the Ctrl-C message tells the user to
     type) continues the run as it was configured: same strategy, SH degree

@@ -96,19 +96,19 @@ def test_missing_nvcc_is_one_line_and_success():
 
 
 def test_opening_cuda_without_a_gpu_or_library_is_one_line_with_exit_code_2(monkeypatch, tmp_path):
-    import spirula.backends.cuda as cuda
-    from spirula.backends import cudart
+    from spirula.backends import cudart, open_device, unavailable_reason
     from spirula.errors import SpirulaError
     monkeypatch.setattr(cudart, "_lib", None)
     monkeypatch.setenv("SPIRULA_CUDA_LIB", str(tmp_path / "libspirula_cuda.so"))
     with pytest.raises(SpirulaError) as err:
-        cuda.open_cuda_device()
+        open_device("cuda")
     assert err.value.exit_code == 2 and "make cuda" in str(err.value) and "\n" not in str(err.value)
+    assert unavailable_reason("cuda") == str(err.value)
     monkeypatch.setenv("SPIRULA_CUDA_LIB", str(LIB))
     monkeypatch.setattr(cudart, "_lib", None)
-    if LIB.is_file() and cuda.cuda_unavailable_reason() is not None:   # built, but no GPU or driver
+    if LIB.is_file() and unavailable_reason("cuda") is not None:   # built, but no GPU or driver
         with pytest.raises(SpirulaError) as err:
-            cuda.open_cuda_device()
+            open_device("cuda")
         assert err.value.exit_code == 2 and "\n" not in str(err.value)
 
 

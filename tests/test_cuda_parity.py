@@ -51,11 +51,11 @@ REPORT = os.environ.get("SPIRULA_PARITY_REPORT", "") not in ("", "0")   # print 
 
 @pytest.fixture(scope="module")
 def cuda():
-    from spirula.backends.cuda import cuda_unavailable_reason, open_cuda_device
-    reason = cuda_unavailable_reason()
+    from spirula.backends import open_device, unavailable_reason
+    reason = unavailable_reason("cuda")
     if reason is not None:
         pytest.skip("CUDA backend unavailable: %s" % reason)
-    return open_cuda_device()
+    return open_device("cuda")
 
 
 @pytest.fixture(scope="module")
@@ -589,9 +589,9 @@ def test_profiler_rows_on_cuda_use_the_kernel_names(cuda):
     from conftest import ROOT
     code = ("import sys; sys.path.insert(0, 'tests'); import numpy as np\n"
             "from render_cases import random_scene\n"
-            "from spirula.backends.cuda import open_cuda_device\n"
+            "from spirula.backends import open_device\n"
             "from spirula.render.api import rasterization, rasterization_backward\n"
-            "dev = open_cuda_device()\n"
+            "dev = open_device('cuda')\n"
             "s = random_scene(n=150)\n"
             "c, a, _, meta = rasterization(**s, device=dev)\n"
             "rasterization_backward(meta, np.ones_like(c), np.ones_like(a))\n")

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 from spirula.errors import NoVulkanError
 from spirula.runtime import vkinfo
-from spirula.runtime.device import resolve_index
+from spirula.backends.vulkan import resolve_index
 
 
 def _cli(*args, **env):

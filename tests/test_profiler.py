@@ -143,10 +143,10 @@ def test_profiler_off_adds_no_timestamps_clock_reads_or_syncs(monkeypatch):
     profiler.reset()
     import kp
 
-    from spirula.runtime.device import Device
+    from spirula.backends import open_device
     import tests.workloads as w
     counts = {}
-    dev = Device(manager=_Counting(kp.Manager(), counts))
+    dev = open_device("vulkan", manager=_Counting(kp.Manager(), counts))
     assert dev.profiler is None
     clock_calls = []
     for fn in ("perf_counter_ns", "perf_counter", "time", "time_ns", "monotonic", "monotonic_ns"):

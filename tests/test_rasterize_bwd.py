@@ -23,8 +23,8 @@ def assert_grad_close(got, ref, name):
 @pytest.mark.parametrize("sh_degree", [0, 3])
 @pytest.mark.parametrize("float_atomics", [True, False], ids=["native-atomics", "cas-atomics"])
 def test_gradients_of_every_input_match_reference(sh_degree, float_atomics):
-    from spirula.runtime.device import Device
-    device = Device(float_atomics=float_atomics)
+    from spirula.backends import open_device
+    device = open_device("vulkan", float_atomics=float_atomics)
     assert device.float_atomics == (float_atomics and device.info.atomic_float_add)
     scene = random_scene(n=200, sh_degree=sh_degree, seed=10 + sh_degree)
     bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)

@@ -17,9 +17,9 @@ def test_kernels():
 def runtime(steps: int = 3):
     """Every runtime operation: the four transfers, a recorded sequence with
     dependent kernels, copies and fills, a prefix sum, buffer growth, async runs."""
+    from spirula.backends import open_device
     from spirula.render.scan import PrefixSum
-    from spirula.runtime.device import Device
-    dev = Device()
+    dev = open_device("vulkan")
     tk = test_kernels()
     n = 3000
     a = dev.pool.alloc("w.a", (n,), np.uint32, category="splat")
@@ -53,8 +53,8 @@ def runtime(steps: int = 3):
 
 def spin(n: int = 1 << 14, iters: int = 20000):
     """One long dispatch of the spin kernel (for timestamp vs wall-clock checks)."""
-    from spirula.runtime.device import Device
-    dev = Device()
+    from spirula.backends import open_device
+    dev = open_device("vulkan")
     out = dev.pool.alloc("w.spin", (n,), np.uint32)
     rec = dev.recorder("spin")
     rec.dispatch(test_kernels().get("spin"), -(-n // 64), dict(out_words=out), push=dict(n=n, iters=iters))
@@ -68,10 +68,10 @@ def render():
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from render_cases import random_scene
+    from spirula.backends import open_device, set_device
     from spirula.render.api import rasterization, rasterization_backward
     from spirula.render.rasterizer import Rasterizer, Splats
-    from spirula.runtime.device import Device, set_device
-    dev = Device()
+    dev = open_device("vulkan")
     set_device(dev)
     s = random_scene(n=120, sh_degree=2)
     colors, alphas, _, meta = rasterization(**s, backgrounds=np.ones((2, 3), np.float32))
@@ -107,10 +107,10 @@ def train(strategy: str = "mcmc"):
     import tempfile
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from train_cases import random_init, refine, tiny_scene
-    from spirula.runtime.device import Device, set_device
+    from spirula.backends import open_device, set_device
     from spirula.train.config import TrainConfig
     from spirula.train.trainer import Trainer
-    dev = Device()
+    dev = open_device("vulkan")
     set_device(dev)
     with tempfile.TemporaryDirectory() as tmp:
         scene = tiny_scene(Path(tmp))

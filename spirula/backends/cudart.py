@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.backends.base import DeviceInfo
 from spirula.errors import SpirulaError
 
 LIB_NAME = "libspirula_cuda.so"
@@ -137,32 +138,12 @@ def check(code: int, what: str):
 # ---- device info ----------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class CudaDeviceInfo:
-    """The fields of :class:`spirula.runtime.vkinfo.DeviceInfo`, for a CUDA device."""
+class CudaDeviceInfo(DeviceInfo):
+    """:class:`spirula.backends.base.DeviceInfo` of a CUDA device, with its SMs
+    and compute capability."""
 
-    index: int
-    name: str
-    device_type: str
-    driver: str
-    api_version: str
-    subgroup_size: int
-    timestamps: bool
-    timestamp_period_ns: float
-    timestamp_valid_bits: int
-    device_local_bytes: int
-    max_storage_buffer_range: int
-    max_shared_memory: int
-    max_workgroup_count: tuple
-    max_workgroup_invocations: int
-    shader_int64: bool
-    atomic_float_add: bool
-    extensions: frozenset
     sm_count: int = 0
     compute_capability: tuple = (0, 0)
-
-    @property
-    def is_cpu(self) -> bool:
-        return False
 
 
 def _version(v: int) -> str:
@@ -177,7 +158,9 @@ def device_count() -> int:
     return n.value if lib.spirula_cuda_device_count(C.byref(n)) == 0 else 0
 
 
-def open_info(index: int) -> CudaDeviceInfo:
+def available_count() -> int:
+    """CUDA GPUs this process sees; :class:`NoCudaError` with the reason (no
+    library, no usable driver, no GPU) where there is none."""
     lib = load_library()
     n = _I(0)
     code = lib.spirula_cuda_device_count(C.byref(n))
@@ -188,9 +171,16 @@ def open_info(index: int) -> CudaDeviceInfo:
         raise NoCudaError("no CUDA GPU on this machine; use the Vulkan backend")
     if code:
         raise NoCudaError("CUDA is not usable here (%s)" % error_text(code))
-    if not 0 <= index < n.value:
+    return n.value
+
+
+def open_info(index: int) -> CudaDeviceInfo:
+    """CUDA device ``index``'s info, made the current device of this thread."""
+    lib = load_library()
+    n = available_count()
+    if not 0 <= index < n:
         raise NoCudaError("CUDA device %d does not exist: this machine has %d CUDA GPU%s (0..%d)"
-                          % (index, n.value, "s" if n.value != 1 else "", n.value - 1))
+                          % (index, n, "s" if n != 1 else "", n - 1))
     info = _device_info(index)
     check(lib.spirula_cuda_set_device(index), "cudaSetDevice(%d)" % index)
     return info

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import click
 
-from spirula.cli.main import cli, common_options
-from spirula.runtime import vkinfo
-from spirula.runtime.device import resolve_index
+from spirula.cli.main import chosen_backend, cli, common_options
 
 
 def _gib(n: int) -> str:
@@ -32,18 +30,10 @@ def _cuda_devices() -> list:
         return []
 
 
-@cli.command()
-@common_options
-def devices():
-    """List Vulkan devices: name, type, driver, subgroup size, memory, timestamps.
-
-    The one marked * is used unless --device / SPIRULA_DEVICE picks another
-    (default: a discrete GPU first, the CPU driver lavapipe last). Where the
-    CUDA backend is built and an NVIDIA driver is present, a second table
-    lists the CUDA GPUs that `--backend cuda` can use (it opens CUDA device 0).
-    """
-    devs = vkinfo.list_devices()
-    chosen = resolve_index(None, devs)
+def _vulkan_table():
+    from spirula.backends import vulkan
+    devs = vulkan.list_devices()
+    chosen = vulkan.resolve_index(None, devs)
     rows = [("", "#", "name", "type", "driver", "subgroup", "memory", "timestamps", "float atomics")]
     for d in devs:
         ts = "yes (%.2f ns/tick)" % d.timestamp_period_ns if d.timestamps else "no"
@@ -51,12 +41,39 @@ def devices():
                      str(d.subgroup_size), _gib(d.device_local_bytes), ts,
                      "yes" if d.atomic_float_add else "no (CAS fallback)"))
     _table(rows)
-    cuda = _cuda_devices()
-    if cuda:
-        click.echo("")
-        click.echo("CUDA GPUs (--backend cuda):")
-        rows = [("#", "name", "compute", "SMs", "memory", "driver")]
-        for d in cuda:
-            rows.append((str(d.index), d.name, "sm_%d%d" % d.compute_capability, str(d.sm_count),
-                         _gib(d.device_local_bytes), d.driver))
-        _table(rows)
+
+
+def _cuda_table(devs, chosen=None):
+    rows = [("#", "name", "compute", "SMs", "memory", "driver")]
+    for d in devs:
+        rows.append((str(d.index), d.name, "sm_%d%d" % d.compute_capability, str(d.sm_count),
+                     _gib(d.device_local_bytes), d.driver))
+    if chosen is not None:
+        rows = [("",) + rows[0]] + [("*" if d.index == chosen else "",) + r for d, r in zip(devs, rows[1:])]
+    _table(rows)
+
+
+@cli.command()
+@common_options
+def devices():
+    """List the GPUs: name, type, driver, subgroup size, memory, timestamps.
+
+    The one marked * is used unless --device / SPIRULA_DEVICE picks another
+    (default: a discrete GPU first, the CPU driver lavapipe last). Where the
+    CUDA backend is built and an NVIDIA driver is present, a second table
+    lists the CUDA GPUs that `--backend cuda` can use. With --backend, only
+    that backend's devices (--backend cuda: an error line where CUDA cannot run).
+    """
+    backend = chosen_backend(None)
+    if backend == "cuda":
+        from spirula.backends import cuda
+        devs = cuda.list_devices()
+        _cuda_table(devs, cuda.resolve_index(None))
+        return
+    _vulkan_table()
+    if backend is None:
+        devs = _cuda_devices()
+        if devs:
+            click.echo("")
+            click.echo("CUDA GPUs (--backend cuda):")
+            _cuda_table(devs)

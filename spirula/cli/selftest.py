@@ -6,7 +6,7 @@ import time
 import click
 import numpy as np
 
-from spirula.cli.main import cli, common_options
+from spirula.cli.main import cli, common_options, open_cli_device
 from spirula.errors import SpirulaError
 
 
@@ -15,11 +15,11 @@ from spirula.errors import SpirulaError
 @click.option("--size", default=1 << 22, show_default=True, help="Values in the prefix-sum check.")
 def selftest(size):
     """Run the runtime's kernels on the device and check them against numpy:
-    upload/readback, fill, copy and a multi-pass prefix sum (dependent dispatches)."""
+    upload/readback, fill, copy and a multi-pass prefix sum (dependent dispatches).
+    With --backend cuda, on the CUDA device."""
     from spirula.render.scan import PrefixSum
-    from spirula.runtime.device import get_device
 
-    dev = get_device()
+    dev = open_cli_device()
     click.echo("device %d: %s (%s)" % (dev.info.index, dev.info.name, dev.info.driver))
     rng = np.random.default_rng(0)
     x = rng.integers(0, 1000, size, dtype=np.uint32)

@@ -9,25 +9,9 @@ from pathlib import Path
 import click
 import numpy as np
 
-from spirula.cli.main import cli, common_options
+from spirula.cli.main import cli, common_options, open_cli_device
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig
-
-
-def _open_device(backend: str):
-    """The device of the chosen backend; --device / SPIRULA_DEVICE index that backend's devices."""
-    if backend == "cuda":
-        import os
-        try:
-            from spirula.backends.cuda import open_cuda_device
-        except ImportError as exc:
-            raise SpirulaError("the CUDA backend is not available in this installation (%s)" % exc) from None
-        index = os.environ.get("SPIRULA_DEVICE", "") or "0"
-        if not index.isdigit():
-            raise SpirulaError("device %r is not a CUDA device index (see `spirula devices`)" % index)
-        return open_cuda_device(int(index))
-    from spirula.runtime.device import get_device
-    return get_device()
 
 
 def _log(msg):
@@ -46,7 +30,6 @@ def _default(field: str) -> str:
 @cli.command()
 @common_options
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
-@click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
 @click.option("--iterations", type=int, default=None, help="Training steps %s." % _default("iterations"))
 @click.option("--strategy", type=click.Choice(["mcmc", "adc"]), default=None,
               help="Densification: MCMC (budget --cap-max) or classic adaptive density control %s."
@@ -67,7 +50,7 @@ def _default(field: str) -> str:
 @click.option("--seed", type=int, default=None, help=_default("seed"))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).")
-def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale, eval_split, background, output,
+def train(dataset, iterations, strategy, cap_max, sh_degree, downscale, eval_split, background, output,
           resume, eval_every, save_every, seed, overrides):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json) or a nerfstudio
@@ -98,7 +81,7 @@ def train(dataset, backend, iterations, strategy, cap_max, sh_degree, downscale,
             cfg = TrainConfig(**explicit)
     scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split,
                          background=cfg.background or "auto", seed=cfg.seed)
-    device = _open_device(backend)
+    device = open_cli_device()
     if output is None:
         output = _run_folder(resume) if resume is not None else \
             default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
@@ -166,15 +149,14 @@ def _open_run(run: Path):
 @cli.command("eval")
 @common_options
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
-@click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
-def eval_command(run, backend):
+def eval_command(run):
     """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
     image and mean, written to RUN/metrics-eval.json."""
     from spirula.train.run import evaluate_run
     cfg, params, ckpt, scene = _open_run(run)
     if not scene.test:
         raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
-    device = _open_device(backend)
+    device = open_cli_device()
     metrics = evaluate_run(scene, device, params, max_alpha=cfg.max_alpha)
     metrics.update(checkpoint=str(ckpt), n_splats=len(params["means"]))
     for p in metrics["per_image"]:
@@ -192,8 +174,7 @@ def eval_command(run, backend):
               help="A dataset view: its index, 'test:K', 'train:K' or its image name (repeatable) "
                    "[default: every test view].")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder [default: RUN/renders].")
-@click.option("--backend", type=click.Choice(["vulkan", "cuda"]), default="vulkan", show_default=True)
-def render_command(run, cameras, out, backend):
+def render_command(run, cameras, out):
     """Render a trained run from dataset cameras to PNG files."""
     from PIL import Image
 
@@ -203,7 +184,7 @@ def render_command(run, cameras, out, backend):
     indices = [_camera_index(scene, c) for c in cameras] if cameras else list(scene.test)
     if not indices:
         raise SpirulaError("%s: no test views to render; pick some with --camera" % run)
-    device = _open_device(backend)
+    device = open_cli_device()
     renderer = SplatRenderer(device, params, scene.background, cfg.max_alpha)
     out = out or ((Path(run) if Path(run).is_dir() else ckpt.parent.parent) / "renders")
     out.mkdir(parents=True, exist_ok=True)

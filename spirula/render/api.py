@@ -61,7 +61,8 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
         backgrounds: [C,3] colours behind the Gaussians (default black).
         max_alpha: cap on one Gaussian's alpha at a pixel (default 0.99,
             docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
-        device: a :class:`~spirula.runtime.device.Device` (default: the process's).
+        device: a :class:`~spirula.backends.base.Device` of either backend
+            (default: the process's, :func:`spirula.backends.get_device`).
 
     Returns:
         (colors [C,H,W,3], alphas [C,H,W,1], depths [C,H,W,1], meta), float32.
@@ -72,7 +73,7 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
         ``n_isects``; culled entries are 0. Pass ``meta`` to
         :func:`rasterization_backward`.
     """
-    from spirula.runtime.device import get_device
+    from spirula.backends import get_device
     device = device or get_device()
     means = _check("means", means, (None, 3))
     N = len(means)

@@ -117,7 +117,7 @@ class Rasterizer:
     """Buffers and recorded kernels to render and back-propagate C cameras.
 
     Args:
-        device: the :class:`~spirula.runtime.device.Device`.
+        device: a :class:`~spirula.backends.base.Device` (either backend).
         width, height: image size (all cameras).
         n_cameras: C, cameras rendered together.
         capacity: Gaussians to reserve room for (grows with :meth:`reserve`).

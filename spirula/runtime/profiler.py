@@ -76,7 +76,7 @@ class Profiler:
         self.wait = _Row()       # device (GPU wait): evals of recorded sequences
         self.gpu_exec = _Row()   # of which: dispatch time from timestamps
         self.pools = []          # BufferPools to report
-        self.devices = []        # DeviceInfo of each device used
+        self.devices = []        # each device used (its process_memory_used() for the VRAM report)
         self.reported = False
 
     # -- recording ----------------------------------------------------------------
@@ -196,15 +196,15 @@ class Profiler:
 
 
 def _process_vram(devices):
-    """Bytes of device-local memory this process uses, where the driver says
-    (VK_EXT_memory_budget); None where it does not."""
-    try:
-        from spirula.runtime import vkinfo
-        total = None
-        for info in devices:
-            used = vkinfo.process_heap_usage(info.index)
-            if used is not None:
-                total = (total or 0) + used
-        return total
-    except Exception:
-        return None
+    """Bytes of device memory this process uses, as the drivers of ``devices``
+    report it (Vulkan: VK_EXT_memory_budget; CUDA: cudaMemGetInfo); None where
+    none does."""
+    total = None
+    for dev in devices:
+        try:
+            used = dev.process_memory_used()
+        except Exception:
+            used = None
+        if used is not None:
+            total = (total or 0) + used
+    return total

@@ -14,6 +14,10 @@ one that makes its writes visible to the host.
 
 With the profiler on, the sequence gets a timestamp after every operation and
 each dispatch's GPU time is the difference of the pair around it.
+
+The recording, its checks and the barrier plan serve both backends: ``finish``
+asks the device for its :class:`Sequence` (here :class:`RecordedSequence`;
+CUDA's is :class:`spirula.backends.cuda.CudaSequence`).
 """
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ class _Dispatch:
 
 
 class Recorder:
-    """Collects dispatches; :meth:`finish` records them into a RecordedSequence.
+    """Collects dispatches; :meth:`finish` records them into the device's :class:`Sequence`.
 
     Example::
 
@@ -173,37 +177,26 @@ class Recorder:
         out.append("barrier")
         return out
 
-    def finish(self) -> "RecordedSequence":
-        return RecordedSequence(self.device, self.plan(), list(self._buffers.values()), self.label)
+    def finish(self) -> "Sequence":
+        """The device's :class:`Sequence` of what was recorded."""
+        return self.device.sequence(self.plan(), list(self._buffers.values()), self.label)
 
 
-class RecordedSequence:
-    """A recorded Kompute sequence, evaluated as often as needed.
+class Sequence:
+    """A recorded sequence, run as often as needed, on any backend.
 
-    ``stale`` is True once a buffer it uses was reallocated or freed: record it again.
+    ``dispatches`` and ``barriers`` count the plan's operations. ``stale`` is
+    True once a buffer it uses was reallocated or freed: record it again. A
+    backend gives ``_eval`` (run and wait), ``_eval_async``/``_await`` (the
+    same in two halves) and ``_account`` (the profiler's rows of one run).
     """
 
     def __init__(self, device, plan: list, buffers: list, label: str = ""):
         self.device = device
         self.label = label
         self._buffers = buffers
-        kp = device.kp
-        prof = device.profiler
         self.dispatches = sum(1 for op in plan if op != "barrier")
         self.barriers = len(plan) - self.dispatches
-        timed = prof is not None and device.info.timestamps
-        self._seq = device.mgr.sequence(0, len(plan) if timed else 0)
-        self._timed = []          # (op index, _Dispatch)
-        self._ops = []            # keep the kp ops alive with the sequence
-        for i, op in enumerate(plan):
-            if op == "barrier":
-                kop = kp.OpBarrier()
-            else:
-                kop = kp.OpAlgoDispatch(op.algorithm, op.push)
-                if timed:
-                    self._timed.append((i, op))
-            self._ops.append(kop)
-            self._seq.record(kop)
         self._async = False
 
     @property
@@ -217,24 +210,22 @@ class RecordedSequence:
                                % (self.label, names))
 
     def run(self):
-        """Evaluate the sequence and wait for it."""
+        """Run the sequence and wait for it."""
         self._check()
         self.device.sync()
         prof = self.device.profiler
         if prof is None:
-            self._seq.eval()
+            self._eval()
             return
         t0 = prof.clock()
-        self._seq.eval()
+        self._eval()
         self._account(prof, prof.clock() - t0)
 
     def run_async(self):
         """Submit the sequence and return; :meth:`wait` (or the next transfer) waits."""
         self._check()
         self.device.sync()
-        prof = self.device.profiler
-        self._t0 = prof.clock() if prof is not None else 0
-        self._seq.eval_async()
+        self._eval_async()
         self._async = True
         self.device._pending = self
 
@@ -243,7 +234,7 @@ class RecordedSequence:
             return
         prof = self.device.profiler
         t0 = prof.clock() if prof is not None else 0
-        self._seq.eval_await()
+        self._await()
         self._async = False
         if self.device._pending is self:
             self.device._pending = None
@@ -251,6 +242,49 @@ class RecordedSequence:
             # Only the time spent blocked here counts as GPU wait; the host work
             # done between run_async and wait stays host time.
             self._account(prof, prof.clock() - t0)
+
+    def _eval(self):
+        raise NotImplementedError
+
+    def _eval_async(self):
+        raise NotImplementedError
+
+    def _await(self):
+        raise NotImplementedError
+
+    def _account(self, prof, wall_ns: int):
+        raise NotImplementedError
+
+
+class RecordedSequence(Sequence):
+    """A recorded Kompute sequence (the Vulkan backend's :class:`Sequence`)."""
+
+    def __init__(self, device, plan: list, buffers: list, label: str = ""):
+        super().__init__(device, plan, buffers, label)
+        kp = device.kp
+        prof = device.profiler
+        timed = prof is not None and device.info.timestamps
+        self._seq = device.mgr.sequence(0, len(plan) if timed else 0)
+        self._timed = []          # (op index, _Dispatch)
+        self._ops = []            # keep the kp ops alive with the sequence
+        for i, op in enumerate(plan):
+            if op == "barrier":
+                kop = kp.OpBarrier()
+            else:
+                kop = kp.OpAlgoDispatch(op.algorithm, op.push)
+                if timed:
+                    self._timed.append((i, op))
+            self._ops.append(kop)
+            self._seq.record(kop)
+
+    def _eval(self):
+        self._seq.eval()
+
+    def _eval_async(self):
+        self._seq.eval_async()
+
+    def _await(self):
+        self._seq.eval_await()
 
     def _account(self, prof, wall_ns: int):
         if not self._timed:

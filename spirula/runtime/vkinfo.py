@@ -13,9 +13,9 @@ VK_EXT_shader_atomic_float).
 from __future__ import annotations
 
 import ctypes as C
-import dataclasses
 import functools
 
+from spirula.backends.base import DeviceInfo
 from spirula.errors import NoVulkanError
 
 INSTALL_HINT = ("install a Vulkan driver: your GPU vendor's, or Mesa's CPU driver "
@@ -155,38 +155,6 @@ _MEMORY_HEAP_DEVICE_LOCAL = 1
 _VK_API_1_1 = (1 << 22) | (1 << 12)
 
 ATOMIC_FLOAT_EXTENSION = "VK_EXT_shader_atomic_float"
-
-
-@dataclasses.dataclass(frozen=True)
-class DeviceInfo:
-    """One physical device, as ``spirula devices`` lists it.
-
-    ``index`` is the position in the loader's enumeration, the same order
-    ``kp.Manager(index)`` uses. ``timestamp_period_ns`` converts timestamp
-    ticks to nanoseconds; ``timestamp_valid_bits`` (queue family 0) masks them.
-    """
-
-    index: int
-    name: str
-    device_type: str
-    driver: str
-    api_version: str
-    subgroup_size: int
-    timestamps: bool
-    timestamp_period_ns: float
-    timestamp_valid_bits: int
-    device_local_bytes: int
-    max_storage_buffer_range: int
-    max_shared_memory: int
-    max_workgroup_count: tuple
-    max_workgroup_invocations: int
-    shader_int64: bool
-    atomic_float_add: bool
-    extensions: frozenset
-
-    @property
-    def is_cpu(self) -> bool:
-        return self.device_type == "cpu"
 
 
 def _version(v: int) -> str:

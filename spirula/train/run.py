@@ -164,11 +164,7 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                     arrays["opacities"], arrays["sh"])
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
     pool = device.pool
-    if hasattr(device, "process_memory_used"):        # CUDA: the driver's own figure
-        process = device.process_memory_used()
-    else:
-        from spirula.runtime.profiler import _process_vram
-        process = _process_vram([device.info])
+    process = device.process_memory_used()
     metrics.update(step=trainer.step, training_time_s=train_time, n_splats=trainer.model.n,
                    ms_per_step_mean=float(np.mean(step_ms)) if step_ms else None,
                    ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
