@@ -143,3 +143,81 @@ def test_no_cuda_kernel_writes_its_contract_by_hand():
                         r"__launch_bounds__\(\d", r"//\s+binding \d"):
             assert not re.search(pattern, code if "//" not in pattern else src), (name, pattern)
         assert '#include "%s.h"' % name in src, name
+
+
+UNPACK_PROGRAM = r"""
+#include <cstddef>
+#include <cstdio>
+#include "common/launch.cuh"
+#include "fpbo.h"
+
+int main() {
+    std::printf("layout %zu %zu %zu %zu %zu %zu %zu\n", offsetof(SpirulaLaunch, buffers),
+                offsetof(SpirulaLaunch, sizes), offsetof(SpirulaLaunch, n_push), offsetof(SpirulaLaunch, push),
+                offsetof(SpirulaLaunch, spec), offsetof(SpirulaLaunch, flags), sizeof(SpirulaLaunch));
+    static float mem[64];
+    SpirulaLaunch L{};
+    L.n_buffers = 26u;
+    for (int i = 0; i < 26; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
+    L.sizes[21] = 128u;                               // one StepParams
+    L.n_push = 7u;
+    L.push[4] = 0x3e99999au;                          // eps2d = 0.3f
+    L.n_spec = 6u;
+    L.spec[0] = 3u; L.spec[1] = 16u; L.spec[2] = 1u; L.spec[4] = 2u;
+    contract::Args a;
+    contract::Push pc;
+    contract::Spec sp;
+    int err = contract::unpack(&L, a, pc, sp);
+    std::printf("ok %d %d %.6g %u %u %d %d %u\n", err, a.params != nullptr, pc.eps2d, sp.SH_DEGREE, sp.SH_COEFFS,
+                sp.MCMC_NOISE, sp.ADC_STATS, sp.N_VIEWS);
+    L.sizes[21] = 64u;                                // too small for a StepParams
+    std::printf("params %d\n", contract::unpack(&L, a, pc, sp));
+    L.sizes[21] = 128u;
+    L.sizes[1] = 40u;                                 // not whole float4s (quats)
+    std::printf("quats %d\n", contract::unpack(&L, a, pc, sp));
+    L.sizes[1] = 48u;
+    L.sizes[4] = 36u;                                 // whole floats, not whole float4s
+    contract::SH_VEC4::Args a4;
+    std::printf("sh %d %d\n", contract::unpack(&L, a, pc, sp), contract::SH_VEC4::unpack(&L, a4, pc, sp));
+    L.buffers[0] = nullptr;                           // null with bytes
+    std::printf("null %d\n", contract::unpack(&L, a, pc, sp));
+    L.buffers[0] = mem;
+    L.n_push = 6u;
+    std::printf("push %d\n", contract::unpack(&L, a, pc, sp));
+    L.n_push = 7u;
+    L.n_buffers = 25u;
+    std::printf("buffers %d\n", contract::unpack(&L, a, pc, sp));
+    return 0;
+}
+"""
+
+
+def test_unpack_checks_a_launch_record_and_the_ctypes_mirror_matches(tmp_path):
+    """The generated unpack (host code, no GPU needed) accepts a record that fits
+    fpbo's contract and refuses wrong counts and sizes; SpirulaLaunch's ctypes
+    mirror (spirula/backends/cudart.py) has the C layout."""
+    import ctypes
+    import os
+    import shutil
+    import subprocess
+    nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.access(nvcc, os.X_OK):
+        pytest.skip("nvcc not found")
+    from spirula.backends.cudart import SpirulaLaunch
+    root = shader_dir().parent
+    write_all(tmp_path / "contracts", ["fpbo"])
+    (tmp_path / "t.cu").write_text(UNPACK_PROGRAM)
+    exe = tmp_path / "t"
+    subprocess.run([nvcc, "-std=c++17", "-I%s" % (root / "native_cuda"), "-I%s" % (tmp_path / "contracts"),
+                    str(tmp_path / "t.cu"), "-o", str(exe)], check=True, capture_output=True, timeout=600)
+    out = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                             check=True).stdout.splitlines())
+    assert out["layout"].split() == [str(v) for v in (
+        SpirulaLaunch.buffers.offset, SpirulaLaunch.sizes.offset, SpirulaLaunch.n_push.offset,
+        SpirulaLaunch.push.offset, SpirulaLaunch.spec.offset, SpirulaLaunch.flags.offset,
+        ctypes.sizeof(SpirulaLaunch))]
+    invalid = "1"                                     # cudaErrorInvalidValue
+    assert out["ok"].split() == ["0", "1", "0.3", "3", "16", "1", "0", "2"]
+    assert out["params"] == invalid and out["quats"] == invalid
+    assert out["sh"].split() == ["0", invalid]        # floats for Args, not float4s for SH_VEC4::Args
+    assert out["null"] == invalid and out["push"] == invalid and out["buffers"] == invalid
