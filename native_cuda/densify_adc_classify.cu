@@ -5,30 +5,18 @@
 // in two when large; then every resulting splat with opacity < min_opacity,
 // or (prune_big) larger than prune_scale3d, is pruned.
 // Twin of shaders/densify_adc_classify.comp. One thread per splat i < n
-// (workgroup 256, folded).
-//   binding 0  scales      [N,3]  f32  read   log
-//   binding 1  opacities   [N]    f32  read   logit
-//   binding 2  grad2d_sum  [N]    f32  read   from fpbo
-//   binding 3  vis_count   [N]    u32  read
-//   binding 4  actions     [N]    u32  write  0 keep, 1 clone, 2 split
-//   binding 5  out_counts  [N]    u32  write  0, 1 or 2 (scanned into output offsets)
+// (folded).
+// Contract: build/contracts/densify_adc_classify.h, generated from shaders/densify_adc_classify.comp.
 #include "common/launch.cuh"
+#include "densify_adc_classify.h"
 
 namespace {
 
-struct Push {
-    uint32_t n;
-    float grow_grad2d;
-    float grow_scale3d;     // already times the scene extent
-    float prune_scale3d;    // already times the scene extent
-    float min_opacity;
-    uint32_t prune_big;
-    uint32_t grow;
-};
+using namespace contract;
 
 constexpr float SPLIT_SHRINK = 1.6f;
 
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 densify_adc_classify_kernel(const float* scales, const float* opacities, const float* grad2d_sum,
                             const uint32_t* vis_count, uint32_t* actions, uint32_t* out_counts, Push pc) {
     uint32_t i = spirula::global_index();
@@ -50,9 +38,12 @@ densify_adc_classify_kernel(const float* scales, const float* opacities, const f
 }  // namespace
 
 SPIRULA_EXPORT int densify_adc_classify(const SpirulaLaunch* L) {
-    using spirula::buffer;
-    SPIRULA_CONTRACT(L, 6, 7, 0);
-    return spirula::launch(L, dim3(256), densify_adc_classify_kernel, buffer<const float>(L, 0),
-                           buffer<const float>(L, 1), buffer<const float>(L, 2), buffer<const uint32_t>(L, 3),
-                           buffer<uint32_t>(L, 4), buffer<uint32_t>(L, 5), spirula::push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, densify_adc_classify_kernel, a.scales, a.opacities, a.grad2d_sum,
+                           a.vis_count, a.actions, a.out_counts, pc);
 }

@@ -1,20 +1,16 @@
 // densify_adc_reset: the periodic opacity reset of adaptive density control:
 // every opacity above `ceiling` drops to it, and the opacity's Adam moments
 // restart at 0. Twin of shaders/densify_adc_reset.comp. One thread per splat
-// i < n (workgroup 256, folded).
-//   binding 0  opacities    [N]  f32  read/write  logit
-//   binding 1  m_opacities  [N]  f32  write
-//   binding 2  v_opacities  [N]  f32  write
+// i < n (folded).
+// Contract: build/contracts/densify_adc_reset.h, generated from shaders/densify_adc_reset.comp.
 #include "common/launch.cuh"
+#include "densify_adc_reset.h"
 
 namespace {
 
-struct Push {
-    uint32_t n;
-    float ceiling_logit;
-};
+using namespace contract;
 
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 densify_adc_reset_kernel(float* opacities, float* m_opacities, float* v_opacities, Push pc) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
@@ -28,7 +24,11 @@ densify_adc_reset_kernel(float* opacities, float* m_opacities, float* v_opacitie
 }  // namespace
 
 SPIRULA_EXPORT int densify_adc_reset(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 3, 2, 0);
-    return spirula::launch(L, dim3(256), densify_adc_reset_kernel, spirula::buffer<float>(L, 0),
-                           spirula::buffer<float>(L, 1), spirula::buffer<float>(L, 2), spirula::push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, densify_adc_reset_kernel, a.opacities, a.m_opacities, a.v_opacities, pc);
 }

@@ -5,41 +5,17 @@
 // mean + R (s * z), z ~ N(0, I), with scales s / 1.6. GROUP 1 and 2 write an
 // Adam moment (first, second): copied for kept splats and a clone's original,
 // 0 for a clone's copy and for split children.
-// One thread per old splat i < n (workgroup 256, folded).
-//   binding 0-4  src: means [N,3], quats [N,4], scales [N,3], opacities [N], sh [N,K,3]  read
-//   binding 5-9  dst: the same, [N',...]                                              write
-//   binding 10   actions   [N]  u32  read
-//   binding 11   offsets   [N]  u32  read   where splat i's outputs start
-//   binding 12   out_counts[N]  u32  read   outputs of splat i (0: pruned)
-//   constant_id 0 GROUP, 1 SH_COEFFS
+// One thread per old splat i < n (folded).
+// Contract: build/contracts/densify_adc_write.h, generated from shaders/densify_adc_write.comp.
 #include "common/launch.cuh"
 #include "common/projection.cuh"
 #include "common/random.cuh"
+#include "densify_adc_write.h"
 
 namespace {
 
 using namespace spirula;
-
-struct Push {
-    uint32_t n;
-    uint32_t seed;
-};
-
-struct Args {
-    const float* src_means;
-    const float4* src_quats;
-    const float* src_scales;
-    const float* src_opacities;
-    const float* src_sh;
-    float* dst_means;
-    float4* dst_quats;
-    float* dst_scales;
-    float* dst_opacities;
-    float* dst_sh;
-    const uint32_t* actions;
-    const uint32_t* offsets;
-    const uint32_t* out_counts;
-};
+using namespace contract;
 
 constexpr float LOG_SPLIT_SHRINK = 0.47000362924573558f;   // log(1.6)
 
@@ -56,7 +32,8 @@ __device__ void write_row(const Args& a, uint32_t sh_coeffs, uint32_t dst, uint3
     }
 }
 
-__global__ void __launch_bounds__(256) densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs) {
+__global__ void __launch_bounds__(LOCAL_THREADS)
+densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs) {
     uint32_t i = global_index();
     if (i >= pc.n || a.out_counts[i] == 0u) {
         return;
@@ -91,11 +68,11 @@ __global__ void __launch_bounds__(256) densify_adc_write_kernel(Args a, Push pc,
 }  // namespace
 
 SPIRULA_EXPORT int densify_adc_write(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 13, 2, 2);
-    Args a{buffer<const float>(L, 0), buffer<const float4>(L, 1), buffer<const float>(L, 2),
-           buffer<const float>(L, 3), buffer<const float>(L, 4),  buffer<float>(L, 5),
-           buffer<float4>(L, 6),      buffer<float>(L, 7),         buffer<float>(L, 8),
-           buffer<float>(L, 9),       buffer<const uint32_t>(L, 10), buffer<const uint32_t>(L, 11),
-           buffer<const uint32_t>(L, 12)};
-    return launch(L, dim3(256), densify_adc_write_kernel, a, push_block<Push>(L), L->spec[0], L->spec[1]);
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return launch(L, LOCAL_SIZE, densify_adc_write_kernel, a, pc, sp.GROUP, sp.SH_COEFFS);
 }

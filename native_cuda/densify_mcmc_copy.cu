@@ -9,43 +9,19 @@
 //     j = dead_offsets[i]'s source.
 //   APPEND = true (growth): one thread per draw j < count; splat n + j
 //     becomes a copy of draw j's source.
-// Workgroup 256, folded.
-//   binding 0-4   means [N,3], quats [N,4], scales [N,3], opacities [N], sh [N,K,3]  f32  read/write
-//   binding 5-14  Adam moments m, v of the same                              f32  write
-//   binding 15    dead_offsets [N]   u32  read   exclusive prefix sum of the dead flags
-//   binding 16    totals       [..]  u32  read   dead count at dead_total_offset
-//   binding 17    sample_src   [..]  u32  read
-//   binding 18    weight_totals [..] f32  read   total sampling weight at weight_total_offset
-//                                                 (0: nothing was drawn)
-//   constant_id 0 APPEND, 1 SH_COEFFS, 2 RESET_MOMENTS
+// Folded.
+// Contract: build/contracts/densify_mcmc_copy.h, generated from shaders/densify_mcmc_copy.comp.
 #include "common/finite.cuh"
 #include "common/launch.cuh"
 #include "common/moments.cuh"
+#include "densify_mcmc_copy.h"
 
 namespace {
 
-struct Push {
-    uint32_t n;                  // splats before this step
-    uint32_t count;              // APPEND: draws
-    uint32_t dead_total_offset;  // relocation: where the dead count is in totals
-    uint32_t weight_total_offset;
-};
+using namespace contract;
 
-struct Args {
-    float* means;
-    float4* quats;
-    float* scales;
-    float* opacities;
-    float* sh;
-    spirula::Moments mo;
-    const uint32_t* dead_offsets;
-    const uint32_t* totals;
-    const uint32_t* sample_src;
-    const float* weight_totals;
-};
-
-__global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs,
-                                                                     bool reset_moments) {
+__global__ void __launch_bounds__(LOCAL_THREADS)
+densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool reset_moments) {
     uint32_t t = spirula::global_index();
     uint32_t dst, src;
     if (append) {
@@ -80,18 +56,19 @@ __global__ void __launch_bounds__(256) densify_mcmc_copy_kernel(Args a, Push pc,
         a.sh[3u * sh_coeffs * dst + k] = a.sh[3u * sh_coeffs * src + k];
     }
     if (reset) {
-        spirula::zero_moments(a.mo, dst, sh_coeffs);
+        spirula::zero_moments(a, dst, sh_coeffs);
     }
 }
 
 }  // namespace
 
 SPIRULA_EXPORT int densify_mcmc_copy(const SpirulaLaunch* L) {
-    using spirula::buffer;
-    SPIRULA_CONTRACT(L, 19, 4, 3);
-    Args a{buffer<float>(L, 0), buffer<float4>(L, 1), buffer<float>(L, 2), buffer<float>(L, 3),
-           buffer<float>(L, 4), spirula::moments_at(L, 5), buffer<const uint32_t>(L, 15),
-           buffer<const uint32_t>(L, 16), buffer<const uint32_t>(L, 17), buffer<const float>(L, 18)};
-    return spirula::launch(L, dim3(256), densify_mcmc_copy_kernel, a, spirula::push_block<Push>(L),
-                           L->spec[0] != 0u, L->spec[1], L->spec[2] != 0u);
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_copy_kernel, a, pc, sp.APPEND, sp.SH_COEFFS,
+                           sp.RESET_MOMENTS);
 }

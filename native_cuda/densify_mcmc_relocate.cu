@@ -5,27 +5,20 @@
 // (MCMC paper, eq. 9; gsplat's compute_relocation), opacity' clamped to
 // [min_opacity, 1 - 2^-23]. With RESET_SOURCE its Adam moments restart at 0.
 // copies[i] is cleared for reuse. Twin of shaders/densify_mcmc_relocate.comp.
-// One thread per splat i < n (workgroup 256, folded).
-//   binding 0  opacities   [N]    f32  read/write  logit
-//   binding 1  scales      [N,3]  f32  read/write  log
-//   binding 2  copies      [N]    u32  read/write
-//   binding 3-12  Adam moments m, v of means, quats, scales, opacities, sh  f32 write (RESET_SOURCE)
-//   constant_id 0 RESET_SOURCE, 1 SH_COEFFS
+// One thread per splat i < n (folded).
+// Contract: build/contracts/densify_mcmc_relocate.h, generated from shaders/densify_mcmc_relocate.comp.
 #include "common/launch.cuh"
 #include "common/moments.cuh"
+#include "densify_mcmc_relocate.h"
 
 namespace {
 
-struct Push {
-    uint32_t n;
-    float min_opacity;
-};
-
+using namespace contract;
 using spirula::Moments;
 
 constexpr uint32_t MAX_SHARE = 51u;
 
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, Moments mo, Push pc,
                              bool reset_source, uint32_t sh_coeffs) {
     uint32_t i = spirula::global_index();
@@ -59,9 +52,12 @@ densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, 
 }  // namespace
 
 SPIRULA_EXPORT int densify_mcmc_relocate(const SpirulaLaunch* L) {
-    using spirula::buffer;
-    SPIRULA_CONTRACT(L, 13, 2, 2);
-    Moments mo = spirula::moments_at(L, 3);
-    return spirula::launch(L, dim3(256), densify_mcmc_relocate_kernel, buffer<float>(L, 0), buffer<float>(L, 1),
-                           buffer<uint32_t>(L, 2), mo, spirula::push_block<Push>(L), L->spec[0] != 0u, L->spec[1]);
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_relocate_kernel, a.opacities, a.scales, a.copies,
+                           spirula::moments_of(a), pc, sp.RESET_SOURCE, sp.SH_COEFFS);
 }

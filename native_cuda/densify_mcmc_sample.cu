@@ -4,27 +4,17 @@
 // how often each source is drawn. Twin of shaders/densify_mcmc_sample.comp:
 // the uniforms are bit-identical (random.cuh) and u = min(uniform * total,
 // total * (1 - 2^-23)) takes correctly rounded products, so the draws are the same.
-// One thread per draw j < count (workgroup 256, folded).
-//   binding 0  cdf        [N]        f32  read   exclusive prefix sum of the weights
-//   binding 1  totals     [..]       f32  read   sum of the weights at total_offset
-//   binding 2  counts     [..]       u32  read   count = min(counts[count_offset], count_max)
-//   binding 3  sample_src [count]    u32  write  drawn source of draw j
-//   binding 4  copies     [N]        u32  add    times each splat was drawn (zeroed before)
+// One thread per draw j < count (folded).
+// Contract: build/contracts/densify_mcmc_sample.h, generated from shaders/densify_mcmc_sample.comp.
 #include "common/launch.cuh"
 #include "common/random.cuh"
+#include "densify_mcmc_sample.h"
 
 namespace {
 
-struct Push {
-    uint32_t n;
-    uint32_t count_max;
-    uint32_t count_offset;
-    uint32_t total_offset;
-    uint32_t seed;
-    uint32_t stream;
-};
+using namespace contract;
 
-__global__ void __launch_bounds__(256) densify_mcmc_sample_kernel(const float* cdf, const float* totals,
+__global__ void __launch_bounds__(LOCAL_THREADS) densify_mcmc_sample_kernel(const float* cdf, const float* totals,
                                                                   const uint32_t* counts, uint32_t* sample_src,
                                                                   uint32_t* copies, Push pc) {
     uint32_t j = spirula::global_index();
@@ -52,9 +42,12 @@ __global__ void __launch_bounds__(256) densify_mcmc_sample_kernel(const float* c
 }  // namespace
 
 SPIRULA_EXPORT int densify_mcmc_sample(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 5, 6, 0);
-    return spirula::launch(L, dim3(256), densify_mcmc_sample_kernel, spirula::buffer<const float>(L, 0),
-                           spirula::buffer<const float>(L, 1), spirula::buffer<const uint32_t>(L, 2),
-                           spirula::buffer<uint32_t>(L, 3), spirula::buffer<uint32_t>(L, 4),
-                           spirula::push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_sample_kernel, a.cdf, a.totals, a.counts, a.sample_src,
+                           a.copies, pc);
 }

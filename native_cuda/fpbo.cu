@@ -5,24 +5,12 @@
 // opacity-gated noise shaped by its covariance and (ADC_STATS) accumulates
 // its screen-space gradient norm for density control (with ABSGRAD, the norm
 // of the per-pixel absolute gradient sums). Stored attributes are
-// raw: log-scales and opacity logits. Workgroup 128, folded. A step whose
-// intersections overflowed the buffers (count > capacity) changes nothing.
-//   binding 0-4   means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logit),
-//                 sh [N,K,3]                            f32  read/write
-//   binding 5-14  Adam first/second moments of each     f32  read/write
-//   binding 15    cameras      [V,20]   f32  read
-//   binding 16    radii        [V*N,2]  i32  read
-//   binding 17-20 grad_xy [V*N,2], grad_conics [V*N,3], grad_rgb [V*N,3],
-//                 grad_opacity [V*N]    f32  read   (from rasterize_bwd)
-//   binding 21    params       StepParams    read
-//   binding 22    num_isects   [..]     u32  read   count at count_offset
-//   binding 23    grad2d_sum   [N]      f32  read/write  (ADC_STATS)
-//   binding 24    vis_count    [N]      u32  read/write  (ADC_STATS)
-//   binding 25    grad_xy_abs  [V*N,2]  f32  read   (ADC_STATS and ABSGRAD) per-pixel |dL/dmean2d|
-//                                                   sums: the statistic then uses them (AbsGS)
-//   constant_id 0 SH_DEGREE (a template parameter here), 1 SH_COEFFS,
-//   2 MCMC_NOISE, 3 ADC_STATS, 4 N_VIEWS, 5 ABSGRAD
-//   flag SH_VEC4: the SH coefficients and their moments move as float4s
+// raw: log-scales and opacity logits. Folded. A step whose intersections
+// overflowed the buffers (count > capacity) changes nothing. SH_DEGREE is a
+// template parameter. With the SH_VEC4 flag the SH coefficients and their
+// moments move as float4s: one kernel serves both, viewing the float
+// pointers as float4s in a uniform branch; the launch checks the buffers
+// against the SH_VEC4 variant of the contract.
 //
 // The SH coefficients' gradient: the shader keeps, per view, the SH basis
 // and the clamp-masked colour gradient and forms grad(f) = sum over views of
@@ -31,62 +19,25 @@
 // same products, in the same view order, into a register array while
 // walking the views (a view a splat is invisible in adds 0 * 0 = +0 in the
 // shader, which changes no sum: the result is the same float).
+// Contract: build/contracts/fpbo.h, generated from shaders/fpbo.comp.
 #include "common/adam.cuh"
 #include "common/launch.cuh"
-#include "common/moments.cuh"
 #include "common/projection.cuh"
 #include "common/random.cuh"
 #include "common/step_params.cuh"
+#include "fpbo.h"
 
 namespace {
 
 using namespace spirula;
-
-struct Push {
-    uint32_t n;
-    uint32_t n_views;
-    uint32_t width;
-    uint32_t height;
-    float eps2d;
-    uint32_t count_offset;
-    uint32_t isect_capacity;
-};
-
-struct Spec {
-    uint32_t sh_coeffs;
-    bool mcmc_noise;
-    bool adc_stats;
-    uint32_t n_views;
-    bool absgrad;
-    bool sh_vec4;
-};
-
-struct Args {
-    float* means;
-    float4* quats;
-    float* scales;
-    float* opacities;
-    float* sh;
-    spirula::Moments mo;       // bindings 5-14
-    const float* cameras;
-    const int2* radii;
-    const float* grad_xy;
-    const float* grad_conics;
-    const float* grad_rgb;
-    const float* grad_opacity;
-    const StepParams* params;
-    const uint32_t* num_isects;
-    float* grad2d_sum;
-    uint32_t* vis_count;
-    const float* grad_xy_abs;
-};
+using namespace contract;
 
 __device__ __forceinline__ float& component(float4& v, uint32_t e) {
     return e == 0u ? v.x : (e == 1u ? v.y : (e == 2u ? v.z : v.w));
 }
 
 template <int SH_DEGREE, bool ONE_VIEW>
-__global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
+__global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
     uint32_t g = global_index();
     if (g >= pc.n || a.num_isects[pc.count_offset] > pc.isect_capacity) {
         return;
@@ -94,7 +45,7 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
     const StepParams* params = a.params;
     constexpr int degree = SH_DEGREE;
     constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);   // active coefficient floats
-    const uint32_t n_floats = 3u * sp.sh_coeffs;
+    const uint32_t n_floats = 3u * sp.SH_COEFFS;
     const uint32_t sh_base = g * n_floats;
     const float* sh = a.sh;
     vec3 mean = make3(a.means[3u * g], a.means[3u * g + 1u], a.means[3u * g + 2u]);
@@ -123,7 +74,7 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
     for (int k = 0; k < (ONE_VIEW ? 1 : int(n_active)); ++k) {
         g_sh[k] = 0.0f;
     }
-    const uint32_t n_views = ONE_VIEW ? 1u : sp.n_views;
+    const uint32_t n_views = ONE_VIEW ? 1u : sp.N_VIEWS;
     for (uint32_t c = 0u; c < n_views; ++c) {
         uint32_t i = c * pc.n + g;
         int2 r = a.radii[i];
@@ -163,7 +114,7 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
         }
         sh_direction_vjp(SH_DEGREE, dir, inv_len, w, g_mean);
         view_vraw = v_raw;
-        vec2 v_stat = sp.absgrad ? make2(a.grad_xy_abs[2u * i], a.grad_xy_abs[2u * i + 1u]) : v_xy;
+        vec2 v_stat = sp.ABSGRAD ? make2(a.grad_xy_abs[2u * i], a.grad_xy_abs[2u * i + 1u]) : v_xy;
         vec2 gn = v_stat * make2(params->grad_norm_scale_x, params->grad_norm_scale_y);
         grad2d += sqrtf(gn.x * gn.x + gn.y * gn.y);
         seen += 1u;
@@ -177,38 +128,38 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
 #pragma unroll
     for (int k = 0; k < 3; ++k) {
         uint32_t j = 3u * g + uint32_t(k);
-        float m = a.mo.m_means[j], v = a.mo.v_means[j];
+        float m = a.m_means[j], v = a.v_means[j];
         mean[k] = adam_update(mean[k], g_mean[k], m, v, params->lr_means, b1, b2, c1, c2, eps);
-        a.mo.m_means[j] = m;
-        a.mo.v_means[j] = v;
-        m = a.mo.m_scales[j];
-        v = a.mo.v_scales[j];
+        a.m_means[j] = m;
+        a.v_means[j] = v;
+        m = a.m_scales[j];
+        v = a.v_scales[j];
         log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params->lr_scales, b1, b2, c1, c2, eps);
-        a.mo.m_scales[j] = m;
-        a.mo.v_scales[j] = v;
+        a.m_scales[j] = m;
+        a.v_scales[j] = v;
     }
     {
-        float4 mq = a.mo.m_quats[g], vq = a.mo.v_quats[g];
+        float4 mq = a.m_quats[g], vq = a.v_quats[g];
         quat.x = adam_update(quat.x, g_quat.x, mq.x, vq.x, params->lr_quats, b1, b2, c1, c2, eps);
         quat.y = adam_update(quat.y, g_quat.y, mq.y, vq.y, params->lr_quats, b1, b2, c1, c2, eps);
         quat.z = adam_update(quat.z, g_quat.z, mq.z, vq.z, params->lr_quats, b1, b2, c1, c2, eps);
         quat.w = adam_update(quat.w, g_quat.w, mq.w, vq.w, params->lr_quats, b1, b2, c1, c2, eps);
-        a.mo.m_quats[g] = mq;
-        a.mo.v_quats[g] = vq;
+        a.m_quats[g] = mq;
+        a.v_quats[g] = vq;
     }
     {
-        float m = a.mo.m_opacities[g], v = a.mo.v_opacities[g];
+        float m = a.m_opacities[g], v = a.v_opacities[g];
         logit = adam_update(logit, g_opacity, m, v, params->lr_opacities, b1, b2, c1, c2, eps);
-        a.mo.m_opacities[g] = m;
-        a.mo.v_opacities[g] = v;
+        a.m_opacities[g] = m;
+        a.v_opacities[g] = v;
     }
     // SH: gradient of float f = coefficient f / 3, channel f % 3. The active
     // floats (compile-time f) come first, unrolled; the rest have gradient 0.
     float lr_sh0 = params->lr_sh0, lr_shN = params->lr_shN;
-    if (sp.sh_vec4) {
+    if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);
-        float4* m4 = reinterpret_cast<float4*>(a.mo.m_sh);
-        float4* v4 = reinterpret_cast<float4*>(a.mo.v_sh);
+        float4* m4 = reinterpret_cast<float4*>(a.m_sh);
+        float4* v4 = reinterpret_cast<float4*>(a.v_sh);
         constexpr uint32_t active_vec4 = (n_active + 3u) / 4u;
         const uint32_t n_vec4 = n_floats / 4u;
 #pragma unroll
@@ -264,21 +215,21 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
                 grad = g_sh[ONE_VIEW ? 0u : f];
             }
             uint32_t j = sh_base + f;
-            float m = a.mo.m_sh[j], v = a.mo.v_sh[j];
+            float m = a.m_sh[j], v = a.v_sh[j];
             a.sh[j] = adam_update(a.sh[j], grad, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            a.mo.m_sh[j] = m;
-            a.mo.v_sh[j] = v;
+            a.m_sh[j] = m;
+            a.v_sh[j] = v;
         }
         for (uint32_t f = n_active; f < n_floats; ++f) {
             uint32_t j = sh_base + f;
-            float m = a.mo.m_sh[j], v = a.mo.v_sh[j];
+            float m = a.m_sh[j], v = a.v_sh[j];
             a.sh[j] = adam_update(a.sh[j], 0.0f, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            a.mo.m_sh[j] = m;
-            a.mo.v_sh[j] = v;
+            a.m_sh[j] = m;
+            a.v_sh[j] = v;
         }
     }
 
-    if (sp.mcmc_noise && params->noise_scale > 0.0f) {
+    if (sp.MCMC_NOISE && params->noise_scale > 0.0f) {
         // gsplat's MCMC: noise ~ Sigma n, gated to nearly transparent splats
         float o = 1.0f / (1.0f + expf(-logit));
         float gate = 1.0f / (1.0f + expf(-100.0f * ((1.0f - o) - 0.995f)));
@@ -298,41 +249,44 @@ __global__ void __launch_bounds__(128) fpbo_kernel(Args a, Push pc, Spec sp) {
     a.scales[3u * g + 1u] = log_scale.y;
     a.scales[3u * g + 2u] = log_scale.z;
     a.opacities[g] = logit;
-    if (sp.adc_stats && seen > 0u) {
+    if (sp.ADC_STATS && seen > 0u) {
         a.grad2d_sum[g] += grad2d;
         a.vis_count[g] += seen;
     }
 }
 
 template <int SH_DEGREE>
-int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp) {
-    if (sp.n_views == 1u) {
-        return launch(L, dim3(128), fpbo_kernel<SH_DEGREE, true>, a, pc, sp);
+int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4) {
+    if (sp.N_VIEWS == 1u) {
+        return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, true>, a, pc, sp, sh_vec4);
     }
-    return launch(L, dim3(128), fpbo_kernel<SH_DEGREE, false>, a, pc, sp);
+    return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, false>, a, pc, sp, sh_vec4);
 }
 
 }  // namespace
 
 SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 26, 7, 6);
-    Args a{buffer<float>(L, 0),        buffer<float4>(L, 1),         buffer<float>(L, 2),
-           buffer<float>(L, 3),        buffer<float>(L, 4),          spirula::moments_at(L, 5),
-           buffer<const float>(L, 15), buffer<const int2>(L, 16),    buffer<const float>(L, 17),
-           buffer<const float>(L, 18), buffer<const float>(L, 19),   buffer<const float>(L, 20),
-           buffer<const StepParams>(L, 21), buffer<const uint32_t>(L, 22), buffer<float>(L, 23),
-           buffer<uint32_t>(L, 24),        buffer<const float>(L, 25)};
-    Push pc = push_block<Push>(L);
-    Spec sp{L->spec[1], L->spec[2] != 0u, L->spec[3] != 0u, L->spec[4], L->spec[5] != 0u,
-            (L->flags & SPIRULA_FLAG_SH_VEC4) != 0u};
-    if (sp.sh_vec4 && (sp.sh_coeffs * 3u) % 4u != 0u) {
-        return static_cast<int>(cudaErrorInvalidValue);     // the shader's SH_VEC4 needs 3K % 4 == 0
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
     }
-    switch (L->spec[0]) {
-        case 0: return launch_degree<0>(L, a, pc, sp);
-        case 1: return launch_degree<1>(L, a, pc, sp);
-        case 2: return launch_degree<2>(L, a, pc, sp);
-        case 3: return launch_degree<3>(L, a, pc, sp);
-        default: return static_cast<int>(cudaErrorInvalidValue);   // sh.glsl stops at degree 3
+    const bool sh_vec4 = (L->flags & SH_VEC4::FLAG) != 0u;
+    if (sh_vec4) {
+        SH_VEC4::Args a4;       // the SH buffers as float4s: their sizes must be whole float4s
+        if (int err = unpack(L, a4, pc, sp)) {
+            return err;
+        }
+        if ((sp.SH_COEFFS * 3u) % 4u != 0u) {
+            return INVALID_LAUNCH;   // the shader's SH_VEC4 needs 3K % 4 == 0
+        }
+    }
+    switch (sp.SH_DEGREE) {
+        case 0: return launch_degree<0>(L, a, pc, sp, sh_vec4);
+        case 1: return launch_degree<1>(L, a, pc, sp, sh_vec4);
+        case 2: return launch_degree<2>(L, a, pc, sp, sh_vec4);
+        case 3: return launch_degree<3>(L, a, pc, sp, sh_vec4);
+        default: return INVALID_LAUNCH;   // sh.glsl stops at degree 3
     }
 }

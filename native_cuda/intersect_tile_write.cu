@@ -1,33 +1,21 @@
 // intersect_tile_write: one (tile key, id) pair per Gaussian-tile overlap,
 // written front to back: key = camera * tiles_per_image + tile, id = the
 // (camera, Gaussian) index i. Twin of shaders/intersect_tile_write.comp.
-// One thread per intersection j < min(total, capacity) (workgroup 256,
-// folded): its Gaussian by binary search in the exclusive prefix sum of the
-// depth-ordered tile counts, then its tile inside that Gaussian's box.
-//   binding 0  sorted_ids  [n]       u32  read
-//   binding 1  offsets     [n]       u32  read   exclusive prefix sum of the counts
-//   binding 2  totals      [..]      u32  read   intersection count at count_offset
-//   binding 3  xyop        [n,4]     f32  read
-//   binding 4  radii       [n,2]     i32  read
-//   binding 5  isect_keys  [capacity] u32 write
-//   binding 6  isect_ids   [capacity] u32 write
+// One thread per intersection j < min(total, capacity) (folded): its
+// Gaussian by binary search in the exclusive prefix sum of the depth-ordered
+// tile counts, then its tile inside that Gaussian's box.
+// Contract: build/contracts/intersect_tile_write.h, generated from shaders/intersect_tile_write.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
+#include "intersect_tile_write.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t n;               // cameras * Gaussians
-    uint32_t n_gaussians;
-    uint32_t tile_width;
-    uint32_t tile_height;
-    uint32_t capacity;
-    uint32_t count_offset;
-};
 
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 intersect_tile_write_kernel(const uint32_t* sorted_ids, const uint32_t* offsets, const uint32_t* totals,
                             const float4* xyop, const int2* radii, uint32_t* isect_keys, uint32_t* isect_ids,
                             Push pc) {
@@ -63,8 +51,12 @@ intersect_tile_write_kernel(const uint32_t* sorted_ids, const uint32_t* offsets,
 }  // namespace
 
 SPIRULA_EXPORT int intersect_tile_write(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 7, 6, 0);
-    return launch(L, dim3(256), intersect_tile_write_kernel, buffer<const uint32_t>(L, 0),
-                  buffer<const uint32_t>(L, 1), buffer<const uint32_t>(L, 2), buffer<const float4>(L, 3),
-                  buffer<const int2>(L, 4), buffer<uint32_t>(L, 5), buffer<uint32_t>(L, 6), push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, intersect_tile_write_kernel, a.sorted_ids, a.offsets, a.totals, a.xyop,
+                           a.radii, a.isect_keys, a.isect_ids, pc);
 }

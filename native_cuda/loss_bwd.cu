@@ -5,44 +5,25 @@
 // valid pixels around it,
 //     dSSIM/dx(q) = sum_p w(p - q) [dS/dmu(p) + 2 x(q) dS/dE[x^2](p) + y(q) dS/dE[xy](p)],
 // two separable passes through shared memory per channel.
-// One workgroup per 16x16 tile (x, y) of view z; one thread per pixel.
+// One workgroup per SSIM_TILE^2 tile (x, y) of view z; one thread per pixel.
 // Workgroup (0, 0, 0) also reduces loss_fwd's partial sums into loss_out.
-//   binding 0  colors      [V,H,W,3]    f32  read
-//   binding 1  gt_images   [I,H,W]      u32  read   RGBA8
-//   binding 2  params      StepParams        read
-//   binding 3  ssim_grads  [V,H,W,9]    f32  read   from loss_fwd
-//   binding 4  partials    [groups,4]   f32  read   from loss_fwd
-//   binding 5  grad_colors [V,H,W,3]    f32  write  dloss/dcolors
-//   binding 6  loss_out    [4]          f32  write  loss, mean L1, mean SSIM, MSE
+// Contract: build/contracts/loss_bwd.h, generated from shaders/loss_bwd.comp.
 #include "common/launch.cuh"
 #include "common/ssim.cuh"
 #include "common/step_params.cuh"
 #include "common/warp.cuh"
+#include "loss_bwd.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t width;
-    uint32_t height;
-    uint32_t n_views;
-    uint32_t n_partials;
-};
-
-struct Args {
-    const float* colors;
-    const uint32_t* gt_images;
-    const StepParams* params;
-    const float* ssim_grads;
-    const float4* partials;
-    float* grad_colors;
-    float* loss_out;
-};
+static_assert(LOCAL_SIZE_X == SSIM_TILE && LOCAL_SIZE_Y == SSIM_TILE, "a workgroup is one SSIM tile");
 
 __device__ __forceinline__ float glsl_sign(float x) { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f); }
 
-__global__ void __launch_bounds__(256) loss_bwd_kernel(Args a, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS) loss_bwd_kernel(Args a, Push pc) {
     __shared__ vec3 s_g[SSIM_HALO][SSIM_HALO];
     __shared__ vec3 s_h[SSIM_HALO][SSIM_TILE];
     __shared__ float4 s_sum[64];                   // one per subgroup (warp)
@@ -71,7 +52,7 @@ __global__ void __launch_bounds__(256) loss_bwd_kernel(Args a, Push pc) {
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
         __syncthreads();
-        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_HALO); i += 256u) {
+        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_HALO); i += LOCAL_THREADS) {
             int qx = ox - SSIM_RADIUS + int(i) % SSIM_HALO, qy = oy - SSIM_RADIUS + int(i) / SSIM_HALO;
             vec3 g = make3(0.0f, 0.0f, 0.0f);
             if (qx >= 0 && qy >= 0 && qx < W && qy < H) {
@@ -81,7 +62,7 @@ __global__ void __launch_bounds__(256) loss_bwd_kernel(Args a, Push pc) {
             s_g[int(i) / SSIM_HALO][int(i) % SSIM_HALO] = g;
         }
         __syncthreads();
-        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_TILE); i += 256u) {
+        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_TILE); i += LOCAL_THREADS) {
             int row = int(i) / SSIM_TILE, col = int(i) % SSIM_TILE;
             vec3 acc = make3(0.0f, 0.0f, 0.0f);
 #pragma unroll
@@ -109,7 +90,7 @@ __global__ void __launch_bounds__(256) loss_bwd_kernel(Args a, Push pc) {
     }
     if (blockIdx.x == 0u && blockIdx.y == 0u && blockIdx.z == 0u) {
         float4 part = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (uint32_t i = tid; i < pc.n_partials; i += 256u) {
+        for (uint32_t i = tid; i < pc.n_partials; i += LOCAL_THREADS) {
             float4 v = a.partials[i];
             part.x += v.x;
             part.y += v.y;
@@ -143,8 +124,11 @@ __global__ void __launch_bounds__(256) loss_bwd_kernel(Args a, Push pc) {
 }  // namespace
 
 SPIRULA_EXPORT int loss_bwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 7, 4, 0);
-    Args a{buffer<const float>(L, 0), buffer<const uint32_t>(L, 1), buffer<const StepParams>(L, 2),
-           buffer<const float>(L, 3), buffer<const float4>(L, 4), buffer<float>(L, 5), buffer<float>(L, 6)};
-    return launch(L, dim3(16, 16), loss_bwd_kernel, a, push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return launch(L, LOCAL_SIZE, loss_bwd_kernel, a, pc);
 }

@@ -7,35 +7,22 @@
 // the derivatives of SSIM with respect to the window moments mu_x, E[x^2],
 // E[xy] (for loss_bwd); per workgroup the sums of |x - y|, (x - y)^2 and
 // SSIM (warp sums, then one thread over the 8 warps' sums).
-// One workgroup per 16x16 tile (x, y) of view z; one thread per pixel.
-//   binding 0  colors     [V,H,W,3]     f32  read   rendered views
-//   binding 1  gt_images  [I,H,W]       u32  read   dataset images, RGBA8
-//   binding 2  params     StepParams         read   image_index of each view
-//   binding 3  ssim_grads [V,H,W,9]     f32  write  per channel dS/dmu, dS/dE[x^2], dS/dE[xy]
-//   binding 4  partials   [V*groups,4]  f32  write  sum |d|, sum d^2, sum SSIM, 0
+// One workgroup per SSIM_TILE^2 tile (x, y) of view z; one thread per pixel.
+// Contract: build/contracts/loss_fwd.h, generated from shaders/loss_fwd.comp.
 #include "common/launch.cuh"
 #include "common/ssim.cuh"
 #include "common/step_params.cuh"
 #include "common/warp.cuh"
+#include "loss_fwd.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t width;
-    uint32_t height;
-};
+static_assert(LOCAL_SIZE_X == SSIM_TILE && LOCAL_SIZE_Y == SSIM_TILE, "a workgroup is one SSIM tile");
 
-struct Args {
-    const float* colors;
-    const uint32_t* gt_images;
-    const StepParams* params;
-    float* ssim_grads;
-    float4* partials;
-};
-
-__global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc) {
     __shared__ float2 s_xy[SSIM_HALO][SSIM_HALO];          // x and y of one channel, tile + margins
     __shared__ float s_h[5][SSIM_HALO][SSIM_TILE];         // horizontal pass of the 5 moments
     __shared__ float4 s_sum[64];                           // one per subgroup (warp)
@@ -57,7 +44,7 @@ __global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
         __syncthreads();
-        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_HALO); i += 256u) {
+        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_HALO); i += LOCAL_THREADS) {
             int qx = ox - SSIM_RADIUS + int(i) % SSIM_HALO, qy = oy - SSIM_RADIUS + int(i) / SSIM_HALO;
             float2 v = make_float2(0.0f, 0.0f);
             if (qx >= 0 && qy >= 0 && qx < W && qy < H) {
@@ -68,7 +55,7 @@ __global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
             s_xy[int(i) / SSIM_HALO][int(i) % SSIM_HALO] = v;
         }
         __syncthreads();
-        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_TILE); i += 256u) {
+        for (uint32_t i = tid; i < uint32_t(SSIM_HALO * SSIM_TILE); i += LOCAL_THREADS) {
             int row = int(i) / SSIM_TILE, col = int(i) % SSIM_TILE;
             float mx = 0.0f, my = 0.0f, sxx = 0.0f, syy = 0.0f, sxy = 0.0f;
 #pragma unroll
@@ -146,8 +133,11 @@ __global__ void __launch_bounds__(256) loss_fwd_kernel(Args a, Push pc) {
 }  // namespace
 
 SPIRULA_EXPORT int loss_fwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 5, 2, 0);
-    Args a{buffer<const float>(L, 0), buffer<const uint32_t>(L, 1), buffer<const StepParams>(L, 2),
-           buffer<float>(L, 3), buffer<float4>(L, 4)};
-    return launch(L, dim3(16, 16), loss_fwd_kernel, a, push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return launch(L, LOCAL_SIZE, loss_fwd_kernel, a, pc);
 }

@@ -1,31 +1,21 @@
 // prefix_sum: exclusive prefix sum of n uint32 (float32 with the FLOAT flag)
 // in place, as a multi-level scan (spirula/render/scan.py records the
-// levels). Twin of shaders/prefix_sum.comp.
-//   PHASE 0: each workgroup scans one block of BLOCK = 256*4 values of `data`
-//            and writes the block's total to sums[sums_offset + block].
-//   PHASE 1: adds the (already scanned) block offsets back:
-//            data[i] += sums[sums_offset + block(i)].
-// Workgroup 256, 4 values per thread, one workgroup per block (folded).
-//   binding 0  data  [data_offset + n] u32 (f32)  read/write
-//   binding 1  sums  [sums_offset + ceil(n/BLOCK)] u32 (f32)  read/write
-//                    (may be the same buffer as data, at another offset)
-//   constant_id 0  PHASE
+// levels). Twin of shaders/prefix_sum.comp. 4 values per thread, one workgroup
+// per block of BLOCK values (folded).
+// Contract: build/contracts/prefix_sum.h, generated from shaders/prefix_sum.comp.
 #include "common/launch.cuh"
 #include "common/scan.cuh"
+#include "prefix_sum.h"
 
 namespace {
 
-constexpr uint32_t ITEMS = 4u;
-constexpr uint32_t BLOCK = 256u * ITEMS;
+using namespace contract;
 
-struct Push {
-    uint32_t n;
-    uint32_t data_offset;
-    uint32_t sums_offset;
-};
+constexpr uint32_t ITEMS = 4u;
+constexpr uint32_t BLOCK = LOCAL_SIZE_X * ITEMS;
 
 template <class T>
-__global__ void __launch_bounds__(256) prefix_sum_add(T* data, const T* sums, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS) prefix_sum_add(T* data, const T* sums, Push pc) {
     uint32_t block = spirula::linear_group_id();
     uint32_t first = block * BLOCK + threadIdx.x * ITEMS;
     if (block * BLOCK >= pc.n) {
@@ -41,7 +31,7 @@ __global__ void __launch_bounds__(256) prefix_sum_add(T* data, const T* sums, Pu
 }
 
 template <class T>
-__global__ void __launch_bounds__(256) prefix_sum_scan(T* data, T* sums, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS) prefix_sum_scan(T* data, T* sums, Push pc) {
     __shared__ spirula::ScanShared<T> s;
     uint32_t block = spirula::linear_group_id();
     uint32_t first = block * BLOCK + threadIdx.x * ITEMS;
@@ -66,23 +56,25 @@ __global__ void __launch_bounds__(256) prefix_sum_scan(T* data, T* sums, Push pc
     }
 }
 
-template <class T>
+template <class T, class A>
 int launch_phase(const SpirulaLaunch* L) {
-    Push pc = spirula::push_block<Push>(L);
-    T* data = spirula::buffer<T>(L, 0);
-    T* sums = spirula::buffer<T>(L, 1);
-    if (L->spec[0] == 1u) {
-        return spirula::launch(L, dim3(256), prefix_sum_add<T>, data, static_cast<const T*>(sums), pc);
+    A a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
     }
-    return spirula::launch(L, dim3(256), prefix_sum_scan<T>, data, sums, pc);
+    if (sp.PHASE == 1u) {
+        return spirula::launch(L, LOCAL_SIZE, prefix_sum_add<T>, a.data, static_cast<const T*>(a.sums), pc);
+    }
+    return spirula::launch(L, LOCAL_SIZE, prefix_sum_scan<T>, a.data, a.sums, pc);
 }
 
 }  // namespace
 
 SPIRULA_EXPORT int prefix_sum(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 2, 3, 1);
-    if (L->flags & SPIRULA_FLAG_FLOAT) {
-        return launch_phase<float>(L);
+    if (L != nullptr && (L->flags & FLOAT::FLAG)) {
+        return launch_phase<float, FLOAT::Args>(L);
     }
-    return launch_phase<uint32_t>(L);
+    return launch_phase<uint32_t, Args>(L);
 }

@@ -1,61 +1,20 @@
 // projection_bwd: gradients of every Gaussian's parameters from the gradients
 // of its projections (rasterize_bwd's outputs), summed over the cameras.
-// Twin of shaders/projection_bwd.comp. One thread per Gaussian g (workgroup
-// 128, folded), looping over cameras: no atomics. SH_DEGREE is a template
-// parameter.
-//   binding 0  means          [N,3]   f32  read
-//   binding 1  quats          [N,4]   f32  read
-//   binding 2  scales         [N,3]   f32  read   activated, or log (ACTIVATED = false)
-//   binding 3  opacities      [N]     f32  read   activated, or logit
-//   binding 4  sh             [N,K,3] f32  read
-//   binding 5  cameras        [C,20]  f32  read
-//   binding 6  radii          [C*N,2] i32  read   0: not visible in that camera
-//   binding 7  grad_xy        [C*N,2] f32  read   from rasterize_bwd
-//   binding 8  grad_conics    [C*N,3] f32  read
-//   binding 9  grad_rgb       [C*N,3] f32  read
-//   binding 10 grad_opacity   [C*N]   f32  read
-//   binding 11 grad_means     [N,3]   f32  write
-//   binding 12 grad_quats     [N,4]   f32  write  w.r.t. the stored quaternion
-//   binding 13 grad_scales    [N,3]   f32  write  w.r.t. the stored (activated or log) scale
-//   binding 14 grad_opacities [N]     f32  write  w.r.t. the stored (activated or logit) opacity
-//   binding 15 grad_sh        [N,K,3] f32  write  zero past the active degree
-//   constant_id 0 SH_DEGREE, 1 SH_COEFFS, 2 ACTIVATED
+// Twin of shaders/projection_bwd.comp. One thread per Gaussian g (folded),
+// looping over cameras: no atomics. SH_DEGREE is a template parameter.
+// Contract: build/contracts/projection_bwd.h, generated from shaders/projection_bwd.comp.
 #include "common/launch.cuh"
 #include "common/projection.cuh"
+#include "projection_bwd.h"
 
 namespace {
 
 using namespace spirula;
-
-struct Push {
-    uint32_t n;
-    uint32_t n_cameras;
-    uint32_t width;
-    uint32_t height;
-    float eps2d;
-};
-
-struct Args {
-    const float* means;
-    const float4* quats;
-    const float* scales;
-    const float* opacities;
-    const float* sh;
-    const float* cameras;
-    const int2* radii;
-    const float* grad_xy;
-    const float* grad_conics;
-    const float* grad_rgb;
-    const float* grad_opacity;
-    float* grad_means;
-    float4* grad_quats;
-    float* grad_scales;
-    float* grad_opacities;
-    float* grad_sh;
-};
+using namespace contract;
 
 template <int SH_DEGREE>
-__global__ void __launch_bounds__(128) projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
+__global__ void __launch_bounds__(LOCAL_THREADS)
+projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     uint32_t g = global_index();
     if (g >= pc.n) {
         return;
@@ -119,20 +78,17 @@ __global__ void __launch_bounds__(128) projection_bwd_kernel(Args a, Push pc, ui
 }  // namespace
 
 SPIRULA_EXPORT int projection_bwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 16, 5, 3);
-    Args a{buffer<const float>(L, 0), buffer<const float4>(L, 1), buffer<const float>(L, 2),
-           buffer<const float>(L, 3), buffer<const float>(L, 4), buffer<const float>(L, 5),
-           buffer<const int2>(L, 6), buffer<const float>(L, 7), buffer<const float>(L, 8),
-           buffer<const float>(L, 9), buffer<const float>(L, 10), buffer<float>(L, 11),
-           buffer<float4>(L, 12), buffer<float>(L, 13), buffer<float>(L, 14), buffer<float>(L, 15)};
-    Push pc = push_block<Push>(L);
-    uint32_t sh_coeffs = L->spec[1];
-    bool activated = L->spec[2] != 0u;
-    switch (L->spec[0]) {
-        case 0: return launch(L, dim3(128), projection_bwd_kernel<0>, a, pc, sh_coeffs, activated);
-        case 1: return launch(L, dim3(128), projection_bwd_kernel<1>, a, pc, sh_coeffs, activated);
-        case 2: return launch(L, dim3(128), projection_bwd_kernel<2>, a, pc, sh_coeffs, activated);
-        case 3: return launch(L, dim3(128), projection_bwd_kernel<3>, a, pc, sh_coeffs, activated);
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    switch (sp.SH_DEGREE) {
+        case 0: return launch(L, LOCAL_SIZE, projection_bwd_kernel<0>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 1: return launch(L, LOCAL_SIZE, projection_bwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 2: return launch(L, LOCAL_SIZE, projection_bwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 3: return launch(L, LOCAL_SIZE, projection_bwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
         default: return static_cast<int>(cudaErrorInvalidValue);   // sh.glsl stops at degree 3
     }
 }

@@ -1,56 +1,17 @@
 // projection_fwd: project every Gaussian into every camera (EWA splatting).
 // Twin of shaders/projection_fwd.comp. One thread per (camera c, Gaussian g),
-// i = c * n + g; workgroup 256, folded. SH_DEGREE is a template parameter.
-//   binding 0  means       [N,3]   f32  read
-//   binding 1  quats       [N,4]   f32  read   wxyz, normalized here
-//   binding 2  scales      [N,3]   f32  read   activated, or log when ACTIVATED = false
-//   binding 3  opacities   [N]     f32  read   activated, or logit when ACTIVATED = false
-//   binding 4  sh          [N,K,3] f32  read   K = SH_COEFFS >= (SH_DEGREE+1)^2
-//   binding 5  cameras     [C,20]  f32  read   viewmat (row-major 4x4), fx, fy, cx, cy
-//   binding 6  xyop        [C*N,4] f32  write  mean2d.x, mean2d.y, opacity, depth
-//   binding 7  conics      [C*N,4] f32  write  a, b, c (inverse 2D covariance), 0
-//   binding 8  rgb         [C*N,4] f32  write  view-dependent colour, 0
-//   binding 9  radii       [C*N,2] i32  write  0 when culled
-//   binding 10 tile_counts [C*N]   u32  write  tiles the bounding box touches
-//   binding 11 depth_keys  [C*N]   u32  write  depth bits (0xffffffff when culled)
-//   binding 12 depth_ids   [C*N]   u32  write  i
-//   constant_id 0 SH_DEGREE, 1 SH_COEFFS, 2 ACTIVATED
+// i = c * n + g, folded. SH_DEGREE is a template parameter.
 // Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
+// Contract: build/contracts/projection_fwd.h, generated from shaders/projection_fwd.comp.
 #include "common/launch.cuh"
 #include "common/projection.cuh"
 #include "common/raster.cuh"
+#include "projection_fwd.h"
 
 namespace {
 
 using namespace spirula;
-
-struct Push {
-    uint32_t n;
-    uint32_t n_cameras;
-    uint32_t width;
-    uint32_t height;
-    uint32_t tile_width;
-    uint32_t tile_height;
-    float eps2d;
-    float near_plane;
-    float far_plane;
-};
-
-struct Args {
-    const float* means;
-    const float4* quats;
-    const float* scales;
-    const float* opacities;
-    const float* sh;
-    const float* cameras;
-    float4* xyop;
-    float4* conics;
-    float4* rgb;
-    int2* radii;
-    uint32_t* tile_counts;
-    uint32_t* depth_keys;
-    uint32_t* depth_ids;
-};
+using namespace contract;
 
 __device__ __forceinline__ void cull(const Args& a, uint32_t i) {
     a.radii[i] = make_int2(0, 0);
@@ -60,7 +21,7 @@ __device__ __forceinline__ void cull(const Args& a, uint32_t i) {
 }
 
 template <uint32_t SH_DEGREE>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     uint32_t i = global_index();
     if (i >= pc.n * pc.n_cameras) {
@@ -123,19 +84,17 @@ projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
 }  // namespace
 
 SPIRULA_EXPORT int projection_fwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 13, 9, 3);
-    Args a{buffer<const float>(L, 0), buffer<const float4>(L, 1), buffer<const float>(L, 2),
-           buffer<const float>(L, 3), buffer<const float>(L, 4), buffer<const float>(L, 5),
-           buffer<float4>(L, 6), buffer<float4>(L, 7), buffer<float4>(L, 8), buffer<int2>(L, 9),
-           buffer<uint32_t>(L, 10), buffer<uint32_t>(L, 11), buffer<uint32_t>(L, 12)};
-    Push pc = push_block<Push>(L);
-    uint32_t sh_coeffs = L->spec[1];
-    bool activated = L->spec[2] != 0u;
-    switch (L->spec[0]) {
-        case 0: return launch(L, dim3(256), projection_fwd_kernel<0>, a, pc, sh_coeffs, activated);
-        case 1: return launch(L, dim3(256), projection_fwd_kernel<1>, a, pc, sh_coeffs, activated);
-        case 2: return launch(L, dim3(256), projection_fwd_kernel<2>, a, pc, sh_coeffs, activated);
-        case 3: return launch(L, dim3(256), projection_fwd_kernel<3>, a, pc, sh_coeffs, activated);
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    switch (sp.SH_DEGREE) {
+        case 0: return launch(L, LOCAL_SIZE, projection_fwd_kernel<0>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 1: return launch(L, LOCAL_SIZE, projection_fwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 2: return launch(L, LOCAL_SIZE, projection_fwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 3: return launch(L, LOCAL_SIZE, projection_fwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
         default: return static_cast<int>(cudaErrorInvalidValue);   // sh.glsl stops at degree 3
     }
 }

@@ -1,26 +1,21 @@
 // radix_sort_count: per block of SORT_BLOCK keys, the histogram of one 8-bit
 // digit ((key >> shift) & 255), stored digit-major so that one exclusive
 // prefix sum over it gives every (digit, block)'s first output position.
-// Twin of shaders/radix_sort_count.comp. One workgroup (128) per block
-// (folded); blocks past the key count write zeros.
-//   binding 0  keys      [>= n]             u32  read
-//   binding 1  num_keys  [count_offset + 1] u32  read   n = min(num_keys[count_offset], n_max)
-//   binding 2  hist      [256 * num_blocks] u32  write  hist[d * num_blocks + block]
+// Twin of shaders/radix_sort_count.comp. One workgroup per block (folded);
+// blocks past the key count write zeros.
+// Contract: build/contracts/radix_sort_count.h, generated from shaders/radix_sort_count.comp.
 #include "common/launch.cuh"
 #include "common/radix.cuh"
+#include "radix_sort_count.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t n_max;
-    uint32_t count_offset;
-    uint32_t shift;
-    uint32_t num_blocks;
-};
+static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's");
 
-__global__ void __launch_bounds__(SORT_WG)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 radix_sort_count_kernel(const uint32_t* keys, const uint32_t* num_keys, uint32_t* hist, Push pc) {
     __shared__ uint32_t s_hist[RADIX];
     uint32_t block = linear_group_id();
@@ -49,7 +44,11 @@ radix_sort_count_kernel(const uint32_t* keys, const uint32_t* num_keys, uint32_t
 }  // namespace
 
 SPIRULA_EXPORT int radix_sort_count(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 3, 4, 0);
-    return launch(L, dim3(SORT_WG), radix_sort_count_kernel, buffer<const uint32_t>(L, 0),
-                  buffer<const uint32_t>(L, 1), buffer<uint32_t>(L, 2), push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, radix_sort_count_kernel, a.keys, a.num_keys, a.hist, pc);
 }

@@ -4,27 +4,19 @@
 // output position is its (digit, block) offset from the scanned histogram,
 // plus the keys with the same digit before it in the block: inside a warp
 // from ballots over the digit's bits, across warps from per-warp digit
-// counts in shared memory. One workgroup (128) per block (folded).
-//   binding 0  keys_in   [>= n]             u32  read
-//   binding 1  vals_in   [>= n]             u32  read
-//   binding 2  hist      [256 * num_blocks] u32  read   exclusive prefix sum of radix_sort_count's
-//   binding 3  num_keys  [count_offset + 1] u32  read   n = min(num_keys[count_offset], n_max)
-//   binding 4  keys_out  [>= n]             u32  write
-//   binding 5  vals_out  [>= n]             u32  write
+// counts in shared memory. One workgroup per block (folded).
+// Contract: build/contracts/radix_sort_scatter.h, generated from shaders/radix_sort_scatter.comp.
 #include "common/launch.cuh"
 #include "common/radix.cuh"
 #include "common/warp.cuh"
+#include "radix_sort_scatter.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t n_max;
-    uint32_t count_offset;
-    uint32_t shift;
-    uint32_t num_blocks;
-};
+static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's");
 
 constexpr uint32_t N_WARPS = SORT_WG / WARP;
 constexpr uint32_t COUNT_WORDS = RADIX / 4u;      // 8-bit counts, 4 per word (a count is at most 32)
@@ -33,7 +25,7 @@ __device__ __forceinline__ uint32_t sg_count(const uint32_t* s_count, uint32_t s
     return (s_count[s * COUNT_WORDS + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu;
 }
 
-__global__ void __launch_bounds__(SORT_WG)
+__global__ void __launch_bounds__(LOCAL_THREADS)
 radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, const uint32_t* hist,
                           const uint32_t* num_keys, uint32_t* keys_out, uint32_t* vals_out, Push pc) {
     __shared__ uint32_t s_offset[RADIX];                 // next output position per digit
@@ -99,8 +91,12 @@ radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, cons
 }  // namespace
 
 SPIRULA_EXPORT int radix_sort_scatter(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 6, 4, 0);
-    return launch(L, dim3(SORT_WG), radix_sort_scatter_kernel, buffer<const uint32_t>(L, 0),
-                  buffer<const uint32_t>(L, 1), buffer<const uint32_t>(L, 2), buffer<const uint32_t>(L, 3),
-                  buffer<uint32_t>(L, 4), buffer<uint32_t>(L, 5), push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return spirula::launch(L, LOCAL_SIZE, radix_sort_scatter_kernel, a.keys_in, a.vals_in, a.hist, a.num_keys,
+                           a.keys_out, a.vals_out, pc);
 }

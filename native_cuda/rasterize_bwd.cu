@@ -2,62 +2,25 @@
 // Gaussian)'s 2D mean, conic, colour and opacity. Twin of
 // shaders/rasterize_bwd.comp, with subgroups as 32-lane warps and native
 // float atomicAdd (ATOMIC_FLOAT is always 1 on CUDA).
-// One workgroup per 16x16 tile (x, y) of camera z, one thread per pixel,
+// One workgroup per TILE x TILE tile (x, y) of camera z, one thread per pixel,
 // walking the tile list back to front from the last Gaussian any pixel
 // blended. Per Gaussian, the gradients of a warp's pixels are summed with
 // warp adds, then one lane adds them to the output.
-//   binding 0  ranges       [C*T,2]   u32  read
-//   binding 1  isect_ids    [M]       u32  read
-//   binding 2  xyop         [C*N,4]   f32  read
-//   binding 3  conics       [C*N,4]   f32  read
-//   binding 4  rgb          [C*N,4]   f32  read
-//   binding 5  backgrounds  [C,3]     f32  read
-//   binding 6  out_alphas   [C,H,W]   f32  read   from rasterize_fwd (T_final = 1 - alpha)
-//   binding 7  out_last     [C,H,W]   u32  read
-//   binding 8  grad_colors  [C,H,W,3] f32  read   dL/d image colour
-//   binding 9  grad_alphas  [C,H,W]   f32  read   dL/d image alpha
-//   binding 10 grad_xy      [C*N,2]   f32  add    dL/d mean2d (zeroed by the caller)
-//   binding 11 grad_conics  [C*N,3]   f32  add    dL/d (a, b, c)
-//   binding 12 grad_rgb     [C*N,3]   f32  add    dL/d colour
-//   binding 13 grad_opacity [C*N]     f32  add    dL/d opacity (as composited)
-//   binding 14 grad_xy_abs  [C*N,2]   f32  add    sum over pixels of |dL/d mean2d| (when ABSGRAD)
-//   constant_id 0 ABSGRAD
+// Contract: build/contracts/rasterize_bwd.h, generated from shaders/rasterize_bwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
 #include "common/warp.cuh"
+#include "rasterize_bwd.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t width;
-    uint32_t height;
-    uint32_t tile_width;
-    uint32_t tile_height;
-    float max_alpha;
-};
-
-struct Args {
-    const uint2* ranges;
-    const uint32_t* isect_ids;
-    const float4* xyop;
-    const float4* conics;
-    const float4* rgb;
-    const float* backgrounds;
-    const float* out_alphas;
-    const uint32_t* out_last;
-    const float* grad_colors;
-    const float* grad_alphas;
-    float* grad_xy;
-    float* grad_conics;
-    float* grad_rgb;
-    float* grad_opacity;
-    float* grad_xy_abs;
-};
+static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
 template <bool ABSGRAD>
-__global__ void __launch_bounds__(TILE_PIXELS) rasterize_bwd_kernel(Args a, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
     __shared__ float4 s_rgb[TILE_PIXELS];
@@ -170,15 +133,14 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_bwd_kernel(Args a, Push
 }  // namespace
 
 SPIRULA_EXPORT int rasterize_bwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 15, 5, 1);
-    Args a{buffer<const uint2>(L, 0), buffer<const uint32_t>(L, 1), buffer<const float4>(L, 2),
-           buffer<const float4>(L, 3), buffer<const float4>(L, 4), buffer<const float>(L, 5),
-           buffer<const float>(L, 6), buffer<const uint32_t>(L, 7), buffer<const float>(L, 8),
-           buffer<const float>(L, 9), buffer<float>(L, 10), buffer<float>(L, 11), buffer<float>(L, 12),
-           buffer<float>(L, 13), buffer<float>(L, 14)};
-    Push pc = push_block<Push>(L);
-    if (L->spec[0] != 0u) {
-        return launch(L, dim3(TILE, TILE), rasterize_bwd_kernel<true>, a, pc);
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
     }
-    return launch(L, dim3(TILE, TILE), rasterize_bwd_kernel<false>, a, pc);
+    if (sp.ABSGRAD) {
+        return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true>, a, pc);
+    }
+    return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false>, a, pc);
 }

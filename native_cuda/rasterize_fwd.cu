@@ -1,46 +1,20 @@
 // rasterize_fwd: alpha-composite each tile's Gaussians front to back.
-// Twin of shaders/rasterize_fwd.comp. One workgroup per 16x16 tile (x, y) of
-// camera z; one thread per pixel. Each batch of up to 256 Gaussians is
-// staged in shared memory; the workgroup stops when every pixel is saturated.
-//   binding 0  ranges      [C*T,2]   u32  read   per tile [start, end) in isect_ids
-//   binding 1  isect_ids   [M]       u32  read   (camera, Gaussian) index, tile-sorted
-//   binding 2  xyop        [C*N,4]   f32  read   mean2d, opacity, depth
-//   binding 3  conics      [C*N,4]   f32  read
-//   binding 4  rgb         [C*N,4]   f32  read
-//   binding 5  backgrounds [C,3]     f32  read
-//   binding 6  out_colors  [C,H,W,3] f32  write  colour + T * background
-//   binding 7  out_alphas  [C,H,W]   f32  write  1 - T
-//   binding 8  out_depths  [C,H,W]   f32  write  sum of depth * alpha * T (not divided)
-//   binding 9  out_last    [C,H,W]   u32  write  entries of the tile list up to the last blended
+// Twin of shaders/rasterize_fwd.comp. One workgroup per TILE x TILE tile
+// (x, y) of camera z; one thread per pixel. Each batch of up to 256 Gaussians
+// is staged in shared memory; the workgroup stops when every pixel is saturated.
+// Contract: build/contracts/rasterize_fwd.h, generated from shaders/rasterize_fwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
+#include "rasterize_fwd.h"
 
 namespace {
 
 using namespace spirula;
+using namespace contract;
 
-struct Push {
-    uint32_t width;
-    uint32_t height;
-    uint32_t tile_width;
-    uint32_t tile_height;
-    float max_alpha;
-};
+static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
-struct Args {
-    const uint2* ranges;
-    const uint32_t* isect_ids;
-    const float4* xyop;
-    const float4* conics;
-    const float4* rgb;
-    const float* backgrounds;
-    float* out_colors;
-    float* out_alphas;
-    float* out_depths;
-    uint32_t* out_last;
-};
-
-__global__ void __launch_bounds__(TILE_PIXELS) rasterize_fwd_kernel(Args a, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
     __shared__ float4 s_rgb[TILE_PIXELS];
@@ -121,9 +95,11 @@ __global__ void __launch_bounds__(TILE_PIXELS) rasterize_fwd_kernel(Args a, Push
 }  // namespace
 
 SPIRULA_EXPORT int rasterize_fwd(const SpirulaLaunch* L) {
-    SPIRULA_CONTRACT(L, 10, 5, 0);
-    Args a{buffer<const uint2>(L, 0), buffer<const uint32_t>(L, 1), buffer<const float4>(L, 2),
-           buffer<const float4>(L, 3), buffer<const float4>(L, 4), buffer<const float>(L, 5),
-           buffer<float>(L, 6), buffer<float>(L, 7), buffer<float>(L, 8), buffer<uint32_t>(L, 9)};
-    return launch(L, dim3(TILE, TILE), rasterize_fwd_kernel, a, push_block<Push>(L));
+    Args a;
+    Push pc;
+    Spec sp;
+    if (int err = unpack(L, a, pc, sp)) {
+        return err;
+    }
+    return launch(L, LOCAL_SIZE, rasterize_fwd_kernel, a, pc);
 }

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Builds the CUDA backend, build/libspirula_cuda.so, from native_cuda/*.cu
-# (`make cuda`; `make install` runs it last). Optional: without nvcc, or when
-# the build fails, it prints one line and exits 0, and the Vulkan backend is
-# unaffected. Skips the build when the sources, flags and nvcc are unchanged.
+# (`make cuda`; `make install` runs it last). First it generates each kernel's
+# contract header from its shader into build/contracts/<kernel>.h
+# (spirula/backends/contract_gen.py), which the .cu files include. Optional:
+# without nvcc, or when the build fails, it prints one line and exits 0, and
+# the Vulkan backend is unaffected. Skips the build when the sources, the
+# shaders, the flags and nvcc are unchanged.
 #
 #   NVCC=/path/to/nvcc        compiler (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
+#   PYTHON=/path/to/python    runs the generator (default: .venv/bin/python, else python3)
 #   SPIRULA_CUDA_ARCHS="75 80 86 89 90"   SASS targets; PTX for the last one is added
 #   SPIRULA_CUDA_JOBS=N       parallel compiles (default: the number of cores)
 set -uo pipefail
@@ -34,13 +38,24 @@ for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_$a,code=sm_$a"); last=$a; d
 GENCODE+=(-gencode "arch=compute_$last,code=compute_$last")
 # IEEE arithmetic (no --use_fast_math), so CUDA and Vulkan results stay close.
 # shaders/include: the maths shared with the shaders (dialect.glsl)
-FLAGS=(-std=c++17 -O3 -Ishaders/include -Xcompiler -fPIC -Xcompiler -fvisibility=hidden "${GENCODE[@]}")
+CONTRACTS=build/contracts
+FLAGS=(-std=c++17 -O3 -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Inative_cuda -I"$CONTRACTS" -Ishaders/include "${GENCODE[@]}")
 
 SOURCES=(native_cuda/*.cu)
 [ -e "${SOURCES[0]}" ] || skip "no sources in native_cuda/"
 mkdir -p build
 
-key=$( { "$NVCC" --version; echo "${FLAGS[*]}"; cat native_cuda/*.cu native_cuda/common/*.cuh shaders/include/*.glsl "$0"; } | sha256sum | cut -c1-32)
+# The contracts come from the shaders: generated with this checkout's spirula
+# (PYTHONPATH), rewritten only where they changed.
+PYTHON=${PYTHON:-.venv/bin/python}
+[ -x "$PYTHON" ] || PYTHON=$(command -v python3 || true)
+[ -n "$PYTHON" ] || skip "no Python to generate the kernel contracts (set PYTHON)"
+if ! gen_err=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m spirula.backends.contract_gen "$CONTRACTS" 2>&1); then
+  skip "contract generation failed: $(echo "$gen_err" | tail -n1 | cut -c1-200)"
+fi
+
+key=$( { "$NVCC" --version; echo "${FLAGS[*]}"; cat native_cuda/*.cu native_cuda/common/*.cuh shaders/*.comp \
+         shaders/include/*.glsl "$CONTRACTS"/*.h "$0"; } | sha256sum | cut -c1-32)
 if [ -s "$OUT" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$key" ]; then
   exit 0
 fi

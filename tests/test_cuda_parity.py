@@ -37,7 +37,7 @@ from render_cases import random_scene
 from spirula.render.rasterizer import EPS2D, FAR_PLANE, NEAR_PLANE, Rasterizer, Splats, pack_cameras, tile_grid
 from spirula.render.scan import PrefixSum
 from spirula.render.sort import RadixSort
-from spirula.runtime.sequence import grid_stride_groups
+from spirula.runtime.sequence import Threads
 
 pytestmark = pytest.mark.cuda
 
@@ -154,7 +154,7 @@ def project(dev, scene, sh_degree, activated=True):
     tw, th = tile_grid(W, H)
     rows = C * n
     return run_kernel(
-        dev, "projection_fwd", -(-rows // 256), scene_inputs(scene, activated),
+        dev, "projection_fwd", Threads(rows), scene_inputs(scene, activated),
         dict(xyop=((rows, 4), np.float32), conics=((rows, 4), np.float32), rgb=((rows, 4), np.float32),
              radii=((rows, 2), np.int32), tile_counts=((rows,), np.uint32), depth_keys=((rows,), np.uint32),
              depth_ids=((rows,), np.uint32)),
@@ -409,7 +409,7 @@ def test_projection_bwd_matches(backends, sh_degree, activated):
     K = scene["sh_coeffs"].shape[1]
     outs = dict(grad_means=((n, 3), np.float32), grad_quats=((n, 4), np.float32), grad_scales=((n, 3), np.float32),
                 grad_opacities=((n,), np.float32), grad_sh=((n, K, 3), np.float32))
-    vk_out, cu_out = both(backends, "projection_bwd", -(-n // 128), inputs, outs,
+    vk_out, cu_out = both(backends, "projection_bwd", Threads(n), inputs, outs,
                           push=dict(n=n, n_cameras=C, width=scene["width"], height=scene["height"], eps2d=EPS2D),
                           spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated)))
     for name in outs:
@@ -440,7 +440,7 @@ def test_intersect_tile_write_is_exact(backends):
     total = int(counts.sum())
     cap = total - 10                                        # the last pairs are dropped
     tw, th = tile_grid(scene["width"], scene["height"])
-    vk_out, cu_out = both(backends, "intersect_tile_write", -(-cap // 256),
+    vk_out, cu_out = both(backends, "intersect_tile_write", Threads(cap),
                           dict(sorted_ids=order, offsets=offsets, totals=np.array([0, total], np.uint32),
                                xyop=p["xyop"], radii=p["radii"]),
                           dict(isect_keys=((cap,), np.uint32), isect_ids=((cap,), np.uint32)),
@@ -463,7 +463,7 @@ def test_tile_ranges_is_exact(backends):
         dev.upload(num, np.array([0, 0, m], np.uint32))
         rec = dev.recorder("parity.ranges")
         rec.fill(ranges, 0)
-        rec.dispatch("tile_ranges", -(-m_max // 256), dict(isect_keys=k, num_isects=num, ranges=ranges),
+        rec.dispatch("tile_ranges", Threads(m_max), dict(isect_keys=k, num_isects=num, ranges=ranges),
                      push=dict(m_max=m_max, count_offset=2))
         rec.finish().run()
         results.append(dev.readback(ranges))
@@ -776,7 +776,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
     vk, _ = backends
     inputs, push, n = fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale, isects)
     read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS) + ("grad2d_sum", "vis_count")
-    outs = both(backends, "fpbo", -(-n // 128), inputs, {}, read=read, push=push,
+    outs = both(backends, "fpbo", Threads(n), inputs, {}, read=read, push=push,
                 spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=int(mcmc), ADC_STATS=int(adc),
                           N_VIEWS=views, ABSGRAD=int(absgrad)),
                 defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)))
@@ -903,7 +903,7 @@ def test_densify_mcmc_sample_is_exact(backends):
     csum = np.cumsum(w, dtype=np.float32)
     cdf = np.concatenate([[0], csum[:-1]]).astype(np.float32)
     total = np.float32(csum[-1])
-    vk_out, cu_out = both(backends, "densify_mcmc_sample", -(-count_max // 256),
+    vk_out, cu_out = both(backends, "densify_mcmc_sample", Threads(count_max),
                           dict(cdf=cdf, totals=np.array([-1, total], np.float32),
                                counts=np.array([7, 7, count_max + 400], np.uint32)),
                           dict(sample_src=((count_max,), np.uint32), copies=((n,), np.uint32)),
@@ -933,7 +933,7 @@ def test_densify_mcmc_relocate_matches(backends, reset):
         for name, shape in (("means", (n, 3)), ("quats", (n, 4)), ("scales", (n, 3)), ("opacities", (n,)),
                             ("sh", (n, K, 3))):
             inputs["%s_%s" % (key, name)] = rng.standard_normal(shape).astype(np.float32)
-    vk_out, cu_out = both(backends, "densify_mcmc_relocate", -(-n // 256), inputs, {}, read=tuple(inputs),
+    vk_out, cu_out = both(backends, "densify_mcmc_relocate", Threads(n), inputs, {}, read=tuple(inputs),
                           push=dict(n=n, min_opacity=min_opacity), spec=dict(RESET_SOURCE=int(reset), SH_COEFFS=K))
     drawn = copies > 0
     assert (cu_out["copies"] == 0).all() and (vk_out["copies"] == 0).all()
@@ -980,7 +980,7 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
         inputs[name].reshape(rows, -1)[row, -1] = value
     inputs.update(dead_offsets=offsets, totals=np.array([3, int(dead.sum())], np.uint32), sample_src=sample_src,
                   weight_totals=np.array([0, 0, 12.5 if drawn else 0.0], np.float32))
-    groups = -(-(count if append else n) // 256)
+    groups = Threads(count if append else n)
     vk_out, cu_out = both(backends, "densify_mcmc_copy", groups, inputs, {}, read=tuple(inputs),
                           push=dict(n=n, count=count if append else 0, dead_total_offset=1, weight_total_offset=2),
                           spec=dict(APPEND=int(append), SH_COEFFS=K, RESET_MOMENTS=int(reset)))
@@ -1032,7 +1032,7 @@ def adc_inputs(n, seed):
 def test_densify_adc_classify_is_exact(backends, grow, prune_big):
     ins = adc_inputs(4000, 74)
     n = len(ins["opacities"])
-    vk_out, cu_out = both(backends, "densify_adc_classify", -(-n // 256), ins,
+    vk_out, cu_out = both(backends, "densify_adc_classify", Threads(n), ins,
                           dict(actions=((n,), np.uint32), out_counts=((n,), np.uint32)),
                           push=dict(n=n, prune_big=prune_big, grow=grow, **ADC_PUSH))
     assert_exact(cu_out["actions"], vk_out["actions"], "actions")
@@ -1069,7 +1069,7 @@ def test_densify_adc_write_matches(backends):
                 dst_sh=((total, K, 3), np.float32))
     live = counts > 0
     for group in (0, 1, 2):
-        vk_out, cu_out = both(backends, "densify_adc_write", -(-n // 256),
+        vk_out, cu_out = both(backends, "densify_adc_write", Threads(n),
                               dict(src, actions=actions, offsets=offsets, out_counts=counts), outs,
                               push=dict(n=n, seed=seed), spec=dict(GROUP=group, SH_COEFFS=K))
         first, second = offsets[live], offsets[live & (actions != 0)] + 1

@@ -26,6 +26,24 @@ def test_contract_names_bindings_access_push_and_spec_constants(test_kernels):
     assert [(c.name, c.kind) for c in k.push] == [("n", "uint"), ("a", "float")]
     assert [(c.name, c.kind, c.default) for c in k.spec] == [("SCALE", "float", 1.0)]
     assert k.local_size == (64, 1, 1)
+    assert [(b.type, b.array) for b in k.bindings] == [("float", True), ("float", True)]
+
+
+def test_element_types_of_bindings_are_read_from_the_buffer_member():
+    k = KernelRegistry().get("fpbo", ATOMIC_FLOAT=1, SH_VEC4=1)
+    types = {b.name: (b.type, b.array) for b in k.bindings}
+    assert types["quats"] == ("vec4", True) and types["sh"] == ("vec4", True)
+    assert types["radii"] == ("ivec2", True) and types["grad_xy"] == ("float", True)
+    assert types["params"] == ("StepParams", False)          # one struct, not an array
+
+
+def test_workgroups_come_from_the_kernels_own_local_size(test_kernels):
+    saxpy = test_kernels.get("saxpy")                        # local size 64
+    assert [saxpy.groups(n) for n in (0, 1, 64, 65)] == [0, 1, 1, 2]
+    raster = KernelRegistry().get("rasterize_fwd")            # 16 x 16
+    assert raster.groups((33, 16, 2)) == (3, 1, 2)
+    with pytest.raises(ValueError, match="needs"):
+        raster.groups(1000)
 
 
 def test_constants_are_packed_as_exact_bit_patterns(test_kernels):

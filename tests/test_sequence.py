@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from spirula.runtime.sequence import Threads
+
 
 def _saxpy(device, test_kernels, n, a, scale=1.0):
     rng = np.random.default_rng(n)
@@ -11,7 +13,7 @@ def _saxpy(device, test_kernels, n, a, scale=1.0):
     device.upload(bx, x)
     device.upload(by, y)
     rec = device.recorder("saxpy")
-    rec.dispatch(test_kernels.get("saxpy"), groups=-(-n // 64), buffers=dict(x=bx, y=by),
+    rec.dispatch(test_kernels.get("saxpy"), groups=Threads(n), buffers=dict(x=bx, y=by),
                  push=dict(n=n, a=a), spec=dict(SCALE=scale))
     rec.finish().run()
     got = device.readback(by)
@@ -46,7 +48,7 @@ def test_long_chain_of_dependent_dispatches_is_exact(device, test_kernels):
     rec = device.recorder("chain")
     for i in range(steps):
         src, dst = (a, b) if i % 2 == 0 else (b, a)
-        rec.dispatch(k, groups=-(-n // 256), buffers=dict(src=src, dst=dst), push=dict(n=n))
+        rec.dispatch(k, groups=Threads(n), buffers=dict(src=src, dst=dst), push=dict(n=n))
     seq = rec.finish()
     assert seq.barriers == steps + 1         # one between each pair, plus the final one
     for rep in range(3):
@@ -89,8 +91,8 @@ def test_async_run_then_readback_waits_for_the_gpu(device, test_kernels):
     b = device.pool.alloc("test.async.b", (n,), np.uint32)
     k = test_kernels.get("increment")
     rec = device.recorder("async")
-    rec.dispatch(k, n // 256, dict(src=a, dst=b), push=dict(n=n))
-    rec.dispatch(k, n // 256, dict(src=b, dst=a), push=dict(n=n))
+    rec.dispatch(k, Threads(n), dict(src=a, dst=b), push=dict(n=n))
+    rec.dispatch(k, Threads(n), dict(src=b, dst=a), push=dict(n=n))
     seq = rec.finish()
     seq.run_async()
     assert np.all(device.readback(a) == 2)     # readback syncs first

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.runtime.sequence import Threads
+
 TEST_SHADERS = Path(__file__).resolve().parent / "shaders"
 
 
@@ -33,8 +35,8 @@ def runtime(steps: int = 3):
     inc = tk.get("increment")
     for i in range(4):
         src, dst = (a, b) if i % 2 == 0 else (b, a)
-        rec.dispatch(inc, -(-n // 256), dict(src=src, dst=dst), push=dict(n=n))
-    rec.dispatch(tk.get("saxpy"), -(-n // 64), dict(x=x, y=x), push=dict(n=n, a=0.5))
+        rec.dispatch(inc, Threads(n), dict(src=src, dst=dst), push=dict(n=n))
+    rec.dispatch(tk.get("saxpy"), Threads(n), dict(x=x, y=x), push=dict(n=n, a=0.5))
     rec.copy(a, b)
     scan.record(rec, b, n)
     rec.fill(x, 2.0, nbytes=16)
@@ -57,7 +59,7 @@ def spin(n: int = 1 << 14, iters: int = 20000):
     dev = open_device("vulkan")
     out = dev.pool.alloc("w.spin", (n,), np.uint32)
     rec = dev.recorder("spin")
-    rec.dispatch(test_kernels().get("spin"), -(-n // 64), dict(out_words=out), push=dict(n=n, iters=iters))
+    rec.dispatch(test_kernels().get("spin"), Threads(n), dict(out_words=out), push=dict(n=n, iters=iters))
     return dev, rec.finish()
 
 

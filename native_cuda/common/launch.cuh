@@ -3,12 +3,18 @@
 //
 // One launch function per kernel, named like its shader (native_cuda/copy.cu
 // exports `copy`, the twin of shaders/copy.comp): it takes the Vulkan
-// dispatch as it was recorded (workgroups, buffers in binding order, push
-// constant words in block order, specialization constants by constant_id,
-// compile-time variant flags) and launches on the given stream. It returns
-// the cudaError_t of the launch; cudaErrorInvalidValue when the counts of
-// buffers, push words or constants differ from the kernel's contract (the
-// .cu file and the .comp file have drifted apart).
+// dispatch as it was recorded (workgroups, buffers in binding order with
+// their sizes, push constant words in block order, specialization constants
+// by constant_id, compile-time variant flags) and launches on the given
+// stream. It returns the cudaError_t of the launch; cudaErrorInvalidValue
+// when the record does not fit the kernel's contract: the counts of buffers,
+// push words or constants, or a buffer's size (the .cu file and the .comp
+// file have drifted apart, or the caller bound the wrong buffer).
+//
+// The contract itself (typed Push, Spec and Args structs, the local size and
+// `unpack`, which checks a record and reads it) is generated from the shader
+// into build/contracts/<kernel>.h (spirula/backends/contract_gen.py, run by
+// scripts/build_cuda.sh); its checks use the helpers below.
 #ifndef SPIRULA_LAUNCH_CUH
 #define SPIRULA_LAUNCH_CUH
 
@@ -21,22 +27,18 @@ typedef struct {
     uint32_t grid[3];        // workgroups, as the Vulkan dispatch
     uint32_t n_buffers;
     void*    buffers[32];    // device pointers in binding order (fpbo binds 26)
+    uint64_t sizes[32];      // bytes of each buffer
     uint32_t n_push;
     uint32_t push[32];       // push-constant words, block order (floats as their bits)
     uint32_t n_spec;
     uint32_t spec[16];       // specialization constants by constant_id (bool: 0/1)
-    uint32_t flags;          // compile-time variants of the GLSL kernel: bit 0 = VEC4, bit 1 = FLOAT,
-                             // bit 2 = SH_VEC4
+    uint32_t flags;          // compile-time variants of the GLSL kernel, a bit per define
+                             // (spirula/backends/contract.py FLAGS; <kernel>.h names each as <DEFINE>::FLAG)
     void*    stream;         // cudaStream_t
 } SpirulaLaunch;
 }
 
 #define SPIRULA_EXPORT extern "C" __attribute__((visibility("default")))
-
-// flags: the GLSL kernels' compile-time defines (a define set to 1 sets its bit)
-#define SPIRULA_FLAG_VEC4 1u     // copy, fill: uvec4 elements
-#define SPIRULA_FLAG_FLOAT 2u    // prefix_sum: float32 values
-#define SPIRULA_FLAG_SH_VEC4 4u  // fpbo: SH coefficients and moments as vec4s (3K % 4 == 0)
 
 namespace spirula {
 
@@ -58,23 +60,31 @@ __device__ __forceinline__ uint32_t local_index() {
     return (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
 }
 
-// ---- host side: reading the launch record -------------------------------------
-inline bool contract_ok(const SpirulaLaunch* L, uint32_t buffers, uint32_t push, uint32_t spec) {
+// ---- host side: checking and reading the launch record (generated unpack) -------
+constexpr int INVALID_LAUNCH = static_cast<int>(cudaErrorInvalidValue);
+
+// The record has the kernel's shape: its buffers, push words and spec constants.
+inline bool shape_ok(const SpirulaLaunch* L, uint32_t buffers, uint32_t push, uint32_t spec) {
     return L != nullptr && L->n_buffers == buffers && L->n_push == push && L->n_spec == spec;
 }
 
+// Binding `binding` as `out`: an array of T (its size a whole number of Ts)
+// or a single T (at least sizeof(T) bytes); a buffer with bytes is not null.
 template <class T>
-inline T* buffer(const SpirulaLaunch* L, int binding) {
-    return static_cast<T*>(L->buffers[binding]);
+inline bool bind(const SpirulaLaunch* L, uint32_t binding, T*& out, bool array) {
+    const uint64_t size = L->sizes[binding];
+    out = static_cast<T*>(L->buffers[binding]);
+    if (size > 0u && out == nullptr) {
+        return false;
+    }
+    return array ? size % sizeof(T) == 0u : size >= sizeof(T);
 }
 
-// The push-constant block as the kernel's struct (32-bit members, block order).
-template <class Push>
-inline Push push_block(const SpirulaLaunch* L) {
-    static_assert(sizeof(Push) % 4 == 0, "push blocks hold 32-bit words");
-    Push p;
-    std::memcpy(&p, L->push, sizeof(Push));
-    return p;
+// The 32-bit word of a specialization constant as its type.
+inline float spec_float(uint32_t word) {
+    float f;
+    std::memcpy(&f, &word, sizeof(f));
+    return f;
 }
 
 // Launch `kernel` over the recorded workgroups with `block` threads each.
@@ -90,13 +100,5 @@ inline int launch(const SpirulaLaunch* L, dim3 block, void (*kernel)(Params...),
 }
 
 }  // namespace spirula
-
-// First line of every launch function: reject a record whose shape is not
-// this kernel's contract (n bindings, n push words, n spec constants).
-#define SPIRULA_CONTRACT(L, n_buffers, n_push, n_spec)                   \
-    do {                                                                 \
-        if (!spirula::contract_ok((L), (n_buffers), (n_push), (n_spec))) \
-            return static_cast<int>(cudaErrorInvalidValue);              \
-    } while (0)
 
 #endif

@@ -1,5 +1,5 @@
 // The Adam moments of every splat attribute, as MCMC densification binds them:
-// ten consecutive bindings m, v of means, quats, scales, opacities, sh.
+// bindings m_means, v_means, ..., m_sh, v_sh (named as in the shaders).
 #ifndef SPIRULA_MOMENTS_CUH
 #define SPIRULA_MOMENTS_CUH
 
@@ -20,16 +20,17 @@ struct Moments {
     float* v_sh;
 };
 
-// The moments bound at bindings first .. first + 9.
-inline Moments moments_at(const SpirulaLaunch* L, int first) {
-    return Moments{buffer<float>(L, first),      buffer<float>(L, first + 1), buffer<float4>(L, first + 2),
-                   buffer<float4>(L, first + 3), buffer<float>(L, first + 4), buffer<float>(L, first + 5),
-                   buffer<float>(L, first + 6),  buffer<float>(L, first + 7), buffer<float>(L, first + 8),
-                   buffer<float>(L, first + 9)};
+// The moments of a generated Args struct (its fields m_means .. v_sh).
+template <class Args>
+inline Moments moments_of(const Args& a) {
+    return Moments{a.m_means,  a.v_means,     a.m_quats,     a.v_quats, a.m_scales,
+                   a.v_scales, a.m_opacities, a.v_opacities, a.m_sh,    a.v_sh};
 }
 
-// Splat i's optimizer state restarts at 0 (a moved or new splat).
-__device__ __forceinline__ void zero_moments(const Moments& mo, uint32_t i, uint32_t sh_coeffs) {
+// Splat i's optimizer state restarts at 0 (a moved or new splat); `mo` is a
+// Moments or an Args struct with the same fields.
+template <class M>
+__device__ __forceinline__ void zero_moments(const M& mo, uint32_t i, uint32_t sh_coeffs) {
     for (uint32_t k = 0u; k < 3u; ++k) {
         mo.m_means[3u * i + k] = 0.0f;
         mo.v_means[3u * i + k] = 0.0f;

@@ -21,6 +21,13 @@ from pathlib import Path
 from spirula.errors import ShaderCompileError
 from spirula.runtime.kernels import Kernel, parse_contract, shader_dir
 
+# The CUDA backend always has native float atomics; the other defines a
+# kernel is compiled with become bits of SpirulaLaunch.flags
+# (native_cuda/common/launch.cuh), and each generated contract header names
+# its variants' bits (spirula/backends/contract_gen.py).
+CUDA_DEFINES = {"ATOMIC_FLOAT": 1}
+FLAGS = {"VEC4": 1, "FLOAT": 2, "SH_VEC4": 4}
+
 _RE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _RE_DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
 _RE_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")

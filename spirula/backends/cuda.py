@@ -24,7 +24,7 @@ import ctypes as C
 import numpy as np
 
 from spirula.backends import base, cudart
-from spirula.backends.contract import read_kernel
+from spirula.backends.contract import CUDA_DEFINES, FLAGS, read_kernel
 from spirula.backends.cudart import (BUILD_HINT, RUNTIME_SYMBOLS, CudaError, CudaHostMemory, CudaMemory,  # noqa: F401
                                      Event, NoCudaError, SpirulaLaunch, check, error_text, load_library)
 from spirula.errors import SpirulaError
@@ -32,7 +32,6 @@ from spirula.runtime.buffers import Buffer
 from spirula.runtime.kernels import Kernel, shader_dir
 from spirula.runtime.sequence import Sequence
 
-FLAGS = {"VEC4": 1, "FLOAT": 2, "SH_VEC4": 4}  # compile-time defines -> SpirulaLaunch.flags bits (launch.cuh)
 _ERR_INVALID_VALUE = 1
 
 
@@ -50,6 +49,7 @@ class _Launch:
         s.grid[:] = groups
         s.n_buffers = len(tensors)
         s.buffers[:len(tensors)] = [t.ptr for t in tensors]
+        s.sizes[:len(tensors)] = [t.nbytes for t in tensors]
         s.n_push = len(kernel.push)
         words = np.asarray(spec_words).view(np.uint32)
         s.n_spec = len(words)
@@ -68,8 +68,9 @@ class _Launch:
             hint = ""
             if code == _ERR_INVALID_VALUE:
                 s = self.struct
-                hint = (" (does native_cuda/%s.cu still match shaders/%s.comp? this launch has %d buffers, "
-                        "%d push words, %d spec constants)" % (self.name, self.name, s.n_buffers, s.n_push, s.n_spec))
+                hint = (" (does native_cuda/%s.cu still match shaders/%s.comp? this launch has %d buffers of %s "
+                        "bytes, %d push words, %d spec constants)"
+                        % (self.name, self.name, s.n_buffers, list(s.sizes[:s.n_buffers]), s.n_push, s.n_spec))
             raise CudaError("CUDA error launching %s: %s%s" % (self.name, error_text(code), hint))
 
 
@@ -112,7 +113,7 @@ class CudaDevice(base.Device):
     def __init__(self, index: int | None = None):
         self.lib = load_library()
         self.info = cudart.open_info(resolve_index(index))
-        self.defines = {"ATOMIC_FLOAT": 1}
+        self.defines = dict(CUDA_DEFINES)
         self._kernels = {}        # (name, defines) -> (Kernel, launch function, flags)
         stream = C.c_void_p()
         check(self.lib.spirula_cuda_stream_create(C.byref(stream)), "cudaStreamCreate")
@@ -134,7 +135,7 @@ class CudaDevice(base.Device):
             for k, v in merged.items():
                 if k in FLAGS:
                     flags |= FLAGS[k] if int(v) else 0
-                elif k != "ATOMIC_FLOAT":
+                elif k not in CUDA_DEFINES:
                     raise SpirulaError("%s: the CUDA backend has no variant for the define %s=%s "
                                        "(add a flag bit to SpirulaLaunch)" % (name, k, v))
             try:

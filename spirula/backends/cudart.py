@@ -42,8 +42,8 @@ class CudaError(SpirulaError):
 class SpirulaLaunch(C.Structure):
     """Mirror of ``SpirulaLaunch`` in native_cuda/common/launch.cuh."""
     _fields_ = [("grid", C.c_uint32 * 3), ("n_buffers", C.c_uint32), ("buffers", C.c_void_p * 32),
-                ("n_push", C.c_uint32), ("push", C.c_uint32 * 32), ("n_spec", C.c_uint32),
-                ("spec", C.c_uint32 * 16), ("flags", C.c_uint32), ("stream", C.c_void_p)]
+                ("sizes", C.c_uint64 * 32), ("n_push", C.c_uint32), ("push", C.c_uint32 * 32),
+                ("n_spec", C.c_uint32), ("spec", C.c_uint32 * 16), ("flags", C.c_uint32), ("stream", C.c_void_p)]
 
 
 class _Properties(C.Structure):

@@ -174,7 +174,7 @@ class VulkanDevice(base.Device):
 
     def _run_now(self, kernel: Kernel, tensors, units: int, push: dict):
         """Dispatch one grid-stride kernel and wait (transfers between evals)."""
-        groups = (grid_stride_groups(units), 1, 1)
+        groups = (grid_stride_groups(kernel, units), 1, 1)
         algo = self.algorithm(kernel, tensors, groups, kernel.pack_spec(None))
         prof = self.profiler
         timed = prof is not None and self.info.timestamps

@@ -31,6 +31,7 @@ import numpy as np
 from spirula.render.scan import PrefixSum
 from spirula.render.sort import RadixSort
 from spirula.runtime.buffers import Buffer
+from spirula.runtime.sequence import Threads
 
 TILE = 16
 EPS2D = 0.3
@@ -249,7 +250,7 @@ class Rasterizer:
         rows = self.n_cameras * n
         self.device.upload(self.counts, np.array([rows, 0, 0, 0], np.uint32))
         v = self._per_view
-        rec.dispatch("projection_fwd", -(-rows // 256),
+        rec.dispatch("projection_fwd", Threads(rows),
                      dict(means=splats.means, quats=splats.quats, scales=splats.scales,
                           opacities=splats.opacities, sh=splats.sh, cameras=self.cameras,
                           xyop=v["xyop"], conics=v["conics"], rgb=v["rgb"], radii=v["radii"],
@@ -261,7 +262,7 @@ class Rasterizer:
         keys, ids = self.depth_sort.record(rec, v["depth_keys"], v["depth_ids"], v["depth_keys_tmp"],
                                            v["depth_ids_tmp"], max(rows, 1), 32, self.counts, 0)
         self._sorted_ids = ids
-        rec.dispatch("intersect_tile_count", -(-rows // 256),
+        rec.dispatch("intersect_tile_count", Threads(rows),
                      dict(sorted_ids=ids, tile_counts=v["tile_counts"], offsets=v["offsets"]), push=dict(n=rows))
         self.offsets_scan.record(rec, v["offsets"], rows)
 
@@ -276,7 +277,7 @@ class Rasterizer:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
         rows = self.n_cameras * self._n
         v, x = self._per_view, self._isect
-        rec.dispatch("intersect_tile_write", -(-cap // 256),
+        rec.dispatch("intersect_tile_write", Threads(cap),
                      dict(sorted_ids=self._sorted_ids, offsets=v["offsets"], totals=self.offsets_scan.scratch,
                           xyop=v["xyop"], radii=v["radii"], isect_keys=x["isect_keys"], isect_ids=x["isect_ids"]),
                      push=dict(n=rows, n_gaussians=self._n, tile_width=self.tile_width,
@@ -287,7 +288,7 @@ class Rasterizer:
                                           self.total_offset)
         self._isect_ids = ids
         rec.fill(self.ranges, 0)
-        rec.dispatch("tile_ranges", -(-cap // 256),
+        rec.dispatch("tile_ranges", Threads(cap),
                      dict(isect_keys=keys, num_isects=self.offsets_scan.scratch, ranges=self.ranges),
                      push=dict(m_max=cap, count_offset=self.total_offset))
         rec.dispatch("rasterize_fwd", (self.tile_width, self.tile_height, self.n_cameras),
@@ -303,7 +304,7 @@ class Rasterizer:
         Record after :meth:`record_raster` (it uses that forward's buffers)."""
         self.record_raster_backward(rec, absgrad)
         v = self._per_view
-        rec.dispatch("projection_bwd", -(-self._n // 128),
+        rec.dispatch("projection_bwd", Threads(self._n),
                      dict(means=splats.means, quats=splats.quats, scales=splats.scales, opacities=splats.opacities,
                           sh=splats.sh, cameras=self.cameras, radii=v["radii"], grad_xy=v["grad_xy"],
                           grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"], grad_opacity=v["grad_opacity"],

@@ -11,7 +11,9 @@ of the source, the includes, the defines and the compiler version, under
 tree. The binding contract is parsed from the preprocessed source:
 
 - storage buffers ``layout(binding = i) [readonly|writeonly] buffer B { T name[]; };``
-  are named by their first member (``name``); bindings must be 0..n-1;
+  are named by their first member (``name``), whose GLSL type ``T`` (``uint``,
+  ``vec4``, a struct such as ``StepParams``...) is the element type; bindings
+  must be 0..n-1;
 - the push-constant block's members are 32-bit scalars (``uint``/``int``/``float``),
   packed in declaration order;
 - specialization constants ``layout(constant_id = i) const T NAME = v;`` must
@@ -61,6 +63,8 @@ class Binding:
     reads: bool
     writes: bool
     restrict: bool = False   # the shader assumes no other binding aliases it
+    type: str = ""           # GLSL type of the member: 'float', 'uvec2', 'StepParams', ...
+    array: bool = True       # the member is an unsized array (else one value of ``type``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +99,19 @@ class Kernel:
         self._push_index = {c.name: i for i, c in enumerate(self.push)}
         self._spec_index = {c.name: i for i, c in enumerate(self.spec)}
 
+    def groups(self, threads):
+        """Workgroups of this kernel's local size that cover ``threads``
+        invocations: an int (a 1D dispatch, one invocation per item) or (x, y, z)."""
+        if 0 in self.local_size:
+            raise ValueError("%s: its local size is set by a specialization constant" % self.name)
+        if isinstance(threads, (tuple, list)):
+            t = tuple(int(v) for v in threads) + (1,) * (3 - len(threads))
+            return tuple(-(-n // s) for n, s in zip(t, self.local_size))
+        if self.local_size[1:] != (1, 1):
+            raise ValueError("%s: a %dx%dx%d workgroup needs (x, y, z) threads"
+                             % ((self.name,) + tuple(self.local_size)))
+        return -(-int(threads) // self.local_size[0])
+
     def pack_push(self, values: dict | None) -> np.ndarray:
         """Push constants as float32-typed words holding the exact bit patterns."""
         values = values or {}
@@ -121,7 +138,7 @@ class Kernel:
 _RE_BUFFER = re.compile(
     r"layout\s*\(([^)]*)\)\s*((?:(?:readonly|writeonly|restrict|coherent|volatile)\s+)*)"
     r"buffer\s+\w+\s*\{\s*([^}]*)\}", re.S)
-_RE_MEMBER = re.compile(r"(?:\w+\s+)*?\w+\s+(\w+)\s*(?:\[[^\]]*\])?\s*;")
+_RE_MEMBER = re.compile(r"(?:\w+\s+)*?(\w+)\s+(\w+)\s*(\[[^\]]*\])?\s*;")
 _RE_PUSH = re.compile(r"layout\s*\(\s*push_constant\s*\)\s*uniform\s+\w+\s*\{([^}]*)\}", re.S)
 _RE_SPEC = re.compile(
     r"layout\s*\(\s*constant_id\s*=\s*(\d+)\s*\)\s*const\s+(uint|int|float|bool)\s+(\w+)\s*=\s*([^;]+);")
@@ -159,9 +176,10 @@ def parse_contract(name: str, source: str):
         member = _RE_MEMBER.search(m.group(3))
         if not member:
             raise ShaderCompileError("shaders/%s.comp: cannot read the member of a buffer block" % name)
-        bindings.append(Binding(int(args["binding"]), member.group(1),
+        bindings.append(Binding(int(args["binding"]), member.group(2),
                                 reads="writeonly" not in quals, writes="readonly" not in quals,
-                                restrict="restrict" in quals))
+                                restrict="restrict" in quals, type=member.group(1),
+                                array=member.group(3) is not None))
     bindings.sort(key=lambda b: b.index)
     if [b.index for b in bindings] != list(range(len(bindings))):
         raise ShaderCompileError("shaders/%s.comp: buffer bindings must be 0..n-1, got %s"

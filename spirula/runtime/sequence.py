@@ -33,10 +33,18 @@ GRID_STRIDE_MAX_GROUPS = 16384   # copy/fill workgroups of 256 threads (grid-str
                                  # the H200's bandwidth, against 76% with 1024)
 
 
-def grid_stride_groups(units: int, per_group: int = 256) -> int:
-    """Workgroups for a grid-stride kernel over ``units`` items: a power of two
+@dataclasses.dataclass(frozen=True)
+class Threads:
+    """A 1D dispatch given by its invocations: ``rec.dispatch(name, Threads(n), ...)``
+    records enough workgroups of the kernel's own local size for ``n`` (``Kernel.groups``)."""
+
+    n: int
+
+
+def grid_stride_groups(kernel: Kernel, units: int) -> int:
+    """Workgroups for grid-stride ``kernel`` over ``units`` items: a power of two
     (so few distinct algorithms are built) up to GRID_STRIDE_MAX_GROUPS."""
-    g = max(1, -(-units // per_group))
+    g = max(1, kernel.groups(units))
     return min(1 << (g - 1).bit_length(), GRID_STRIDE_MAX_GROUPS)
 
 
@@ -81,7 +89,7 @@ class Recorder:
     Example::
 
         rec = device.recorder("render")
-        rec.dispatch("projection_fwd", groups=-(-n // 256),
+        rec.dispatch("projection_fwd", Threads(n),
                      buffers=dict(means=means, ...), push=dict(n=n))
         seq = rec.finish()
         seq.run()
@@ -109,7 +117,8 @@ class Recorder:
         """Record one dispatch of ``kernel`` (a name or a Kernel).
 
         Args:
-            groups: workgroup count, an int or (x, y, z); a 1D count past the
+            groups: workgroup count, an int or (x, y, z), or ``Threads(n)`` for
+                one invocation per item of a 1D dispatch; a 1D count past the
                 device limit is folded into y (see ``linear_group_id()``).
             buffers: every binding of the kernel by name -> Buffer.
             push: push constants by name; spec: specialization constants by name.
@@ -130,6 +139,8 @@ class Recorder:
         bufs = [buffers[n] for n in names]
         _check_aliasing(kernel, bufs)
         self._use(bufs)
+        if isinstance(groups, Threads):
+            groups = kernel.groups(groups.n)
         groups = self.device.fold_groups(groups)
         tensors = [b.tensor for b in bufs]
         algo = self.device.algorithm(kernel, tensors, groups, kernel.pack_spec(spec))
@@ -147,8 +158,8 @@ class Recorder:
         nwords, so, do = nbytes // 4, src_offset // 4, dst_offset // 4
         vec4 = nwords % 4 == 0 and so % 4 == 0 and do % 4 == 0
         k = 4 if vec4 else 1
-        return self._add(self.device.kernel("copy", VEC4=int(vec4)), grid_stride_groups(nwords // k),
-                         dict(src=src, dst=dst),
+        kernel = self.device.kernel("copy", VEC4=int(vec4))
+        return self._add(kernel, grid_stride_groups(kernel, nwords // k), dict(src=src, dst=dst),
                          dict(src_offset=so // k, dst_offset=do // k, count=nwords // k), None, nbytes)
 
     def fill(self, dst: Buffer, value=0, nbytes: int | None = None, offset: int = 0):
@@ -158,8 +169,8 @@ class Recorder:
         nwords, off = nbytes // 4, offset // 4
         vec4 = nwords % 4 == 0 and off % 4 == 0
         k = 4 if vec4 else 1
-        return self._add(self.device.kernel("fill", VEC4=int(vec4)), grid_stride_groups(nwords // k),
-                         dict(dst=dst), dict(offset=off // k, count=nwords // k, value=fill_word(value)),
+        kernel = self.device.kernel("fill", VEC4=int(vec4))
+        return self._add(kernel, grid_stride_groups(kernel, nwords // k), dict(dst=dst), dict(offset=off // k, count=nwords // k, value=fill_word(value)),
                          None, nbytes)
 
     def plan(self) -> list:

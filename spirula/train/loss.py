@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from spirula.render.rasterizer import TILE
-
 
 class LossBuffers:
     """Scratch of the loss for V views of W x H: the SSIM derivative maps,
@@ -14,7 +12,7 @@ class LossBuffers:
     def __init__(self, device, n_views: int, width: int, height: int, name: str = "loss"):
         self.device = device
         self.n_views, self.width, self.height = n_views, width, height
-        self.groups = (-(-width // TILE), -(-height // TILE), n_views)
+        self.groups = device.kernel("loss_fwd").groups((width, height, n_views))   # one thread per pixel
         pool = device.pool
         self.ssim_grads = pool.alloc(name + ".ssim_grads", (n_views, height, width, 9), np.float32, "image")
         self.partials = pool.alloc(name + ".partials", (int(np.prod(self.groups)), 4), np.float32, "image")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from spirula.render.rasterizer import EPS2D
+from spirula.runtime.sequence import Threads
 
 
 def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: bool, adc_stats: bool,
@@ -14,7 +15,7 @@ def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: b
     p, m, v = model.params, model.exp_avg, model.exp_avg_sq
     views = raster._per_view
     rec.dispatch(
-        "fpbo", -(-model.n // 128),
+        "fpbo", Threads(model.n),
         dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh,
              m_means=m.means, v_means=v.means, m_quats=m.quats, v_quats=v.quats, m_scales=m.scales,
              v_scales=v.scales, m_opacities=m.opacities, v_opacities=v.opacities, m_sh=m.sh, v_sh=v.sh,

@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from spirula.render.scan import PrefixSum
+from spirula.runtime.sequence import Threads
 
 
 def make(cfg):
@@ -156,7 +157,7 @@ class MCMC(Strategy):
         b = self._scratch(model, dev)
         p = model.params
         moments = _moment_buffers(model)
-        groups = -(-n // 256)
+        groups = Threads(n)
         dev.upload(b["counts"], np.array([0, n_add, 0, 0], np.uint32))
         rec = dev.recorder("mcmc.refine")
         self._record_draw(rec, p, n, alive_only=True, count_offset=None, seed=_seed(cfg, step, 1), stream=0)
@@ -179,7 +180,7 @@ class MCMC(Strategy):
                          dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
                          push=dict(n=n, min_opacity=cfg.min_opacity),
                          spec=dict(RESET_SOURCE=0, SH_COEFFS=model.sh_coeffs))
-            rec.dispatch("densify_mcmc_copy", -(-n_add // 256),
+            rec.dispatch("densify_mcmc_copy", Threads(n_add),
                          dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh,
                               **moments, dead_offsets=b["dead"], totals=self._scan_u.scratch,
                               sample_src=b["sample_src"], weight_totals=self._scan_f.scratch),
@@ -198,7 +199,7 @@ class MCMC(Strategy):
         """Weights, their prefix sum, and the draws (count: the dead count when
         count_offset is None, else counts[count_offset])."""
         b = self._bufs
-        rec.dispatch("densify_mcmc_weights", -(-n // 256),
+        rec.dispatch("densify_mcmc_weights", Threads(n),
                      dict(opacities=p.opacities, weights=b["weights"], dead=b["dead"], means=p.means,
                           scales=p.scales, quats=p.quats),
                      push=dict(n=n, min_opacity=self.cfg.min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
@@ -208,7 +209,7 @@ class MCMC(Strategy):
         else:
             counts, offset = b["counts"], count_offset
         self._scan_f.record(rec, b["weights"], n)
-        rec.dispatch("densify_mcmc_sample", -(-count_max // 256),
+        rec.dispatch("densify_mcmc_sample", Threads(count_max),
                      dict(cdf=b["weights"], totals=self._scan_f.scratch, counts=counts,
                           sample_src=b["sample_src"], copies=b["copies"]),
                      push=dict(n=n, count_max=count_max, count_offset=offset,
@@ -246,7 +247,7 @@ class ADC(Strategy):
         scan = PrefixSum(dev, max(n, 1), name="adc.scan")
         rec = dev.recorder("adc.classify")
         p = model.params
-        rec.dispatch("densify_adc_classify", -(-n // 256),
+        rec.dispatch("densify_adc_classify", Threads(n),
                      dict(scales=p.scales, opacities=p.opacities, grad2d_sum=stats[0], vis_count=stats[1],
                           actions=actions, out_counts=counts),
                      push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * extent,
@@ -263,7 +264,7 @@ class ADC(Strategy):
                          model.sh_coeffs)
         rec = dev.recorder("adc.write")
         for group, (src, dst) in enumerate(zip(model.groups(), new.groups())):
-            rec.dispatch("densify_adc_write", -(-n // 256),
+            rec.dispatch("densify_adc_write", Threads(n),
                          dict(src_means=src.means, src_quats=src.quats, src_scales=src.scales,
                               src_opacities=src.opacities, src_sh=src.sh, dst_means=dst.means,
                               dst_quats=dst.quats, dst_scales=dst.scales, dst_opacities=dst.opacities,
@@ -283,7 +284,7 @@ class ADC(Strategy):
         cfg, dev = self.cfg, device
         o = 2.0 * cfg.min_opacity
         rec = dev.recorder("adc.reset")
-        rec.dispatch("densify_adc_reset", -(-model.n // 256),
+        rec.dispatch("densify_adc_reset", Threads(model.n),
                      dict(opacities=model.params.opacities, m_opacities=model.exp_avg.opacities,
                           v_opacities=model.exp_avg_sq.opacities),
                      push=dict(n=model.n, ceiling_logit=float(np.log(o / (1 - o)))))
