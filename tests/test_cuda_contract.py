@@ -209,6 +209,7 @@ def test_unpack_checks_a_launch_record_and_the_ctypes_mirror_matches(tmp_path):
     (tmp_path / "t.cu").write_text(UNPACK_PROGRAM)
     exe = tmp_path / "t"
     subprocess.run([nvcc, "-std=c++17", "-I%s" % (root / "native_cuda"), "-I%s" % (tmp_path / "contracts"),
+                    "-I%s" % (root / "shaders" / "include"),
                     str(tmp_path / "t.cu"), "-o", str(exe)], check=True, capture_output=True, timeout=600)
     out = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                              check=True).stdout.splitlines())
