@@ -6,6 +6,8 @@
 #     bash -c 'source benchmarks/gpu_compare.sh' 2>&1 | tee $OUT/log.txt
 set -o pipefail
 source benchmarks/gpu_setup.sh || return 1
+# pure-Python wheels the GPU machine lacks (tqdm), importable from .device/local/wheels
+for w in $L/wheels/*.whl; do [ -f "$w" ] && export PYTHONPATH=$w:$PYTHONPATH; done
 AFTER=$PWD
 BEFORE=/tmp/before; rm -rf $BEFORE; mkdir -p $BEFORE; tar xzf $L/before.tar.gz -C $BEFORE
 in_tree() { (cd "$1" && shift && PYTHONPATH=$PWD:$PYTHONPATH "$@"); }
