@@ -42,6 +42,7 @@ test: install shaders
 lint: install
 	@$(BIN)/pre-commit run --all-files
 
+# the files of .pre-commit-config.yaml's clang-format hook (change both)
 CLANG_FORMAT_FILES = git ls-files 'native_cuda/*.cu' 'native_cuda/*.cuh' 'shaders/*.comp' 'shaders/*.glsl'
 
 format: install
