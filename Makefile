@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spirula-installed
 
-.PHONY: install demo test bench shaders cuda clean
+.PHONY: install demo test bench shaders cuda lint format clean
 
 install:
 	@bash scripts/install_system_deps.sh
@@ -20,10 +20,9 @@ cuda:
 $(STAMP): pyproject.toml third_party/kompute/kp-0.9.0-spirula.patch scripts/build_kp.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip setuptools wheel
-	@# kp's pybind11 (Debian's 2.10) speaks the numpy 1.x C API
-	@$(BIN)/python -m pip install -q --disable-pip-version-check "numpy>=1.24,<2"
 	@bash scripts/build_kp.sh $(BIN)/python
-	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[test]" "numpy<2"
+	@# numpy>=2 moves a venv made under the old numpy<2 pin to the numpy CI tests
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" "numpy>=2"
 	@touch $(STAMP)
 	@echo "spirula: installed into $(VENV)/ ($(BIN)/spirula)"
 
@@ -36,6 +35,20 @@ demo: install shaders
 
 test: install shaders
 	$(BIN)/python -m pytest -q tests
+
+# The linters (ruff check, ruff format --check, clang-format), as pre-commit and
+# .ci/run run them: .pre-commit-config.yaml is their one definition. They
+# check git's files; `make format` applies what they would fix.
+lint: install
+	@$(BIN)/pre-commit run --all-files
+
+# the files of .pre-commit-config.yaml's clang-format hook (change both)
+CLANG_FORMAT_FILES = git ls-files 'native_cuda/*.cu' 'native_cuda/*.cuh' 'shaders/*.comp' 'shaders/*.glsl'
+
+format: install
+	$(BIN)/ruff check --fix-only -q .
+	$(BIN)/ruff format -q .
+	$(CLANG_FORMAT_FILES) | xargs $(BIN)/clang-format -i
 
 bench: install
 	$(BIN)/python -m pytest benchmarks/ --benchmark-only
