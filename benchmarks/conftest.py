@@ -1,5 +1,6 @@
 """Benchmark options. Defaults are small so a CPU (lavapipe) run stays short;
 ``--bench-full`` (or SPIRULA_BENCH_FULL=1) selects the GPU workloads of docs/design.md §7."""
+
 import os
 
 import pytest
@@ -7,8 +8,12 @@ import pytest
 
 def pytest_addoption(parser):
     g = parser.getgroup("spirula benchmarks")
-    g.addoption("--bench-full", action="store_true", default=os.environ.get("SPIRULA_BENCH_FULL") == "1",
-                help="full-size workloads (for a real GPU)")
+    g.addoption(
+        "--bench-full",
+        action="store_true",
+        default=os.environ.get("SPIRULA_BENCH_FULL") == "1",
+        help="full-size workloads (for a real GPU)",
+    )
     g.addoption("--bench-n", type=int, default=None, help="problem size N (splats / values)")
     g.addoption("--bench-iters", type=int, default=None, help="timed repetitions")
     g.addoption("--bench-json", default=None, help="also write the printed figures to this JSON file")
@@ -32,6 +37,7 @@ class BenchOptions:
         On the H200 a fresh process's first ~15 runs of fpbo took 8-14 ms, then
         3.3 ms from there on; three warm-up runs measured the slow phase."""
         import time
+
         end = time.perf_counter() + self.pick(0.2, 2.0)
         runs = 0
         while runs < 3 or time.perf_counter() < end:
@@ -54,6 +60,7 @@ def bench_opts(request):
     yield opts
     if opts.json:
         import json
+
         with open(opts.json, "w") as f:
             json.dump(opts.results, f, indent=1)
 
@@ -61,4 +68,5 @@ def bench_opts(request):
 @pytest.fixture(scope="session")
 def device(bench_opts):
     from spirula.backends import open_device
+
     return open_device(bench_opts.backend)

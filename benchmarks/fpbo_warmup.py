@@ -8,6 +8,7 @@ On the H200 (docs/performance.md) the first allocation's runs took 8-14 ms
 until the process had run fpbo ~15 times, then every allocation 3.27 ms:
 warm-up, not buffer placement. Hence BenchOptions.warm_up.
 """
+
 import os
 import statistics
 import sys
@@ -19,6 +20,7 @@ from test_fpbo_bench import FpboWorkload
 def main():
     os.environ["SS_PROFILE"] = "1"
     from spirula.backends import open_device
+
     dev = open_device("vulkan")
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5_000_000
     work = FpboWorkload(dev, n, 1237, 822, mcmc_noise=False)
@@ -37,8 +39,11 @@ def main():
             seqs[i].run()
             wall.append(1e3 * (time.perf_counter() - t0))
             gpu.append(dev.profiler.kernels["fpbo"].ns / 1e6)
-        print("allocation %d: fpbo median %.2f ms (min %.2f, max %.2f), wall median %.2f ms"
-              % (i, statistics.median(gpu), min(gpu), max(gpu), statistics.median(wall)), flush=True)
+        print(
+            "allocation %d: fpbo median %.2f ms (min %.2f, max %.2f), wall median %.2f ms"
+            % (i, statistics.median(gpu), min(gpu), max(gpu), statistics.median(wall)),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

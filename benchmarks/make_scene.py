@@ -6,6 +6,7 @@ and by the gsplat peer.
 
     python benchmarks/make_scene.py OUT [--width 1920 --height 1080 --views 48 --density 30]
 """
+
 import argparse
 import json
 import math
@@ -38,22 +39,31 @@ def main():
         name = "images/%04d.jpg" % v
         img = demo.render_view(vm, K, args.width, args.height, args.supersample)
         Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(out / name, quality=95)
-        c2w = np.linalg.inv(vm) @ np.diag([1.0, -1.0, -1.0, 1.0])      # OpenCV -> OpenGL axes
+        c2w = np.linalg.inv(vm) @ np.diag([1.0, -1.0, -1.0, 1.0])  # OpenCV -> OpenGL axes
         split = "test" if v % args.test_every == 0 else "train"
         frames[split].append({"file_path": name, "transform_matrix": c2w.tolist()})
         print("view %d/%d" % (v + 1, args.views), flush=True)
     for split, fr in ({} if args.points_only else frames).items():
-        meta = {"camera_angle_x": 2 * math.atan(args.width / (2 * focal)), "w": args.width, "h": args.height,
-                "fl_x": focal, "fl_y": focal, "cx": args.width / 2, "cy": args.height / 2, "frames": fr}
+        meta = {
+            "camera_angle_x": 2 * math.atan(args.width / (2 * focal)),
+            "w": args.width,
+            "h": args.height,
+            "fl_x": focal,
+            "fl_y": focal,
+            "cx": args.width / 2,
+            "cy": args.height / 2,
+            "frames": fr,
+        }
         (out / ("transforms_%s.json" % split)).write_text(json.dumps(meta, indent=1))
     pts, cols = demo.seed_points(np.random.default_rng(7), args.density)
     c8 = np.rint(cols * 255).astype(np.uint8)
     with open(out / "points3D.txt", "w") as f:
         for i, (p, c) in enumerate(zip(pts, c8)):
             f.write("%d %.7g %.7g %.7g %d %d %d 0\n" % (i + 1, p[0], p[1], p[2], c[0], c[1], c[2]))
-    header = ("ply\nformat binary_little_endian 1.0\nelement vertex %d\nproperty float x\nproperty float y\n"
-              "property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n"
-              % len(pts))
+    header = (
+        "ply\nformat binary_little_endian 1.0\nelement vertex %d\nproperty float x\nproperty float y\n"
+        "property float z\nproperty uchar red\nproperty uchar green\nproperty uchar blue\nend_header\n" % len(pts)
+    )
     rec = np.zeros(len(pts), [("p", "<f4", 3), ("c", "u1", 3)])
     rec["p"], rec["c"] = pts, c8
     with open(out / "points3d.ply", "wb") as f:

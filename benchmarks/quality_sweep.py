@@ -14,6 +14,7 @@ relocated by one refinement in the run's second half, which is 0 when
 relocation stalled, and non-finite splats), then per config the mean,
 standard deviation and range.
 """
+
 import argparse
 import json
 import statistics
@@ -37,18 +38,47 @@ def parse_config(text):
 
 
 def spirula_command(args, sets, seed, out):
-    cmd = [sys.executable, "-m", "spirula", "train", args.dataset, "--iterations", str(args.iterations),
-           "--cap-max", str(args.cap_max), "--background", "black", "--seed", str(seed),
-           "--save-every", "0", "--output", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "spirula",
+        "train",
+        args.dataset,
+        "--iterations",
+        str(args.iterations),
+        "--cap-max",
+        str(args.cap_max),
+        "--background",
+        "black",
+        "--seed",
+        str(seed),
+        "--save-every",
+        "0",
+        "--output",
+        str(out),
+    ]
     for s in sets:
         cmd += ["--set", s]
     return cmd
 
 
 def gsplat_command(args, seed, out):
-    return [sys.executable, args.gsplat, "--data", args.dataset, "--strategy", "mcmc", "--cap-max",
-            str(args.cap_max), "--steps", str(args.iterations), "--seed", str(42 + seed),
-            "--json", str(out / "metrics.json")]
+    return [
+        sys.executable,
+        args.gsplat,
+        "--data",
+        args.dataset,
+        "--strategy",
+        "mcmc",
+        "--cap-max",
+        str(args.cap_max),
+        "--steps",
+        str(args.iterations),
+        "--seed",
+        str(42 + seed),
+        "--json",
+        str(out / "metrics.json"),
+    ]
 
 
 def summarize(name, seed, out, rc, seconds):
@@ -57,11 +87,16 @@ def summarize(name, seed, out, rc, seconds):
         m = json.loads((out / "metrics.json").read_text())
     except (OSError, ValueError):
         return row
-    row.update(psnr=m.get("psnr"), ssim=m.get("ssim"), n_splats=m.get("n_splats"),
-               relocated=m.get("relocated"), nonfinite=m.get("nonfinite_splats"))
+    row.update(
+        psnr=m.get("psnr"),
+        ssim=m.get("ssim"),
+        n_splats=m.get("n_splats"),
+        relocated=m.get("relocated"),
+        nonfinite=m.get("nonfinite_splats"),
+    )
     hist = m.get("relocated_by_step") or []
     if hist:
-        row["fewest_relocated_late"] = min(c for _, c in hist[len(hist) // 2:])
+        row["fewest_relocated_late"] = min(c for _, c in hist[len(hist) // 2 :])
     return row
 
 
@@ -94,8 +129,9 @@ def main():
             name, seed, out, cmd = jobs.pop(0)
             out.mkdir(parents=True, exist_ok=True)
             log = open(out / "log.txt", "w")
-            running.append((name, seed, out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT),
-                            time.time(), log))
+            running.append(
+                (name, seed, out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time(), log)
+            )
         time.sleep(0.5)
         for job in list(running):
             name, seed, out, proc, t0, log = job
@@ -107,18 +143,29 @@ def main():
             rows.append(row)
             print("[sweep] " + json.dumps(row), flush=True)
             if proc.returncode:
-                print("[sweep] %s seed %d failed; the end of %s:\n%s" % (
-                    name, seed, out / "log.txt", (out / "log.txt").read_text()[-1500:]), flush=True)
+                print(
+                    "[sweep] %s seed %d failed; the end of %s:\n%s"
+                    % (name, seed, out / "log.txt", (out / "log.txt").read_text()[-1500:]),
+                    flush=True,
+                )
     names = (["gsplat"] if args.gsplat else []) + [n for n, _ in configs]
     table = {}
     for name in names:
         psnr = [r["psnr"] for r in rows if r["config"] == name and r.get("psnr") is not None]
         if not psnr:
             continue
-        table[name] = dict(runs=len(psnr), mean=statistics.mean(psnr),
-                           std=statistics.stdev(psnr) if len(psnr) > 1 else 0.0, min=min(psnr), max=max(psnr))
-        print("[sweep] %-24s %d runs  PSNR mean %.3f  std %.3f  range %.2f-%.2f" % (
-            name, len(psnr), table[name]["mean"], table[name]["std"], min(psnr), max(psnr)), flush=True)
+        table[name] = dict(
+            runs=len(psnr),
+            mean=statistics.mean(psnr),
+            std=statistics.stdev(psnr) if len(psnr) > 1 else 0.0,
+            min=min(psnr),
+            max=max(psnr),
+        )
+        print(
+            "[sweep] %-24s %d runs  PSNR mean %.3f  std %.3f  range %.2f-%.2f"
+            % (name, len(psnr), table[name]["mean"], table[name]["std"], min(psnr), max(psnr)),
+            flush=True,
+        )
     if args.json:
         args.json.write_text(json.dumps(dict(configs=dict(configs), rows=rows, table=table), indent=1))
 

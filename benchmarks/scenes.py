@@ -1,5 +1,6 @@
 """Fixed benchmark workloads (docs/design.md §7), drawn with numpy so that
 the gsplat peer (`gsplat_raster_bench.py`) draws exactly the same arrays."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -9,11 +9,11 @@ GPU time from the profiler's timestamps; reports ms and Msplat/ms. Two
 variants: with MCMC's position noise compiled in, as training records it
 (fpbo_bench), and without (fpbo_bench_no_noise, ADC's and the peer's work).
 """
+
 import statistics
 
 import numpy as np
 import pytest
-
 from scenes import camera, make_scene
 from test_raster_bench import profiled_device  # noqa: F401  (fixture)
 
@@ -28,6 +28,7 @@ class FpboWorkload:
     def __init__(self, device, n, width, height, mcmc_noise):
         from spirula.render.rasterizer import Rasterizer
         from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+
         self.device, self.n, self.mcmc_noise = device, n, mcmc_noise
         self.scene = make_scene(n, sh_degree=3)
         self.raster = Rasterizer(device, width, height, 1, capacity=n, name="fpbo.raster")
@@ -43,28 +44,45 @@ class FpboWorkload:
             device.upload(getattr(self.raster, name), g if width > 1 else g[:, 0])
         device.upload(self.raster.offsets_scan.scratch, np.zeros(1, np.uint32), offset=4 * self.raster.total_offset)
         self.params = device.pool.alloc("fpbo.params", (STEP_PARAMS_WORDS,), np.uint32)
-        p = step_params(step=10, n_views=1, n_splats=n, lr_means=1e-4, lr_quats=1e-3, lr_scales=5e-3,
-                        lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4, bias1=1 - 0.9 ** 10,
-                        bias2=1 - 0.999 ** 10, beta1=0.9, beta2=0.999, adam_eps=1e-15,
-                        noise_scale=1e-4 * 5e5 if mcmc_noise else 0.0)    # lr_means x noise_lr
+        p = step_params(
+            step=10,
+            n_views=1,
+            n_splats=n,
+            lr_means=1e-4,
+            lr_quats=1e-3,
+            lr_scales=5e-3,
+            lr_opacities=0.05,
+            lr_sh0=2.5e-3,
+            lr_shN=1.25e-4,
+            bias1=1 - 0.9**10,
+            bias2=1 - 0.999**10,
+            beta1=0.9,
+            beta2=0.999,
+            adam_eps=1e-15,
+            noise_scale=1e-4 * 5e5 if mcmc_noise else 0.0,
+        )  # lr_means x noise_lr
         device.upload(self.params, np.frombuffer(p.tobytes(), np.uint32))
-        self.stats = (device.pool.alloc("fpbo.g2d", (n,), np.float32, zero=True),
-                      device.pool.alloc("fpbo.cnt", (n,), np.uint32, zero=True))
+        self.stats = (
+            device.pool.alloc("fpbo.g2d", (n,), np.float32, zero=True),
+            device.pool.alloc("fpbo.cnt", (n,), np.uint32, zero=True),
+        )
         self.first_model = model
 
     def new_model(self):
         from spirula.train.model import SplatModel
+
         s = self.scene
         model = SplatModel(self.device, self.n, self.n, 16)
-        model.upload(dict(means=s["means"], quats=s["quats"], scales=s["log_scales"],
-                          opacities=s["opacity_logits"], sh=s["sh"]))
+        model.upload(
+            dict(means=s["means"], quats=s["quats"], scales=s["log_scales"], opacities=s["opacity_logits"], sh=s["sh"])
+        )
         return model
 
     def record(self, model):
         from spirula.train.optimizer import record_fpbo
+
         rec = self.device.recorder("fpbo")
-        record_fpbo(rec, model, self.raster, self.params, self.stats, 3, mcmc_noise=self.mcmc_noise,
-                    adc_stats=False)
+        record_fpbo(rec, model, self.raster, self.params, self.stats, 3, mcmc_noise=self.mcmc_noise, adc_stats=False)
         return rec.finish()
 
 
@@ -83,7 +101,14 @@ def test_fpbo_bench(benchmark, profiled_device, bench_opts, mcmc_noise):  # noqa
         seq.run()
         times.append(prof.kernels["fpbo"].ns / 1e6)
     ms = statistics.median(times)
-    bench_opts.record("fpbo_bench" if mcmc_noise else "fpbo_bench_no_noise", n=n, visible=int(work.visible.sum()),
-                      sh_degree=3, fpbo_ms=ms, msplat_per_ms=n / 1e6 / ms, device=device.info.name)
+    bench_opts.record(
+        "fpbo_bench" if mcmc_noise else "fpbo_bench_no_noise",
+        n=n,
+        visible=int(work.visible.sum()),
+        sh_degree=3,
+        fpbo_ms=ms,
+        msplat_per_ms=n / 1e6 / ms,
+        device=device.info.name,
+    )
     benchmark.extra_info.update(fpbo_ms=ms, msplat_per_ms=n / 1e6 / ms)
     benchmark.pedantic(seq.run, rounds=3, iterations=1)

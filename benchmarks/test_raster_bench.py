@@ -10,23 +10,29 @@ counts and scan, intersection write, tile sort, tile ranges),
 rasterize_fwd, rasterize_bwd, projection_bwd, and clears (fill). The whole
 forward and forward+backward are also timed by wall clock around one eval.
 """
+
 import os
 import statistics
 import time
 
 import numpy as np
 import pytest
-
 from scenes import FOCAL, HEIGHT, WIDTH, camera, make_scene
 
 STAGES = {
     "projection": ("projection_fwd",),
-    "intersect_sort": ("radix_sort_count", "radix_sort_scatter", "prefix_sum", "intersect_tile_count",
-                       "intersect_tile_write", "tile_ranges"),
+    "intersect_sort": (
+        "radix_sort_count",
+        "radix_sort_scatter",
+        "prefix_sum",
+        "intersect_tile_count",
+        "intersect_tile_write",
+        "tile_ranges",
+    ),
     "rasterize_fwd": ("rasterize_fwd",),
     "rasterize_bwd": ("rasterize_bwd",),
     "projection_bwd": ("projection_bwd",),
-    "clears": ("fill",),          # tile ranges (forward) and gradient buffers (backward)
+    "clears": ("fill",),  # tile ranges (forward) and gradient buffers (backward)
 }
 
 
@@ -34,13 +40,15 @@ STAGES = {
 def profiled_device(bench_opts):
     from spirula.backends import open_device
     from spirula.runtime import profiler
+
     old = os.environ.get("SS_PROFILE")
     os.environ["SS_PROFILE"] = "1"
     profiler.reset()
     dev = open_device(bench_opts.backend)
     prof = dev.profiler
     import atexit
-    atexit.unregister(prof.report_at_exit)       # the figures are printed by the benchmark
+
+    atexit.unregister(prof.report_at_exit)  # the figures are printed by the benchmark
     if old is None:
         os.environ.pop("SS_PROFILE")
     profiler.reset()
@@ -49,12 +57,21 @@ def profiled_device(bench_opts):
 
 def _setup(device, opts):
     from spirula.render.rasterizer import Rasterizer, Splats
+
     n = opts.n or opts.pick(20_000, 2_000_000)
     w, h = (WIDTH, HEIGHT) if opts.full else (320, 214)
     focal = FOCAL * w / WIDTH
     s = make_scene(n)
-    splats = Splats.from_numpy(device, s["means"], s["quats"], np.exp(s["log_scales"]),
-                               1 / (1 + np.exp(-s["opacity_logits"])), s["sh"], activated=True, prefix="bench")
+    splats = Splats.from_numpy(
+        device,
+        s["means"],
+        s["quats"],
+        np.exp(s["log_scales"]),
+        1 / (1 + np.exp(-s["opacity_logits"])),
+        s["sh"],
+        activated=True,
+        prefix="bench",
+    )
     raster = Rasterizer(device, w, h, 1, capacity=n, name="bench.raster")
     vm, K = camera(w, h, focal)
     raster.set_cameras(vm, K)
@@ -103,11 +120,21 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
             seq.run()
             t.append(time.perf_counter() - t0)
         return statistics.median(t) * 1e3
+
     fwd_ms, fwdbwd_ms = wall(fwd), wall(fwdbwd)
-    bench_opts.record("raster_bench", n=n, width=w, height=h, n_isects=m, device=device.info.name,
-                      **{k + "_ms": v for k, v in stages.items()},
-                      gpu_fwd_ms=sum(stages[k] for k in ("projection", "intersect_sort", "rasterize_fwd")),
-                      gpu_fwd_bwd_ms=sum(stages.values()), wall_fwd_ms=fwd_ms, wall_fwd_bwd_ms=fwdbwd_ms)
+    bench_opts.record(
+        "raster_bench",
+        n=n,
+        width=w,
+        height=h,
+        n_isects=m,
+        device=device.info.name,
+        **{k + "_ms": v for k, v in stages.items()},
+        gpu_fwd_ms=sum(stages[k] for k in ("projection", "intersect_sort", "rasterize_fwd")),
+        gpu_fwd_bwd_ms=sum(stages.values()),
+        wall_fwd_ms=fwd_ms,
+        wall_fwd_bwd_ms=fwdbwd_ms,
+    )
     benchmark.extra_info.update(stages, n_isects=m)
     prof.kernels.clear()
     fwdbwd.run()

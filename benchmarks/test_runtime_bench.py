@@ -7,6 +7,7 @@ Bandwidth counts bytes read + written. Times are wall-clock around one eval of
 a recorded sequence holding many operations, so the ~0.6 ms eval round trip
 is amortized (it is reported separately as ``eval_roundtrip``).
 """
+
 import time
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 
 
 def _wall(fn, reps):
-    fn()                                  # warm-up: pipelines compiled, caches hot
+    fn()  # warm-up: pipelines compiled, caches hot
     best = float("inf")
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -37,6 +38,7 @@ def big_buffers(device, bench_opts):
 def test_copy_bandwidth(benchmark, device, bench_opts, big_buffers, max_groups, monkeypatch):
     """vec4 grid-stride copies; max_groups caps the workgroups of 256 threads."""
     from spirula.runtime import sequence
+
     monkeypatch.setattr(sequence, "GRID_STRIDE_MAX_GROUPS", max_groups)
     a, b, nbytes = big_buffers
     k = bench_opts.pick(4, 40)
@@ -112,8 +114,7 @@ def test_profiler_off_costs_nothing(benchmark, device, bench_opts):
     loop(seq.run)
     off = min(loop(seq.run) for _ in range(3))
     out = min(loop(raw) for _ in range(3))
-    bench_opts.record("profiler_off_vs_compiled_out", off_us=off * 1e6, compiled_out_us=out * 1e6,
-                      ratio=off / out)
+    bench_opts.record("profiler_off_vs_compiled_out", off_us=off * 1e6, compiled_out_us=out * 1e6, ratio=off / out)
     benchmark.extra_info.update(off_us=off * 1e6, compiled_out_us=out * 1e6)
     benchmark.pedantic(seq.run, rounds=20, iterations=1)
     for b in bufs:

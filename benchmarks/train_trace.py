@@ -11,6 +11,7 @@ Defaults as the training benchmark of docs/performance.md (3,000 steps, MCMC
 budget 1,000,000, black background). Meant for the GPU machine: it reads the
 parameters back at each report.
 """
+
 import argparse
 import json
 import time
@@ -46,23 +47,39 @@ def main():
     while trainer.step < cfg.iterations:
         out = trainer.train_step()
         step = trainer.step
-        if watch and (step % args.watch == 0 or trainer.strategy.refine_due(step - 1)
-                      or trainer.strategy.refine_due(step - 2)):
+        if watch and (
+            step % args.watch == 0 or trainer.strategy.refine_due(step - 1) or trainer.strategy.refine_due(step - 2)
+        ):
             watch.look(step)
         if cfg.strategy == "mcmc" and trainer.strategy.refine_due(step - 1):
-            print("step %d relocated %d isects %d loss %.4f"
-                  % (step, trainer.strategy.relocated, out["n_isects"], out["loss"]), flush=True)
+            print(
+                "step %d relocated %d isects %d loss %.4f"
+                % (step, trainer.strategy.relocated, out["n_isects"], out["loss"]),
+                flush=True,
+            )
         if step % args.every == 0 or step == cfg.iterations:
             p = trainer.model.download()["params"]
             nonfinite = {k: int((~np.isfinite(v)).sum()) for k, v in p.items()}
             o = 1 / (1 + np.exp(-p["opacities"].astype(np.float64)))
             s = np.exp(p["scales"].astype(np.float64)).max(-1)
             m = trainer.evaluate()
-            print("step %d PSNR %.3f per view %s | non-finite %s | opacity < 0.005: %d, > 0.99: %d | "
-                  "scale p50 %.2e p99.9 %.2e max %.2e | %.0f s"
-                  % (step, m["psnr"], [round(float(x["psnr"]), 2) for x in m["per_image"]], nonfinite,
-                     (o < 0.005).sum(), (o > 0.99).sum(), np.median(s), np.quantile(s, 0.999), s.max(),
-                     time.time() - t0), flush=True)
+            print(
+                "step %d PSNR %.3f per view %s | non-finite %s | opacity < 0.005: %d, > 0.99: %d | "
+                "scale p50 %.2e p99.9 %.2e max %.2e | %.0f s"
+                % (
+                    step,
+                    m["psnr"],
+                    [round(float(x["psnr"]), 2) for x in m["per_image"]],
+                    nonfinite,
+                    (o < 0.005).sum(),
+                    (o > 0.99).sum(),
+                    np.median(s),
+                    np.quantile(s, 0.999),
+                    s.max(),
+                    time.time() - t0,
+                ),
+                flush=True,
+            )
     trainer.free()
 
 
@@ -88,14 +105,26 @@ class Watch:
         if self.prev is not None and len(self.prev["params"]["means"]) == len(bad):
             new = np.flatnonzero(bad & ~self._bad(self.prev))
             if len(new):
-                print("watch: step %d: %d splats became non-finite since step %d (%d non-finite now)"
-                      % (step, len(new), self.prev_step, bad.sum()), flush=True)
-                for i in new[:self.show] if self.reported < 4 else []:
+                print(
+                    "watch: step %d: %d splats became non-finite since step %d (%d non-finite now)"
+                    % (step, len(new), self.prev_step, bad.sum()),
+                    flush=True,
+                )
+                for i in new[: self.show] if self.reported < 4 else []:
                     for when, st in (("step %d" % self.prev_step, self.prev), ("step %d" % step, state)):
                         print("  splat %d at %s:" % (i, when), flush=True)
                         for group in ("params", "exp_avg", "exp_avg_sq"):
-                            print("    %-10s %s" % (group, {k: np.round(v[i].ravel()[:6].astype(float), 4).tolist()
-                                                         for k, v in st[group].items()}), flush=True)
+                            print(
+                                "    %-10s %s"
+                                % (
+                                    group,
+                                    {
+                                        k: np.round(v[i].ravel()[:6].astype(float), 4).tolist()
+                                        for k, v in st[group].items()
+                                    },
+                                ),
+                                flush=True,
+                            )
                 self.reported += 1
         self.prev, self.prev_step = state, step
 

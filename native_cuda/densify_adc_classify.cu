@@ -17,8 +17,8 @@ using namespace contract;
 constexpr float SPLIT_SHRINK = 1.6f;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-densify_adc_classify_kernel(const float* scales, const float* opacities, const float* grad2d_sum,
-                            const uint32_t* vis_count, uint32_t* actions, uint32_t* out_counts, Push pc) {
+    densify_adc_classify_kernel(const float* scales, const float* opacities, const float* grad2d_sum,
+                                const uint32_t* vis_count, uint32_t* actions, uint32_t* out_counts, Push pc) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
         return;
@@ -44,6 +44,6 @@ SPIRULA_EXPORT int densify_adc_classify(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    return spirula::launch(L, LOCAL_SIZE, densify_adc_classify_kernel, a.scales, a.opacities, a.grad2d_sum,
-                           a.vis_count, a.actions, a.out_counts, pc);
+    return spirula::launch(L, LOCAL_SIZE, densify_adc_classify_kernel, a.scales, a.opacities, a.grad2d_sum, a.vis_count,
+                           a.actions, a.out_counts, pc);
 }

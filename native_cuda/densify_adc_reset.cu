@@ -11,7 +11,7 @@ namespace {
 using namespace contract;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-densify_adc_reset_kernel(float* opacities, float* m_opacities, float* v_opacities, Push pc) {
+    densify_adc_reset_kernel(float* opacities, float* m_opacities, float* v_opacities, Push pc) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
         return;

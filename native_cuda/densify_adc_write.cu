@@ -17,10 +17,10 @@ namespace {
 using namespace spirula;
 using namespace contract;
 
-constexpr float LOG_SPLIT_SHRINK = 0.47000362924573558f;   // log(1.6)
+constexpr float LOG_SPLIT_SHRINK = 0.47000362924573558f;  // log(1.6)
 
-__device__ void write_row(const Args& a, uint32_t sh_coeffs, uint32_t dst, uint32_t src, bool zero,
-                          vec3 mean_offset, float scale_offset) {
+__device__ void write_row(const Args& a, uint32_t sh_coeffs, uint32_t dst, uint32_t src, bool zero, vec3 mean_offset,
+                          float scale_offset) {
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.dst_means[3u * dst + k] = zero ? 0.0f : a.src_means[3u * src + k] + mean_offset[int(k)];
         a.dst_scales[3u * dst + k] = zero ? 0.0f : a.src_scales[3u * src + k] + scale_offset;
@@ -33,7 +33,7 @@ __device__ void write_row(const Args& a, uint32_t sh_coeffs, uint32_t dst, uint3
 }
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs) {
+    densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs) {
     uint32_t i = global_index();
     if (i >= pc.n || a.out_counts[i] == 0u) {
         return;
@@ -41,7 +41,7 @@ densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs) {
     uint32_t action = a.actions[i];
     uint32_t o = a.offsets[i];
     const vec3 zero3 = make3(0.0f, 0.0f, 0.0f);
-    if (group != 0u) {                     // Adam moments
+    if (group != 0u) {  // Adam moments
         write_row(a, sh_coeffs, o, i, action == 2u, zero3, 0.0f);
         if (action != 0u) {
             write_row(a, sh_coeffs, o + 1u, i, true, zero3, 0.0f);

@@ -21,7 +21,7 @@ namespace {
 using namespace contract;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool reset_moments) {
+    densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool reset_moments) {
     uint32_t t = spirula::global_index();
     uint32_t dst, src;
     if (append) {
@@ -36,7 +36,7 @@ densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool 
         }
         uint32_t next = t + 1u < pc.n ? a.dead_offsets[t + 1u] : a.totals[pc.dead_total_offset];
         if (next == a.dead_offsets[t]) {
-            return;                                   // alive
+            return;  // alive
         }
         dst = t;
         src = a.sample_src[a.dead_offsets[t]];
@@ -44,8 +44,7 @@ densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool 
     if (!(a.weight_totals[pc.weight_total_offset] > 0.0f)) {
         return;
     }
-    bool reset = append || reset_moments ||
-                 !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, dst);
+    bool reset = append || reset_moments || !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, dst);
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.means[3u * dst + k] = a.means[3u * src + k];
         a.scales[3u * dst + k] = a.scales[3u * src + k];
@@ -69,6 +68,5 @@ SPIRULA_EXPORT int densify_mcmc_copy(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_copy_kernel, a, pc, sp.APPEND, sp.SH_COEFFS,
-                           sp.RESET_MOMENTS);
+    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_copy_kernel, a, pc, sp.APPEND, sp.SH_COEFFS, sp.RESET_MOMENTS);
 }

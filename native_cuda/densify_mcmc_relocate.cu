@@ -19,8 +19,8 @@ using spirula::Moments;
 constexpr uint32_t MAX_SHARE = 51u;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, Moments mo, Push pc,
-                             bool reset_source, uint32_t sh_coeffs) {
+    densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, Moments mo, Push pc,
+                                 bool reset_source, uint32_t sh_coeffs) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n || copies[i] == 0u) {
         return;
@@ -31,7 +31,7 @@ densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, 
     float o_new = 1.0f - powf(1.0f - o, 1.0f / float(n_share));
     float denom = 0.0f;
     for (uint32_t a = 1u; a <= n_share; ++a) {
-        float binom = 1.0f;                          // C(a - 1, k), updated along k
+        float binom = 1.0f;  // C(a - 1, k), updated along k
         for (uint32_t k = 0u; k < a; ++k) {
             float sign = (k & 1u) == 0u ? 1.0f : -1.0f;
             denom += binom * sign / sqrtf(float(k + 1u)) * powf(o_new, float(k + 1u));

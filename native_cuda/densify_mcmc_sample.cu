@@ -14,9 +14,9 @@ namespace {
 
 using namespace contract;
 
-__global__ void __launch_bounds__(LOCAL_THREADS) densify_mcmc_sample_kernel(const float* cdf, const float* totals,
-                                                                  const uint32_t* counts, uint32_t* sample_src,
-                                                                  uint32_t* copies, Push pc) {
+__global__ void __launch_bounds__(LOCAL_THREADS)
+    densify_mcmc_sample_kernel(const float* cdf, const float* totals, const uint32_t* counts, uint32_t* sample_src,
+                               uint32_t* copies, Push pc) {
     uint32_t j = spirula::global_index();
     float total = totals[pc.total_offset];
     if (j >= min(counts[pc.count_offset], pc.count_max) || !(total > 0.0f) || pc.n == 0u) {
@@ -48,6 +48,6 @@ SPIRULA_EXPORT int densify_mcmc_sample(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_sample_kernel, a.cdf, a.totals, a.counts, a.sample_src,
-                           a.copies, pc);
+    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_sample_kernel, a.cdf, a.totals, a.counts, a.sample_src, a.copies,
+                           pc);
 }

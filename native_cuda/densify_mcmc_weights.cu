@@ -13,8 +13,8 @@ namespace {
 using namespace contract;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-densify_mcmc_weights_kernel(const float* opacities, float* weights, uint32_t* dead, const float* means,
-                            const float* scales, const float4* quats, Push pc, bool alive_only) {
+    densify_mcmc_weights_kernel(const float* opacities, float* weights, uint32_t* dead, const float* means,
+                                const float* scales, const float4* quats, Push pc, bool alive_only) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
         return;

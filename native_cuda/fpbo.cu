@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     }
     const StepParams* params = a.params;
     constexpr int degree = SH_DEGREE;
-    constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);   // active coefficient floats
+    constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint32_t n_floats = 3u * sp.SH_COEFFS;
     const uint32_t sh_base = g * n_floats;
     const float* sh = a.sh;
@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
                     }
                 }
                 float& pe = component(p, e);
-                pe = adam_update(pe, grad, component(m, e), component(v, e), f < 3u ? lr_sh0 : lr_shN, b1, b2, c1,
-                                 c2, eps);
+                pe = adam_update(pe, grad, component(m, e), component(v, e), f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2,
+                                 eps);
             }
             sh4[idx] = p;
             m4[idx] = m;
@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
             for (uint32_t e = 0u; e < 4u; ++e) {
                 uint32_t f = 4u * j + e;
                 float& pe = component(p, e);
-                pe = adam_update(pe, 0.0f, component(m, e), component(v, e), f < 3u ? lr_sh0 : lr_shN, b1, b2, c1,
-                                 c2, eps);
+                pe = adam_update(pe, 0.0f, component(m, e), component(v, e), f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2,
+                                 eps);
             }
             sh4[idx] = p;
             m4[idx] = m;
@@ -274,12 +274,12 @@ SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
     }
     const bool sh_vec4 = (L->flags & SH_VEC4::FLAG) != 0u;
     if (sh_vec4) {
-        SH_VEC4::Args a4;       // the SH buffers as float4s: their sizes must be whole float4s
+        SH_VEC4::Args a4;  // the SH buffers as float4s: their sizes must be whole float4s
         if (int err = unpack(L, a4, pc, sp)) {
             return err;
         }
         if ((sp.SH_COEFFS * 3u) % 4u != 0u) {
-            return INVALID_LAUNCH;   // the shader's SH_VEC4 needs 3K % 4 == 0
+            return INVALID_LAUNCH;  // the shader's SH_VEC4 needs 3K % 4 == 0
         }
     }
     switch (sp.SH_DEGREE) {
@@ -287,6 +287,6 @@ SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
         case 1: return launch_degree<1>(L, a, pc, sp, sh_vec4);
         case 2: return launch_degree<2>(L, a, pc, sp, sh_vec4);
         case 3: return launch_degree<3>(L, a, pc, sp, sh_vec4);
-        default: return INVALID_LAUNCH;   // sh.glsl stops at degree 3
+        default: return INVALID_LAUNCH;  // sh.glsl stops at degree 3
     }
 }

@@ -11,7 +11,7 @@ namespace {
 using namespace contract;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-intersect_tile_count_kernel(const uint32_t* sorted_ids, const uint32_t* tile_counts, uint32_t* offsets, Push pc) {
+    intersect_tile_count_kernel(const uint32_t* sorted_ids, const uint32_t* tile_counts, uint32_t* offsets, Push pc) {
     uint32_t p = spirula::global_index();
     if (p < pc.n) {
         offsets[p] = tile_counts[sorted_ids[p]];

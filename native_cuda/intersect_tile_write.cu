@@ -14,11 +14,10 @@ namespace {
 using namespace spirula;
 using namespace contract;
 
-
 __global__ void __launch_bounds__(LOCAL_THREADS)
-intersect_tile_write_kernel(const uint32_t* sorted_ids, const uint32_t* offsets, const uint32_t* totals,
-                            const float4* xyop, const int2* radii, uint32_t* isect_keys, uint32_t* isect_ids,
-                            Push pc) {
+    intersect_tile_write_kernel(const uint32_t* sorted_ids, const uint32_t* offsets, const uint32_t* totals,
+                                const float4* xyop, const int2* radii, uint32_t* isect_keys, uint32_t* isect_ids,
+                                Push pc) {
     uint32_t j = global_index();
     uint32_t m = totals[pc.count_offset] < pc.capacity ? totals[pc.count_offset] : pc.capacity;
     if (j >= m || pc.n == 0u) {

@@ -26,7 +26,7 @@ __device__ __forceinline__ float glsl_sign(float x) { return x > 0.0f ? 1.0f : (
 __global__ void __launch_bounds__(LOCAL_THREADS) loss_bwd_kernel(Args a, Push pc) {
     __shared__ vec3 s_g[SSIM_HALO][SSIM_HALO];
     __shared__ vec3 s_h[SSIM_HALO][SSIM_TILE];
-    __shared__ float4 s_sum[64];                   // one per subgroup (warp)
+    __shared__ float4 s_sum[64];  // one per subgroup (warp)
 
     int W = int(pc.width), H = int(pc.height);
     uint32_t view = blockIdx.z;
@@ -38,8 +38,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_bwd_kernel(Args a, Push pc
     uint32_t tid = local_index();
     uint32_t view_base = view * uint32_t(W * H);
     float n_pixels = float(pc.n_views) * 3.0f * float(W * H);
-    float n_valid = float(pc.n_views) * 3.0f *
-                    float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0));
+    float n_valid = float(pc.n_views) * 3.0f * float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0));
     float l1_weight = a.params->l1_weight, ssim_weight = a.params->ssim_weight;
 
     uint32_t pix = uint32_t(min(py, H - 1) * W + min(px, W - 1));

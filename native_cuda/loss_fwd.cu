@@ -23,9 +23,9 @@ using namespace contract;
 static_assert(LOCAL_SIZE_X == SSIM_TILE && LOCAL_SIZE_Y == SSIM_TILE, "a workgroup is one SSIM tile");
 
 __global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc) {
-    __shared__ float2 s_xy[SSIM_HALO][SSIM_HALO];          // x and y of one channel, tile + margins
-    __shared__ float s_h[5][SSIM_HALO][SSIM_TILE];         // horizontal pass of the 5 moments
-    __shared__ float4 s_sum[64];                           // one per subgroup (warp)
+    __shared__ float2 s_xy[SSIM_HALO][SSIM_HALO];   // x and y of one channel, tile + margins
+    __shared__ float s_h[5][SSIM_HALO][SSIM_TILE];  // horizontal pass of the 5 moments
+    __shared__ float4 s_sum[64];                    // one per subgroup (warp)
 
     int W = int(pc.width), H = int(pc.height);
     uint32_t view = blockIdx.z;

@@ -14,7 +14,7 @@ using namespace contract;
 
 template <int SH_DEGREE>
 __global__ void __launch_bounds__(LOCAL_THREADS)
-projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
+    projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     uint32_t g = global_index();
     if (g >= pc.n) {
         return;
@@ -53,9 +53,9 @@ projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
                        v_con, v_rgb, v_mean, v_quat, v_scale, v_sh);
     }
     if (!ACTIVATED) {
-        v_scale = v_scale * scale;                     // d exp(l) / dl
+        v_scale = v_scale * scale;  // d exp(l) / dl
         float o = 1.0f / (1.0f + expf(-a.opacities[g]));
-        v_opacity *= o * (1.0f - o);                   // d sigmoid(x) / dx
+        v_opacity *= o * (1.0f - o);  // d sigmoid(x) / dx
     }
     a.grad_means[3u * g] = v_mean.x;
     a.grad_means[3u * g + 1u] = v_mean.y;
@@ -68,7 +68,7 @@ projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     for (uint32_t k = 0u; k < SH_COEFFS * 3u; ++k) {
         float v = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 3 * n_coeffs; ++j) {       // v_sh[k], with k a register index
+        for (int j = 0; j < 3 * n_coeffs; ++j) {  // v_sh[k], with k a register index
             if (uint32_t(j) == k) v = v_sh[j];
         }
         a.grad_sh[g * SH_COEFFS * 3u + k] = v;
@@ -89,6 +89,6 @@ SPIRULA_EXPORT int projection_bwd(const SpirulaLaunch* L) {
         case 1: return launch(L, LOCAL_SIZE, projection_bwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
         case 2: return launch(L, LOCAL_SIZE, projection_bwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
         case 3: return launch(L, LOCAL_SIZE, projection_bwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        default: return static_cast<int>(cudaErrorInvalidValue);   // sh.glsl stops at degree 3
+        default: return static_cast<int>(cudaErrorInvalidValue);  // sh.glsl stops at degree 3
     }
 }

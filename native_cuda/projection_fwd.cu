@@ -22,7 +22,7 @@ __device__ __forceinline__ void cull(const Args& a, uint32_t i) {
 
 template <uint32_t SH_DEGREE>
 __global__ void __launch_bounds__(LOCAL_THREADS)
-projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
+    projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     uint32_t i = global_index();
     if (i >= pc.n * pc.n_cameras) {
         return;
@@ -46,8 +46,8 @@ projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     }
     vec2 mean2d;
     float det;
-    vec3 cov2d = project_gaussian(cam, pcam, load4(a.quats, g), s, float(pc.width), float(pc.height), pc.eps2d,
-                                  mean2d, det);
+    vec3 cov2d =
+        project_gaussian(cam, pcam, load4(a.quats, g), s, float(pc.width), float(pc.height), pc.eps2d, mean2d, det);
     vec2 radius = screen_radius(cov2d, opacity);
     if (!on_screen(det, mean2d, radius, float(pc.width), float(pc.height))) {
         cull(a, i);
@@ -95,6 +95,6 @@ SPIRULA_EXPORT int projection_fwd(const SpirulaLaunch* L) {
         case 1: return launch(L, LOCAL_SIZE, projection_fwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
         case 2: return launch(L, LOCAL_SIZE, projection_fwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
         case 3: return launch(L, LOCAL_SIZE, projection_fwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        default: return static_cast<int>(cudaErrorInvalidValue);   // sh.glsl stops at degree 3
+        default: return static_cast<int>(cudaErrorInvalidValue);  // sh.glsl stops at degree 3
     }
 }

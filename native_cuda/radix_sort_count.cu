@@ -16,11 +16,11 @@ using namespace contract;
 static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's");
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-radix_sort_count_kernel(const uint32_t* keys, const uint32_t* num_keys, uint32_t* hist, Push pc) {
+    radix_sort_count_kernel(const uint32_t* keys, const uint32_t* num_keys, uint32_t* hist, Push pc) {
     __shared__ uint32_t s_hist[RADIX];
     uint32_t block = linear_group_id();
     if (block >= pc.num_blocks) {
-        return;                                    // folding rounded the grid up
+        return;  // folding rounded the grid up
     }
     uint32_t tid = threadIdx.x;
     for (uint32_t d = tid; d < RADIX; d += SORT_WG) {

@@ -19,15 +19,15 @@ using namespace contract;
 static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's");
 
 constexpr uint32_t N_WARPS = SORT_WG / WARP;
-constexpr uint32_t COUNT_WORDS = RADIX / 4u;      // 8-bit counts, 4 per word (a count is at most 32)
+constexpr uint32_t COUNT_WORDS = RADIX / 4u;  // 8-bit counts, 4 per word (a count is at most 32)
 
 __device__ __forceinline__ uint32_t sg_count(const uint32_t* s_count, uint32_t s, uint32_t d) {
     return (s_count[s * COUNT_WORDS + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu;
 }
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, const uint32_t* hist,
-                          const uint32_t* num_keys, uint32_t* keys_out, uint32_t* vals_out, Push pc) {
+    radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, const uint32_t* hist,
+                              const uint32_t* num_keys, uint32_t* keys_out, uint32_t* vals_out, Push pc) {
     __shared__ uint32_t s_offset[RADIX];                 // next output position per digit
     __shared__ uint32_t s_count[N_WARPS * COUNT_WORDS];  // per warp, the count of each digit in this chunk
     uint32_t block = linear_group_id();
@@ -38,7 +38,7 @@ radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, cons
     uint32_t n = min(num_keys[pc.count_offset], pc.n_max);
     uint32_t first = block * SORT_BLOCK;
     if (first >= n) {
-        return;                                          // the whole workgroup leaves together
+        return;  // the whole workgroup leaves together
     }
     for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
         s_offset[d] = hist[d * pc.num_blocks + block];
@@ -63,8 +63,8 @@ radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, cons
         }
         uint32_t rank = __popc(peers & lanes_below());
         if (valid && static_cast<uint32_t>(__ffs(peers) - 1) == lane) {
-            atomicAdd(&s_count[sg * COUNT_WORDS + (digit >> 2u)],
-                      static_cast<uint32_t>(__popc(peers)) << (8u * (digit & 3u)));
+            atomicAdd(&s_count[sg * COUNT_WORDS + (digit >> 2u)], static_cast<uint32_t>(__popc(peers))
+                                                                      << (8u * (digit & 3u)));
         }
         __syncthreads();
         if (valid) {

@@ -54,11 +54,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     uint32_t end = range.x + s_max_last;
 
     float T = T_final;
-    vec3 behind = make3(0.0f, 0.0f, 0.0f);     // colour blended behind the current Gaussian
+    vec3 behind = make3(0.0f, 0.0f, 0.0f);  // colour blended behind the current Gaussian
     for (uint32_t batch_end = end; batch_end > range.x;) {
         uint32_t batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
         uint32_t count = batch_end - batch_start;
-        __syncthreads();                        // the previous batch is consumed
+        __syncthreads();  // the previous batch is consumed
         if (tid < count) {
             uint32_t id = a.isect_ids[batch_start + tid];
             s_id[tid] = id;
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
             float v_op = 0.0f;
             if (valid) {
                 float ra = 1.0f / (1.0f - alpha);
-                T *= ra;                                      // T before this Gaussian
+                T *= ra;  // T before this Gaussian
                 float4 cc = s_rgb[k];
                 vec3 col = make3(cc.x, cc.y, cc.z);
                 float w = alpha * T;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                 v_con = make3(warp_add(v_con.x), warp_add(v_con.y), warp_add(v_con.z));
                 v_rgb = make3(warp_add(v_rgb.x), warp_add(v_rgb.y), warp_add(v_rgb.z));
                 v_op = warp_add(v_op);
-                if (lane_id() == 0u) {                        // subgroupElect(): all lanes are active
+                if (lane_id() == 0u) {  // subgroupElect(): all lanes are active
                     uint32_t id = s_id[k];
                     atomicAdd(&a.grad_xy[2u * id], v_xy.x);
                     atomicAdd(&a.grad_xy[2u * id + 1u], v_xy.y);

@@ -44,9 +44,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         if (!done) {
             atomicAdd(&s_alive[parity], 1u);
         }
-        __syncthreads();         // also: every pixel is done with the previous batch
+        __syncthreads();  // also: every pixel is done with the previous batch
         if (s_alive[parity] == 0u) {
-            break;               // uniform: every pixel is saturated
+            break;  // uniform: every pixel is saturated
         }
         if (tid == 0u) {
             s_alive[parity ^ 1u] = 0u;

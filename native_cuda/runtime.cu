@@ -13,14 +13,14 @@
 extern "C" {
 typedef struct {
     char name[256];
-    uint64_t total_memory;        // bytes
+    uint64_t total_memory;  // bytes
     int32_t sm_count;
     int32_t cc_major, cc_minor;
     int32_t warp_size;
     int32_t max_threads_per_block;
     int32_t max_grid[3];
     uint64_t shared_memory_per_block;
-    int32_t driver_version;       // e.g. 13000
+    int32_t driver_version;  // e.g. 13000
     int32_t runtime_version;
     int32_t pci_bus_id;
     int32_t pad;
@@ -47,9 +47,7 @@ SPIRULA_EXPORT const char* spirula_cuda_error_string(int err) {
     return cudaGetErrorString(static_cast<cudaError_t>(err));
 }
 
-SPIRULA_EXPORT const char* spirula_cuda_error_name(int err) {
-    return cudaGetErrorName(static_cast<cudaError_t>(err));
-}
+SPIRULA_EXPORT const char* spirula_cuda_error_name(int err) { return cudaGetErrorName(static_cast<cudaError_t>(err)); }
 
 // The last error of this thread, cleared (what a failed kernel left behind).
 SPIRULA_EXPORT int spirula_cuda_get_last_error(void) { return static_cast<int>(cudaGetLastError()); }
@@ -73,7 +71,8 @@ SPIRULA_EXPORT int spirula_cuda_device_properties(int index, SpirulaDeviceProper
     out->cc_minor = p.minor;
     out->warp_size = p.warpSize;
     out->max_threads_per_block = p.maxThreadsPerBlock;
-    for (int i = 0; i < 3; ++i) out->max_grid[i] = p.maxGridSize[i];
+    for (int i = 0; i < 3; ++i)
+        out->max_grid[i] = p.maxGridSize[i];
     out->shared_memory_per_block = p.sharedMemPerBlock;
     out->pci_bus_id = p.pciBusID;
     err = cudaDriverGetVersion(&out->driver_version);
@@ -113,8 +112,8 @@ SPIRULA_EXPORT int spirula_cuda_memcpy_dtoh(void* dst, const void* src, size_t n
 }
 
 SPIRULA_EXPORT int spirula_cuda_memcpy_dtod(void* dst, const void* src, size_t nbytes, void* stream) {
-    return sync_after(
-        cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)), stream);
+    return sync_after(cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+                      stream);
 }
 
 // dst[i] = value for i < count 32-bit words, queued on `stream` (not waited for).
@@ -157,8 +156,7 @@ SPIRULA_EXPORT int spirula_cuda_event_sync(void* event) {
 // Milliseconds between two recorded, completed events (~0.5 us resolution).
 SPIRULA_EXPORT int spirula_cuda_event_elapsed(float* ms, void* start, void* stop) {
     *ms = 0.0f;
-    return static_cast<int>(
-        cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
+    return static_cast<int>(cudaEventElapsedTime(ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
 }
 
 SPIRULA_EXPORT int spirula_cuda_event_destroy(void* event) {

@@ -11,7 +11,7 @@ namespace {
 using namespace contract;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-tile_ranges_kernel(const uint32_t* isect_keys, const uint32_t* num_isects, uint2* ranges, Push pc) {
+    tile_ranges_kernel(const uint32_t* isect_keys, const uint32_t* num_isects, uint2* ranges, Push pc) {
     uint32_t j = spirula::global_index();
     uint32_t m = min(num_isects[pc.count_offset], pc.m_max);
     if (j >= m) {

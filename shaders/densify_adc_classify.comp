@@ -27,8 +27,8 @@ layout(std430, binding = 5) writeonly buffer OutCountsBuf { uint out_counts[]; }
 layout(push_constant) uniform Push {
     uint n;
     float grow_grad2d;
-    float grow_scale3d;     // already times the scene extent
-    float prune_scale3d;    // already times the scene extent
+    float grow_scale3d;   // already times the scene extent
+    float prune_scale3d;  // already times the scene extent
     float min_opacity;
     uint prune_big;
     uint grow;

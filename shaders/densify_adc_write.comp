@@ -39,7 +39,7 @@ layout(push_constant) uniform Push {
     uint seed;
 } pc;
 
-const float LOG_SPLIT_SHRINK = 0.47000362924573558;   // log(1.6)
+const float LOG_SPLIT_SHRINK = 0.47000362924573558;  // log(1.6)
 
 void write_row(uint dst, uint src, bool zero, vec3 mean_offset, float scale_offset) {
     for (uint k = 0u; k < 3u; ++k) {
@@ -60,7 +60,7 @@ void main() {
     }
     uint action = actions[i];
     uint o = offsets[i];
-    if (GROUP != 0u) {                     // Adam moments
+    if (GROUP != 0u) {  // Adam moments
         write_row(o, i, action == 2u, vec3(0.0), 0.0);
         if (action != 0u) {
             write_row(o + 1u, i, true, vec3(0.0), 0.0);

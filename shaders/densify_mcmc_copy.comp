@@ -68,7 +68,7 @@ void main() {
         }
         uint next = t + 1u < pc.n ? dead_offsets[t + 1u] : totals[pc.dead_total_offset];
         if (next == dead_offsets[t]) {
-            return;                                   // alive
+            return;  // alive
         }
         dst = t;
         src = sample_src[dead_offsets[t]];

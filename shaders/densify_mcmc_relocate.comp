@@ -50,7 +50,7 @@ void main() {
     float o_new = 1.0 - pow(1.0 - o, 1.0 / float(n_share));
     float denom = 0.0;
     for (uint a = 1u; a <= n_share; ++a) {
-        float binom = 1.0;                          // C(a - 1, k), updated along k
+        float binom = 1.0;  // C(a - 1, k), updated along k
         for (uint k = 0u; k < a; ++k) {
             float sign = (k & 1u) == 0u ? 1.0 : -1.0;
             denom += binom * sign / sqrt(float(k + 1u)) * pow(o_new, float(k + 1u));

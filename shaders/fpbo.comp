@@ -97,7 +97,7 @@ void main() {
         return;
     }
     const int degree = int(SH_DEGREE);
-    const uint n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);   // active coefficient floats
+    const uint n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint n_floats = 3u * SH_COEFFS;
     uint sh_base = g * n_floats;
     vec3 mean = vec3(means[3u * g], means[3u * g + 1u], means[3u * g + 2u]);
@@ -121,11 +121,13 @@ void main() {
     float basis[16];
     vec3 v_raw = vec3(0.0);
     float g_sh[48];
-    [[unroll]] for (uint k = 0u; k < 16u; ++k) {
+    [[unroll]]
+    for (uint k = 0u; k < 16u; ++k) {
         basis[k] = 0.0;
     }
     if (N_VIEWS > 1u) {
-        [[unroll]] for (uint k = 0u; k < 48u; ++k) {
+        [[unroll]]
+        for (uint k = 0u; k < 48u; ++k) {
             g_sh[k] = 0.0;
         }
     }
@@ -138,29 +140,33 @@ void main() {
         vec2 v_xy = vec2(GRAD_LOAD(grad_xy, 2u * i), GRAD_LOAD(grad_xy, 2u * i + 1u));
         vec3 v_con = vec3(GRAD_LOAD(grad_conics, 3u * i), GRAD_LOAD(grad_conics, 3u * i + 1u),
                           GRAD_LOAD(grad_conics, 3u * i + 2u));
-        vec3 v_rgb = vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u),
-                          GRAD_LOAD(grad_rgb, 3u * i + 2u));
+        vec3 v_rgb =
+            vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u), GRAD_LOAD(grad_rgb, 3u * i + 2u));
         g_opacity += GRAD_LOAD(grad_opacity, i);
-        projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d,
-                                v_xy, v_con, g_mean, g_quat, g_scale);
+        projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
+                                g_mean, g_quat, g_scale);
         vec3 delta = mean - camera_position(cam);
         float inv_len = inversesqrt(dot(delta, delta));
         vec3 dir = delta * inv_len;
         sh_basis(degree, dir, basis);
         vec3 raw = vec3(0.0);
-        [[unroll]] for (uint k = 0u; k < n_active / 3u; ++k) {
+        [[unroll]]
+        for (uint k = 0u; k < n_active / 3u; ++k) {
             raw += basis[k] * vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
                                    SH_GET(sh, sh_base + 3u * k + 2u));
         }
         v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5, vec3(0.0)));
         float w[16];
-        [[unroll]] for (uint k = 0u; k < n_active / 3u; ++k) {
+        [[unroll]]
+        for (uint k = 0u; k < n_active / 3u; ++k) {
             w[k] = dot(vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
-                            SH_GET(sh, sh_base + 3u * k + 2u)), v_raw);
+                            SH_GET(sh, sh_base + 3u * k + 2u)),
+                       v_raw);
         }
         sh_direction_vjp(degree, dir, inv_len, w, g_mean);
         if (N_VIEWS > 1u) {
-            [[unroll]] for (uint f = 0u; f < n_active; ++f) {
+            [[unroll]]
+            for (uint f = 0u; f < n_active; ++f) {
                 g_sh[f] += basis[f / 3u] * v_raw[f % 3u];
             }
         }
@@ -175,7 +181,8 @@ void main() {
 
     float b1 = params.beta1, b2 = params.beta2, c1 = params.bias1, c2 = params.bias2, eps = params.adam_eps;
     float lr_sh0 = params.lr_sh0, lr_shN = params.lr_shN;
-    [[unroll]] for (uint k = 0u; k < 3u; ++k) {
+    [[unroll]]
+    for (uint k = 0u; k < 3u; ++k) {
         uint j = 3u * g + k;
         float m = m_means[j], v = v_means[j];
         mean[k] = adam_update(mean[k], g_mean[k], m, v, params.lr_means, b1, b2, c1, c2, eps);
@@ -188,7 +195,8 @@ void main() {
         v_scales[j] = v;
     }
     vec4 mq = m_quats[g], vq = v_quats[g];
-    [[unroll]] for (int k = 0; k < 4; ++k) {
+    [[unroll]]
+    for (int k = 0; k < 4; ++k) {
         float m = mq[k], v = vq[k];
         quat[k] = adam_update(quat[k], g_quat[k], m, v, params.lr_quats, b1, b2, c1, c2, eps);
         mq[k] = m;
@@ -205,10 +213,12 @@ void main() {
     // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
 #define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
 #if SH_VEC4
-    [[unroll]] for (uint j = 0u; j < n_floats / 4u; ++j) {
+    [[unroll]]
+    for (uint j = 0u; j < n_floats / 4u; ++j) {
         uint idx = sh_base / 4u + j;
         vec4 p = sh[idx], m = m_sh[idx], v = v_sh[idx];
-        [[unroll]] for (uint e = 0u; e < 4u; ++e) {
+        [[unroll]]
+        for (uint e = 0u; e < 4u; ++e) {
             uint f = 4u * j + e;
             float mm = m[e], vv = v[e];
             p[e] = adam_update(p[e], SH_GRAD(f), mm, vv, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
@@ -220,7 +230,8 @@ void main() {
         v_sh[idx] = v;
     }
 #else
-    [[unroll]] for (uint f = 0u; f < n_floats; ++f) {
+    [[unroll]]
+    for (uint f = 0u; f < n_floats; ++f) {
         uint j = sh_base + f;
         float m = m_sh[j], v = v_sh[j];
         sh[j] = adam_update(sh[j], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);

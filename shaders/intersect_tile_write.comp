@@ -31,7 +31,7 @@ layout(std430, binding = 5) restrict writeonly buffer IsectKeysBuf { uint isect_
 layout(std430, binding = 6) restrict writeonly buffer IsectIdsBuf { uint isect_ids[]; };
 
 layout(push_constant) uniform Push {
-    uint n;               // cameras * Gaussians
+    uint n;  // cameras * Gaussians
     uint n_gaussians;
     uint tile_width;
     uint tile_height;

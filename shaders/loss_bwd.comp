@@ -39,7 +39,7 @@ layout(push_constant) uniform Push {
 
 shared vec3 s_g[SSIM_HALO][SSIM_HALO];
 shared vec3 s_h[SSIM_HALO][SSIM_TILE];
-shared vec4 s_sum[64];                   // one per subgroup
+shared vec4 s_sum[64];  // one per subgroup
 
 void main() {
     int W = int(pc.width), H = int(pc.height);
@@ -55,8 +55,8 @@ void main() {
     float n_valid = float(pc.n_views) * 3.0 * float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0));
 
     uint pix = uint(min(p.y, H - 1) * W + min(p.x, W - 1));
-    vec3 x = vec3(colors[3u * (view_base + pix)], colors[3u * (view_base + pix) + 1u],
-                  colors[3u * (view_base + pix) + 2u]);
+    vec3 x =
+        vec3(colors[3u * (view_base + pix)], colors[3u * (view_base + pix) + 1u], colors[3u * (view_base + pix) + 2u]);
     vec3 y = unpackUnorm4x8(gt_images[image * uint(W * H) + pix]).rgb;
     vec3 grad = params.l1_weight * sign(x - y) / n_pixels;
     for (int ch = 0; ch < 3; ++ch) {

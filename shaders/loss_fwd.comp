@@ -32,9 +32,9 @@ layout(push_constant) uniform Push {
     uint height;
 } pc;
 
-shared vec2 s_xy[SSIM_HALO][SSIM_HALO];            // x and y of one channel, tile + margins
-shared float s_h[5][SSIM_HALO][SSIM_TILE];         // horizontal pass of the 5 moments
-shared vec4 s_sum[64];                             // one per subgroup
+shared vec2 s_xy[SSIM_HALO][SSIM_HALO];     // x and y of one channel, tile + margins
+shared float s_h[5][SSIM_HALO][SSIM_TILE];  // horizontal pass of the 5 moments
+shared vec4 s_sum[64];                      // one per subgroup
 
 void main() {
     int W = int(pc.width), H = int(pc.height);

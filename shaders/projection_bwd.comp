@@ -88,16 +88,16 @@ void main() {
         vec2 v_xy = vec2(GRAD_LOAD(grad_xy, 2u * i), GRAD_LOAD(grad_xy, 2u * i + 1u));
         vec3 v_con = vec3(GRAD_LOAD(grad_conics, 3u * i), GRAD_LOAD(grad_conics, 3u * i + 1u),
                           GRAD_LOAD(grad_conics, 3u * i + 2u));
-        vec3 v_rgb = vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u),
-                          GRAD_LOAD(grad_rgb, 3u * i + 2u));
+        vec3 v_rgb =
+            vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u), GRAD_LOAD(grad_rgb, 3u * i + 2u));
         v_opacity += GRAD_LOAD(grad_opacity, i);
-        projection_vjp(cam, mean, quat, scale, degree, coeffs, float(pc.width), float(pc.height), pc.eps2d,
-                       v_xy, v_con, v_rgb, v_mean, v_quat, v_scale, v_sh);
+        projection_vjp(cam, mean, quat, scale, degree, coeffs, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
+                       v_rgb, v_mean, v_quat, v_scale, v_sh);
     }
     if (!ACTIVATED) {
-        v_scale *= scale;                              // d exp(l) / dl
+        v_scale *= scale;  // d exp(l) / dl
         float o = 1.0 / (1.0 + exp(-opacities[g]));
-        v_opacity *= o * (1.0 - o);                    // d sigmoid(x) / dx
+        v_opacity *= o * (1.0 - o);  // d sigmoid(x) / dx
     }
     grad_means[3u * g] = v_mean.x;
     grad_means[3u * g + 1u] = v_mean.y;

@@ -28,7 +28,7 @@ shared uint s_hist[RADIX];
 void main() {
     uint block = linear_group_id();
     if (block >= pc.num_blocks) {
-        return;                                    // folding rounded the grid up
+        return;  // folding rounded the grid up
     }
     uint tid = gl_LocalInvocationID.x;
     for (uint d = tid; d < RADIX; d += SORT_WG) {

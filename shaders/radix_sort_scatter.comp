@@ -34,15 +34,13 @@ layout(push_constant) uniform Push {
     uint num_blocks;
 } pc;
 
-const uint MAX_SUBGROUPS = SORT_WG / 4u;           // subgroups of at least 4 lanes
-shared uint s_offset[RADIX];                       // next output position per digit
+const uint MAX_SUBGROUPS = SORT_WG / 4u;  // subgroups of at least 4 lanes
+shared uint s_offset[RADIX];              // next output position per digit
 // per subgroup, the count of each digit in this chunk: 8-bit fields, 4 per word
 // (a count is at most the subgroup size, at most 128)
 shared uint s_count[MAX_SUBGROUPS * (RADIX / 4u)];
 
-uint sg_count(uint s, uint d) {
-    return (s_count[s * (RADIX / 4u) + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu;
-}
+uint sg_count(uint s, uint d) { return (s_count[s * (RADIX / 4u) + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu; }
 
 void main() {
     uint block = linear_group_id();
@@ -53,7 +51,7 @@ void main() {
     uint n = min(num_keys[pc.count_offset], pc.n_max);
     uint first = block * SORT_BLOCK;
     if (first >= n) {
-        return;                                    // the whole workgroup leaves together
+        return;  // the whole workgroup leaves together
     }
     for (uint d = tid; d < RADIX; d += SORT_WG) {
         s_offset[d] = hist[d * pc.num_blocks + block];
@@ -77,8 +75,7 @@ void main() {
         }
         uint rank = subgroupBallotExclusiveBitCount(peers);
         if (valid && subgroupBallotFindLSB(peers) == gl_SubgroupInvocationID) {
-            atomicAdd(s_count[sg * (RADIX / 4u) + (digit >> 2u)],
-                      subgroupBallotBitCount(peers) << (8u * (digit & 3u)));
+            atomicAdd(s_count[sg * (RADIX / 4u) + (digit >> 2u)], subgroupBallotBitCount(peers) << (8u * (digit & 3u)));
         }
         barrier();
         if (valid) {

@@ -72,8 +72,7 @@ void main() {
 
     float T_final = inside ? 1.0 - out_alphas[p] : 1.0;
     uint last = inside ? out_last[p] : 0u;
-    vec3 v_color = inside ? vec3(grad_colors[3u * p], grad_colors[3u * p + 1u], grad_colors[3u * p + 2u])
-                          : vec3(0.0);
+    vec3 v_color = inside ? vec3(grad_colors[3u * p], grad_colors[3u * p + 1u], grad_colors[3u * p + 2u]) : vec3(0.0);
     float v_alpha_out = inside ? grad_alphas[p] : 0.0;
     vec3 bg = vec3(backgrounds[3u * c], backgrounds[3u * c + 1u], backgrounds[3u * c + 2u]);
     // gradient of the pixel through T_final, shared by every Gaussian it blends
@@ -88,11 +87,11 @@ void main() {
     uint end = range.x + s_max_last;
 
     float T = T_final;
-    vec3 behind = vec3(0.0);            // colour blended behind the current Gaussian
+    vec3 behind = vec3(0.0);  // colour blended behind the current Gaussian
     for (uint batch_end = end; batch_end > range.x;) {
         uint batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
         uint count = batch_end - batch_start;
-        barrier();                       // the previous batch is consumed
+        barrier();  // the previous batch is consumed
         if (tid < count) {
             uint id = isect_ids[batch_start + tid];
             s_id[tid] = id;
@@ -118,7 +117,7 @@ void main() {
             float v_op = 0.0;
             if (valid) {
                 float ra = 1.0 / (1.0 - alpha);
-                T *= ra;                                      // T before this Gaussian
+                T *= ra;  // T before this Gaussian
                 vec3 col = s_rgb[k].rgb;
                 float w = alpha * T;
                 v_rgb = w * v_color;

@@ -67,9 +67,9 @@ void main() {
         if (!done) {
             atomicAdd(s_alive[parity], 1u);
         }
-        barrier();           // also: every pixel is done with the previous batch
+        barrier();  // also: every pixel is done with the previous batch
         if (s_alive[parity] == 0u) {
-            break;           // uniform: every pixel is saturated
+            break;  // uniform: every pixel is saturated
         }
         if (tid == 0u) {
             s_alive[parity ^ 1u] = 0u;

@@ -16,30 +16,46 @@ Vulkan and CUDA devices), :mod:`spirula.runtime` (buffers, kernels, recorded
 sequences, the profiler), :mod:`spirula.render` (projection, sort,
 rasterization), :mod:`spirula.train` and :mod:`spirula.data`.
 """
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "rasterization", "rasterization_backward", "open_device", "Device", "get_device",
-           "load_dataset", "TrainConfig", "Trainer"]
+__all__ = [
+    "__version__",
+    "rasterization",
+    "rasterization_backward",
+    "open_device",
+    "Device",
+    "get_device",
+    "load_dataset",
+    "TrainConfig",
+    "Trainer",
+]
 
 
 def __getattr__(name):
     # Imported on first use: `import spirula` stays cheap and needs no GPU.
     if name in ("rasterization", "rasterization_backward"):
         from spirula.render import api
+
         return getattr(api, name)
     if name in ("open_device", "get_device"):
         from spirula import backends
+
         return getattr(backends, name)
     if name == "Device":
         from spirula.backends.vulkan import VulkanDevice
+
         return VulkanDevice
     if name == "load_dataset":
         from spirula.data import load_dataset
+
         return load_dataset
     if name == "TrainConfig":
         from spirula.train.config import TrainConfig
+
         return TrainConfig
     if name == "Trainer":
         from spirula.train.trainer import Trainer
+
         return Trainer
     raise AttributeError("module 'spirula' has no attribute %r" % name)

@@ -8,6 +8,7 @@ otherwise (CI, logs, pipes), where a bar's carriage returns would pile up.
   undistort or downscale, kernels to compile).
 - :func:`write`: a line on stdout or stderr that does not break a bar.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,7 @@ def is_terminal(stream) -> bool:
     """True if ``stream`` is an interactive terminal."""
     try:
         return bool(stream.isatty())
-    except (AttributeError, ValueError):        # no isatty, or closed
+    except (AttributeError, ValueError):  # no isatty, or closed
         return False
 
 
@@ -61,8 +62,7 @@ class TrainProgress:
         self.test_psnr = None
         self.bar = None
         if self.tty:
-            self.bar = tqdm(total=total, initial=start, desc="train", unit="step", file=self.stream,
-                            dynamic_ncols=True)
+            self.bar = tqdm(total=total, initial=start, desc="train", unit="step", file=self.stream, dynamic_ncols=True)
             self._postfix_due = 0.0
 
     def update(self, step: int, out: dict):
@@ -80,14 +80,22 @@ class TrainProgress:
             now = time.perf_counter()
             rate = (step - self.last_step) / max(now - self.last_t, 1e-9)
             self.last_step, self.last_t = step, now
-            self.stream.write("step %*d/%d | %7.1f steps/s | %9s splats | loss %.4f | PSNR %.2f\n"
-                              % (len(str(self.total)), step, self.total, rate, "{:,}".format(out["n_splats"]),
-                                 out["loss"], train_psnr(out["mse"])))
+            self.stream.write(
+                "step %*d/%d | %7.1f steps/s | %9s splats | loss %.4f | PSNR %.2f\n"
+                % (
+                    len(str(self.total)),
+                    step,
+                    self.total,
+                    rate,
+                    "{:,}".format(out["n_splats"]),
+                    out["loss"],
+                    train_psnr(out["mse"]),
+                )
+            )
             self.stream.flush()
 
     def _postfix(self, out: dict) -> str:
-        s = "%s splats, loss %.4f, PSNR %.2f" % ("{:,}".format(out["n_splats"]), out["loss"],
-                                                 train_psnr(out["mse"]))
+        s = "%s splats, loss %.4f, PSNR %.2f" % ("{:,}".format(out["n_splats"]), out["loss"], train_psnr(out["mse"]))
         if self.test_psnr is not None:
             s += ", test PSNR %.2f" % self.test_psnr
         return s
@@ -106,8 +114,7 @@ class TrainProgress:
             self.bar = None
 
 
-def track(items, desc: str, total: int | None = None, unit: str = "it", stream=None,
-          isatty: bool | None = None):
+def track(items, desc: str, total: int | None = None, unit: str = "it", stream=None, isatty: bool | None = None):
     """Iterate over ``items`` showing progress: on a terminal a tqdm bar that
     goes away at the end; otherwise ``spirula: <desc> k/total`` every
     TRACK_INTERVAL seconds (nothing for a short loop)."""

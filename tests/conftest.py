@@ -3,6 +3,7 @@
 Every buffer the tests allocate starts as NaN (SPIRULA_POISON_BUFFERS=1), so a
 kernel that relies on zeroed memory fails.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,6 +24,7 @@ LAYER_SETTINGS = Path(__file__).resolve().parent / "vulkan"
 @pytest.fixture(scope="session")
 def device():
     from spirula.backends import open_device, set_device
+
     dev = open_device("vulkan")
     set_device(dev)
     return dev
@@ -32,6 +34,7 @@ def device():
 def test_kernels():
     """Registry of the test-only kernels in tests/shaders (saxpy, increment, spin)."""
     from spirula.runtime.kernels import KernelRegistry, shader_dir
+
     return KernelRegistry(source_dir=TEST_SHADERS, include_dirs=[shader_dir() / "include"])
 
 
@@ -39,8 +42,11 @@ def validation_env(**extra) -> dict:
     """Environment that loads the Khronos validation layer with synchronization
     validation, logging every message to stdout (tests/vulkan/vk_layer_settings.txt)."""
     env = dict(os.environ)
-    env.update(VK_INSTANCE_LAYERS="VK_LAYER_KHRONOS_validation", VK_LAYER_SETTINGS_PATH=str(LAYER_SETTINGS),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    env.update(
+        VK_INSTANCE_LAYERS="VK_LAYER_KHRONOS_validation",
+        VK_LAYER_SETTINGS_PATH=str(LAYER_SETTINGS),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
     env.pop("SS_PROFILE", None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -48,8 +54,14 @@ def validation_env(**extra) -> dict:
 
 def run_validated(script: str, timeout: int = 600, **env) -> subprocess.CompletedProcess:
     """Run a Python script in a fresh process under the validation layer."""
-    return subprocess.run([sys.executable, "-c", script], env=validation_env(**env), capture_output=True,
-                          text=True, timeout=timeout, cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        env=validation_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(ROOT),
+    )
 
 
 def validation_messages(proc: subprocess.CompletedProcess) -> list:

@@ -11,6 +11,7 @@ The camera maths here is written independently of spirula.data (OpenCV
 look-at, COLMAP's quaternion convention, the radial-tangential model and its
 fixed-point inverse), so the tests compare two implementations.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,13 +31,13 @@ NS_APPLIED = np.array([[1.0, 0, 0, 0], [0, 0, 1, 0], [0, -1, 0, 0]])
 
 @dataclass
 class Truth:
-    names: list                     # "0000.png" ...
-    K: np.ndarray                   # [3,3]
-    viewmats: np.ndarray            # [C,4,4] world->camera, OpenCV
-    points: np.ndarray              # [P,3] float32
-    colors: np.ndarray              # [P,3] uint8
-    images: list = field(default_factory=list)   # [H,W,3] uint8 per camera
-    alphas: list = field(default_factory=list)   # [H,W] uint8 per camera (Blender)
+    names: list  # "0000.png" ...
+    K: np.ndarray  # [3,3]
+    viewmats: np.ndarray  # [C,4,4] world->camera, OpenCV
+    points: np.ndarray  # [P,3] float32
+    colors: np.ndarray  # [P,3] uint8
+    images: list = field(default_factory=list)  # [H,W,3] uint8 per camera
+    alphas: list = field(default_factory=list)  # [H,W] uint8 per camera (Blender)
 
 
 def look_at(center, target=(0, 0, 0), up=(0, 0, 1)) -> np.ndarray:
@@ -48,7 +49,7 @@ def look_at(center, target=(0, 0, 0), up=(0, 0, 1)) -> np.ndarray:
     right = np.cross(fwd, up)
     right /= np.linalg.norm(right)
     down = np.cross(fwd, right)
-    R = np.stack([right, down, fwd])          # rows: camera axes in world
+    R = np.stack([right, down, fwd])  # rows: camera axes in world
     v = np.eye(4)
     v[:3, :3] = R
     v[:3, 3] = -R @ c
@@ -94,11 +95,17 @@ def make_truth(seed: int = 0) -> Truth:
     pts = (rng.normal(size=(N_POINTS, 3)) * 0.5).astype(np.float32)
     cols = rng.integers(0, 256, size=(N_POINTS, 3), dtype=np.uint8)
     i, j = np.mgrid[0:H, 0:W]
-    alpha = np.where((i - H / 2) ** 2 + (j - W / 2) ** 2 < 18 ** 2, 255, 0).astype(np.uint8)
+    alpha = np.where((i - H / 2) ** 2 + (j - W / 2) ** 2 < 18**2, 255, 0).astype(np.uint8)
     alpha[:, :4] = 128
-    return Truth(names=["%04d.png" % k for k in range(N_CAMS)], K=K, viewmats=np.stack(views),
-                 points=pts, colors=cols, images=[pattern(k) for k in range(N_CAMS)],
-                 alphas=[alpha] * N_CAMS)
+    return Truth(
+        names=["%04d.png" % k for k in range(N_CAMS)],
+        K=K,
+        viewmats=np.stack(views),
+        points=pts,
+        colors=cols,
+        images=[pattern(k) for k in range(N_CAMS)],
+        alphas=[alpha] * N_CAMS,
+    )
 
 
 def _save_images(folder: Path, names, images) -> None:
@@ -108,13 +115,20 @@ def _save_images(folder: Path, names, images) -> None:
 
 
 def _camera_params(model, params):
-    ids = {"SIMPLE_PINHOLE": 0, "PINHOLE": 1, "SIMPLE_RADIAL": 2, "RADIAL": 3, "OPENCV": 4,
-           "OPENCV_FISHEYE": 5}
+    ids = {"SIMPLE_PINHOLE": 0, "PINHOLE": 1, "SIMPLE_RADIAL": 2, "RADIAL": 3, "OPENCV": 4, "OPENCV_FISHEYE": 5}
     return ids[model], [float(p) for p in params]
 
 
-def write_colmap(root: Path, truth: Truth, binary: bool = True, model: str = "PINHOLE", params=None,
-                 images=None, model_dir: str = "sparse/0", write_points: bool = True) -> Path:
+def write_colmap(
+    root: Path,
+    truth: Truth,
+    binary: bool = True,
+    model: str = "PINHOLE",
+    params=None,
+    images=None,
+    model_dir: str = "sparse/0",
+    write_points: bool = True,
+) -> Path:
     """A COLMAP dataset: ``<model_dir>/{cameras,images,points3D}.{bin,txt}`` and
     ``images/``. One camera (id 1) shared by all images (ids 1..C)."""
     root = Path(root)
@@ -147,20 +161,27 @@ def write_colmap(root: Path, truth: Truth, binary: bool = True, model: str = "PI
                     f.write(struct.pack("<Q3d3BdQ", p + 1, x, y, z, *truth.colors[p].tolist(), 0.5, 2))
                     f.write(struct.pack("<4i", 1, p, 2, p))
     else:
-        (d / "cameras.txt").write_text("# Camera list\n# CAMERA_ID, MODEL, WIDTH, HEIGHT, PARAMS[]\n"
-                                       "1 %s %d %d %s\n" % (model, W, H, " ".join(repr(p) for p in params)))
-        lines = ["# Image list with two lines of data per image:", "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, "
-                 "CAMERA_ID, NAME", "#   POINTS2D[] as (X, Y, POINT3D_ID)"]
+        (d / "cameras.txt").write_text(
+            "# Camera list\n# CAMERA_ID, MODEL, WIDTH, HEIGHT, PARAMS[]\n"
+            "1 %s %d %d %s\n" % (model, W, H, " ".join(repr(p) for p in params))
+        )
+        lines = [
+            "# Image list with two lines of data per image:",
+            "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME",
+            "#   POINTS2D[] as (X, Y, POINT3D_ID)",
+        ]
         for k, (name, vm) in enumerate(zip(truth.names, truth.viewmats)):
             q = rotmat_to_qvec(vm[:3, :3])
             lines.append(" ".join([str(k + 1)] + [repr(float(x)) for x in (*q, *vm[:3, 3])] + ["1", name]))
-            lines.append("" if k % 2 else "12.5 3.25 -1 7.0 8.0 4")     # empty POINTS2D lines too
+            lines.append("" if k % 2 else "12.5 3.25 -1 7.0 8.0 4")  # empty POINTS2D lines too
         (d / "images.txt").write_text("\n".join(lines) + "\n")
         if write_points:
             lines = ["# 3D point list"]
             for p, xyz in enumerate(truth.points.astype(np.float64)):
-                lines.append("%d %s %s %s %d %d %d 0.5 1 %d 2 %d" % (p + 1, *map(repr, xyz.tolist()),
-                                                                     *truth.colors[p].tolist(), p, p))
+                lines.append(
+                    "%d %s %s %s %d %d %d 0.5 1 %d 2 %d"
+                    % (p + 1, *map(repr, xyz.tolist()), *truth.colors[p].tolist(), p, p)
+                )
             (d / "points3D.txt").write_text("\n".join(lines) + "\n")
     return root
 
@@ -198,33 +219,47 @@ def write_blender(root: Path, truth: Truth, interval: int = 8, with_points: bool
         (root / split).mkdir(parents=True, exist_ok=True)
         rgba = np.concatenate([truth.images[k], truth.alphas[k][:, :, None]], axis=2)
         Image.fromarray(rgba, "RGBA").save(root / split / ("r_%03d.png" % k))
-        splits[split].append({"file_path": "./%s/r_%03d" % (split, k), "rotation": 0.1,
-                              "transform_matrix": opencv_to_opengl_c2w(vm).tolist()})
+        splits[split].append(
+            {
+                "file_path": "./%s/r_%03d" % (split, k),
+                "rotation": 0.1,
+                "transform_matrix": opencv_to_opengl_c2w(vm).tolist(),
+            }
+        )
     for split, frames in splits.items():
-        (root / ("transforms_%s.json" % split)).write_text(json.dumps({"camera_angle_x": angle,
-                                                                       "frames": frames}, indent=1))
+        (root / ("transforms_%s.json" % split)).write_text(
+            json.dumps({"camera_angle_x": angle, "frames": frames}, indent=1)
+        )
     (root / "transforms_val.json").write_text(json.dumps({"camera_angle_x": angle, "frames": []}))
     if with_points:
         write_points_ply(root / "points3d.ply", truth.points, truth.colors)
     return root
 
 
-def write_nerfstudio(root: Path, truth: Truth, dist: dict | None = None, images=None,
-                     per_frame_intrinsics: bool = False) -> Path:
+def write_nerfstudio(
+    root: Path, truth: Truth, dist: dict | None = None, images=None, per_frame_intrinsics: bool = False
+) -> Path:
     """``transforms.json`` as ns-process-data writes it: poses and points moved by
     ``applied_transform``, images in ``images/``, ``sparse_pc.ply``."""
     root = Path(root)
     _save_images(root / "images", truth.names, truth.images if images is None else images)
     A = np.vstack([NS_APPLIED, [0, 0, 0, 1]])
     intr = {"fl_x": F, "fl_y": F, "cx": W / 2, "cy": H / 2, "w": W, "h": H}
-    meta = {"camera_model": "OPENCV", "frames": [], "applied_transform": NS_APPLIED.tolist(),
-            "ply_file_path": "sparse_pc.ply"}
+    meta = {
+        "camera_model": "OPENCV",
+        "frames": [],
+        "applied_transform": NS_APPLIED.tolist(),
+        "ply_file_path": "sparse_pc.ply",
+    }
     if not per_frame_intrinsics:
         meta.update(intr)
     meta.update(dist or {})
     for k, (name, vm) in enumerate(zip(truth.names, truth.viewmats)):
-        fr = {"file_path": "images/" + name, "transform_matrix": (A @ opencv_to_opengl_c2w(vm)).tolist(),
-              "colmap_im_id": k + 1}
+        fr = {
+            "file_path": "images/" + name,
+            "transform_matrix": (A @ opencv_to_opengl_c2w(vm)).tolist(),
+            "colmap_im_id": k + 1,
+        }
         if per_frame_intrinsics:
             fr.update(intr)
         meta["frames"].append(fr)
@@ -236,12 +271,12 @@ def write_nerfstudio(root: Path, truth: Truth, dist: dict | None = None, images=
 
 # --- lens distortion, written independently of spirula.data.undistort -------
 
+
 def distort_normalized(x, y, k1=0.0, k2=0.0, p1=0.0, p2=0.0):
     """OpenCV / COLMAP OPENCV forward model on normalized coordinates."""
     r2 = x * x + y * y
     radial = 1 + k1 * r2 + k2 * r2 * r2
-    return (x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x),
-            y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y)
+    return (x * radial + 2 * p1 * x * y + p2 * (r2 + 2 * x * x), y * radial + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y)
 
 
 def undistort_normalized(xd, yd, iters=100, **c):

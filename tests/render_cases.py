@@ -3,6 +3,7 @@
 Image sizes are not multiples of 16, N is not a multiple of any workgroup,
 there are two cameras, and every SH band is exercised.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,25 +29,40 @@ def random_scene(n=300, cameras=2, width=75, height=53, sh_degree=3, seed=0, spr
         viewmats.append(vm)
         f = 0.9 * width
         Ks.append([[f, 0, width / 2 + 1.3 * c], [0, f * 1.05, height / 2 - 0.7 * c], [0, 0, 1]])
-    return dict(means=means, quats=quats, scales=scales, opacities=opacities, sh_coeffs=sh,
-                viewmats=np.array(viewmats, np.float32), Ks=np.array(Ks, np.float32),
-                width=width, height=height, sh_degree=sh_degree)
+    return dict(
+        means=means,
+        quats=quats,
+        scales=scales,
+        opacities=opacities,
+        sh_coeffs=sh,
+        viewmats=np.array(viewmats, np.float32),
+        Ks=np.array(Ks, np.float32),
+        width=width,
+        height=height,
+        sh_degree=sh_degree,
+    )
 
 
 def gpu_render(scene, backgrounds=None, device=None, **kwargs):
     from spirula.render.api import rasterization
+
     return rasterization(**scene, backgrounds=backgrounds, device=device, **kwargs)
 
 
 def ref_render(scene, backgrounds=None):
     from reference.render import rasterization
+
     s = {k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v) for k, v in scene.items()}
     return rasterization(**s, backgrounds=None if backgrounds is None else np.asarray(backgrounds, np.float64))
 
 
 def ref_grads(scene, grad_colors, grad_alphas, backgrounds=None):
     from reference.render import rasterization_bwd
+
     s = {k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v) for k, v in scene.items()}
-    return rasterization_bwd(**s, backgrounds=None if backgrounds is None else np.asarray(backgrounds, np.float64),
-                             grad_colors=np.asarray(grad_colors, np.float64),
-                             grad_alphas=np.asarray(grad_alphas, np.float64))
+    return rasterization_bwd(
+        **s,
+        backgrounds=None if backgrounds is None else np.asarray(backgrounds, np.float64),
+        grad_colors=np.asarray(grad_colors, np.float64),
+        grad_alphas=np.asarray(grad_alphas, np.float64),
+    )

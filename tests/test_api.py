@@ -1,4 +1,5 @@
 """The public API: every name in spirula.__all__ exists and is documented."""
+
 import spirula
 
 
@@ -12,6 +13,7 @@ def test_every_public_name_resolves_and_has_a_docstring():
 
 def test_rasterization_is_the_numpy_entry_point():
     from spirula.render import api
+
     assert spirula.rasterization is api.rasterization
     assert "[C,H,W,3]" in spirula.rasterization.__doc__
     assert "means2d_absgrad" in spirula.rasterization_backward.__doc__
@@ -22,12 +24,14 @@ def test_embedding_app_can_hand_over_its_own_manager():
     app reads the rendered buffer's tensor directly."""
     import kp
     import numpy as np
+
     mgr = kp.Manager()
     dev = spirula.open_device("vulkan", manager=mgr)
     assert isinstance(dev, spirula.Device) and dev.mgr is mgr
     from render_cases import random_scene
+
     s = random_scene(n=20, cameras=1, sh_degree=0)
     colors, _, _, meta = spirula.rasterization(**s, device=dev)
     raster = meta["_context"].raster
-    assert raster.out_colors.tensor.size() * 4 >= colors.nbytes      # a kp.Tensor the app can bind
+    assert raster.out_colors.tensor.size() * 4 >= colors.nbytes  # a kp.Tensor the app can bind
     assert np.isfinite(colors).all()

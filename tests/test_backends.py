@@ -8,6 +8,7 @@ the shared transfers, the launch records, recorded sequences) is the real
 code, without a GPU. The CUDA kernels themselves are tested on a GPU by
 test_cuda_parity.py.
 """
+
 import ctypes as C
 import inspect
 
@@ -45,6 +46,7 @@ class FakeCudaLib:
 
     def __init__(self):
         from spirula.backends.contract import read_kernel
+
         self.calls = []
         self._push = {k: [c.name for c in read_kernel(k, {}).push] for k in ("copy", "fill")}
         self.copy = self._kernel("copy")
@@ -76,8 +78,8 @@ class FakeCudaLib:
 
         def launch(address):
             s = SpirulaLaunch.from_address(address)
-            push = dict(zip(self._push[name], s.push[:s.n_push]))
-            k = 4 if s.flags & 1 else 1                    # VEC4
+            push = dict(zip(self._push[name], s.push[: s.n_push]))
+            k = 4 if s.flags & 1 else 1  # VEC4
             n = push["count"] * k
             if name == "copy":
                 src = _words(s.buffers[0] + 4 * k * push["src_offset"], n)
@@ -86,6 +88,7 @@ class FakeCudaLib:
                 _words(s.buffers[0] + 4 * k * push["offset"], n)[:] = push["value"]
             self.calls.append(name)
             return 0
+
         return launch
 
 
@@ -94,15 +97,30 @@ def fake_cuda(monkeypatch):
     """A CudaDevice over FakeCudaLib (its __init__ needs a GPU: the fields are set as it sets them)."""
     from spirula.backends import cuda
     from spirula.backends.cudart import CudaDeviceInfo
+
     monkeypatch.setattr(cuda, "CudaMemory", HostMemory)
     monkeypatch.setattr(cuda, "CudaHostMemory", HostMemory)
     dev = cuda.CudaDevice.__new__(cuda.CudaDevice)
     dev.lib = FakeCudaLib()
     dev.info = CudaDeviceInfo(
-        index=0, name="Fake GPU", device_type="discrete", driver="none", api_version="sm_90", subgroup_size=32,
-        timestamps=True, timestamp_period_ns=1.0, timestamp_valid_bits=64, device_local_bytes=1 << 30,
-        max_storage_buffer_range=1 << 30, max_shared_memory=49152, max_workgroup_count=(2 ** 31 - 1, 65535, 65535),
-        max_workgroup_invocations=1024, shader_int64=True, atomic_float_add=True, extensions=frozenset())
+        index=0,
+        name="Fake GPU",
+        device_type="discrete",
+        driver="none",
+        api_version="sm_90",
+        subgroup_size=32,
+        timestamps=True,
+        timestamp_period_ns=1.0,
+        timestamp_valid_bits=64,
+        device_local_bytes=1 << 30,
+        max_storage_buffer_range=1 << 30,
+        max_shared_memory=49152,
+        max_workgroup_count=(2**31 - 1, 65535, 65535),
+        max_workgroup_invocations=1024,
+        shader_int64=True,
+        atomic_float_add=True,
+        extensions=frozenset(),
+    )
     dev.defines = {"ATOMIC_FLOAT": 1}
     dev._kernels = {}
     dev.stream = 1
@@ -118,10 +136,12 @@ def any_device(request):
 
 # ---- the interface ----------------------------------------------------------------------
 
+
 def test_both_devices_implement_the_whole_interface():
     from spirula.backends.cuda import CudaDevice, CudaSequence
     from spirula.backends.vulkan import VulkanDevice
     from spirula.runtime.sequence import RecordedSequence, Sequence
+
     for cls in (VulkanDevice, CudaDevice):
         assert issubclass(cls, base.Device) and not inspect.isabstract(cls), cls
     assert (VulkanDevice.backend, CudaDevice.backend) == ("vulkan", "cuda")
@@ -138,6 +158,7 @@ def test_both_devices_implement_the_whole_interface():
 
 def test_each_backend_module_has_the_module_functions():
     from spirula.backends import BACKENDS, backend_module
+
     for name in BACKENDS:
         module = backend_module(name)
         for fn in ("list_devices", "resolve_index", "unavailable_reason"):
@@ -147,11 +168,13 @@ def test_each_backend_module_has_the_module_functions():
 def test_device_info_has_one_shape():
     from spirula.backends.cudart import CudaDeviceInfo
     from spirula.runtime import vkinfo
+
     assert vkinfo.DeviceInfo is base.DeviceInfo and issubclass(CudaDeviceInfo, base.DeviceInfo)
     assert isinstance(vkinfo.list_devices()[0], base.DeviceInfo)
 
 
 # ---- shared code, on both devices ------------------------------------------------------------
+
 
 def test_transfers_round_trip(any_device):
     dev = any_device
@@ -161,8 +184,9 @@ def test_transfers_round_trip(any_device):
     dev.upload(buf, data, offset=12)
     got = dev.readback(buf)
     assert np.array_equal(got[3:40], data) and not got[:3].any()
-    assert np.array_equal(dev.readback(buf, shape=(2, 2), dtype=np.uint32, offset=16),
-                          data[1:5].view(np.uint32).reshape(2, 2))
+    assert np.array_equal(
+        dev.readback(buf, shape=(2, 2), dtype=np.uint32, offset=16), data[1:5].view(np.uint32).reshape(2, 2)
+    )
     other = dev.pool.alloc("seam.b", (40,), np.float32)
     dev.fill(other, 1.5)
     dev.copy(buf, other, nbytes=8, src_offset=16, dst_offset=4)
@@ -182,14 +206,17 @@ def test_pool_growth_keeps_the_contents(any_device):
     dev.pool.free(buf)
 
 
-@pytest.mark.parametrize("call,message", [
-    (lambda d, b: d.upload(b, np.zeros(3, np.uint8)), "multiples of 4"),
-    (lambda d, b: d.upload(b, np.zeros(4, np.float32), offset=2), "multiples of 4"),
-    (lambda d, b: d.readback(b, shape=(17,)), "outside the buffer's 64 bytes"),
-    (lambda d, b: d.readback(b, offset=68), "outside"),
-    (lambda d, b: d.fill(b, 0, nbytes=8, offset=60), "range [60, 68) outside"),
-    (lambda d, b: d.copy(b, b, nbytes=8, src_offset=-4), "outside"),
-])
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda d, b: d.upload(b, np.zeros(3, np.uint8)), "multiples of 4"),
+        (lambda d, b: d.upload(b, np.zeros(4, np.float32), offset=2), "multiples of 4"),
+        (lambda d, b: d.readback(b, shape=(17,)), "outside the buffer's 64 bytes"),
+        (lambda d, b: d.readback(b, offset=68), "outside"),
+        (lambda d, b: d.fill(b, 0, nbytes=8, offset=60), "range [60, 68) outside"),
+        (lambda d, b: d.copy(b, b, nbytes=8, src_offset=-4), "outside"),
+    ],
+)
 def test_range_checks_are_the_same_on_both(any_device, call, message):
     buf = any_device.pool.alloc("seam.range", (16,), np.float32)
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace(")", r"\)")):
@@ -206,8 +233,8 @@ def test_recorded_copy_and_fill_run_through_the_sequence(any_device):
     dev.upload(src, np.arange(64, dtype=np.uint32))
     rec = dev.recorder("seam")
     rec.fill(dst, 7)
-    rec.copy(src, dst, nbytes=4 * 10, src_offset=4 * 3, dst_offset=4 * 20)     # not VEC4
-    rec.copy(src, dst, nbytes=4 * 8, src_offset=0, dst_offset=4 * 40)          # VEC4
+    rec.copy(src, dst, nbytes=4 * 10, src_offset=4 * 3, dst_offset=4 * 20)  # not VEC4
+    rec.copy(src, dst, nbytes=4 * 8, src_offset=0, dst_offset=4 * 40)  # VEC4
     seq = rec.finish()
     assert (seq.dispatches, seq.barriers) == (3, 4)
     expect = np.full(64, 7, np.uint32)
@@ -218,7 +245,7 @@ def test_recorded_copy_and_fill_run_through_the_sequence(any_device):
     dev.fill(dst, 0)
     seq.run_async()
     assert dev._pending is seq
-    got = dev.readback(dst)            # waits for it first
+    got = dev.readback(dst)  # waits for it first
     assert dev._pending is None and np.array_equal(got, expect)
     dev.pool.resize(src, (1000,))
     assert seq.stale
@@ -236,7 +263,7 @@ def test_cuda_launch_record_and_memory_hooks(fake_cuda):
     s = launch.struct
     assert (s.n_buffers, list(s.buffers[:2]), s.flags & 1) == (2, [a.tensor.ptr, b.tensor.ptr], 1)
     assert s.stream == dev.stream and dev.kernel_names() == ["copy", "fill"]
-    assert dev.fold_groups(2 ** 31 + 5) == (1073741827, 2, 1)
+    assert dev.fold_groups(2**31 + 5) == (1073741827, 2, 1)
     assert dev.process_memory_used() == 5 << 20
     host = dev.pool.alloc("seam.host", (4,), np.float32, host=True)
     host.host_view()[:] = 2.0
@@ -248,10 +275,11 @@ def test_cuda_launch_record_and_memory_hooks(fake_cuda):
 def test_transfers_are_timed_once_each(monkeypatch, fake_cuda):
     """With the profiler on, each transfer is one row of its kind (shared code)."""
     from spirula.runtime.profiler import Profiler
+
     buf = fake_cuda.pool.alloc("seam.t", (8,), np.float32)
     prof = Profiler()
     monkeypatch.setattr(fake_cuda, "profiler", prof)
-    monkeypatch.setattr(fake_cuda, "_timed_now", lambda row, run: run())     # no CUDA events here
+    monkeypatch.setattr(fake_cuda, "_timed_now", lambda row, run: run())  # no CUDA events here
     fake_cuda.upload(buf, np.ones(8, np.float32))
     fake_cuda.readback(buf)
     fake_cuda.copy(buf, buf, nbytes=16, dst_offset=16)
@@ -264,6 +292,7 @@ def test_transfers_are_timed_once_each(monkeypatch, fake_cuda):
 
 # ---- index resolution and open_device -------------------------------------------------------
 
+
 def test_resolve_index_argument_environment_default(monkeypatch):
     monkeypatch.delenv("SPIRULA_DEVICE", raising=False)
     assert base.resolve_index(None, 3, 2, NoVulkanError, "Vulkan") == 2
@@ -275,15 +304,19 @@ def test_resolve_index_argument_environment_default(monkeypatch):
         base.resolve_index(None, 3, 2, NoVulkanError, "Vulkan")
     monkeypatch.setenv("SPIRULA_DEVICE", "5")
     from spirula.backends.cudart import NoCudaError
+
     with pytest.raises(NoCudaError) as err:
         base.resolve_index(None, 1, 0, NoCudaError, "CUDA", "spirula devices --backend cuda")
-    assert str(err.value) == ("device (--device / SPIRULA_DEVICE) 5 does not exist: this machine has 1 CUDA "
-                              "device (0..0; see `spirula devices --backend cuda`)")
+    assert str(err.value) == (
+        "device (--device / SPIRULA_DEVICE) 5 does not exist: this machine has 1 CUDA "
+        "device (0..0; see `spirula devices --backend cuda`)"
+    )
 
 
 def test_open_device_is_the_one_way_in(device):
     from spirula.backends import UnknownBackendError, get_device, open_device
     from spirula.backends.vulkan import VulkanDevice
+
     assert isinstance(get_device(), VulkanDevice)
     with pytest.raises(UnknownBackendError) as err:
         open_device("metal")
@@ -297,6 +330,7 @@ def test_open_device_is_the_one_way_in(device):
 
 def test_open_device_cuda_without_the_library_is_one_line(monkeypatch, tmp_path):
     from spirula.backends import cudart, list_devices, open_device, unavailable_reason
+
     monkeypatch.setattr(cudart, "_lib", None)
     monkeypatch.setenv("SPIRULA_CUDA_LIB", str(tmp_path / "none.so"))
     for call in (lambda: open_device("cuda"), lambda: list_devices("cuda")):
@@ -309,8 +343,10 @@ def test_open_device_cuda_without_the_library_is_one_line(monkeypatch, tmp_path)
 
 # ---- the CLI option ----------------------------------------------------------------------
 
+
 def _main(capsys, *argv):
     from spirula.cli.main import main
+
     with pytest.raises(SystemExit) as exit_:
         main(list(argv))
     out, err = capsys.readouterr()
@@ -319,6 +355,7 @@ def _main(capsys, *argv):
 
 def test_every_subcommand_takes_backend_device_and_profile():
     from spirula.cli.main import _register, cli
+
     _register()
     assert {"train", "eval", "render", "selftest", "devices", "shaders"} <= set(cli.commands)
     for group_or_command in [cli] + list(cli.commands.values()):
@@ -326,8 +363,9 @@ def test_every_subcommand_takes_backend_device_and_profile():
         assert {"backend", "device", "profile"} <= names, group_or_command.name
 
 
-@pytest.mark.parametrize("argv", [["devices"], ["selftest"], ["shaders"], ["train"], ["eval", "nowhere"],
-                                  ["render", "nowhere"]])
+@pytest.mark.parametrize(
+    "argv", [["devices"], ["selftest"], ["shaders"], ["train"], ["eval", "nowhere"], ["render", "nowhere"]]
+)
 def test_a_bad_backend_is_one_line_with_exit_code_2(capsys, argv):
     for args in ([*argv, "--backend", "metal"], ["--backend", "metal", *argv]):
         code, out, err = _main(capsys, *args)
@@ -338,7 +376,8 @@ def test_a_bad_backend_is_one_line_with_exit_code_2(capsys, argv):
 @pytest.mark.parametrize("argv", [["devices"], ["selftest", "--size", "4096"]])
 def test_cuda_commands_run_on_cuda_or_say_why_not(capsys, monkeypatch, argv):
     from spirula import backends
-    monkeypatch.setattr(backends, "_default", backends._default)     # a CUDA selftest sets it
+
+    monkeypatch.setattr(backends, "_default", backends._default)  # a CUDA selftest sets it
     reason = backends.unavailable_reason("cuda")
     code, out, err = _main(capsys, *argv, "--backend", "cuda")
     if reason is not None:
@@ -349,6 +388,7 @@ def test_cuda_commands_run_on_cuda_or_say_why_not(capsys, monkeypatch, argv):
 
 def test_devices_with_backend_vulkan_lists_vulkan_only(capsys, monkeypatch):
     from spirula.backends import cudart
-    monkeypatch.setattr(cudart, "list_devices", lambda: ["a CUDA GPU"])        # never asked
+
+    monkeypatch.setattr(cudart, "list_devices", lambda: ["a CUDA GPU"])  # never asked
     code, out, _ = _main(capsys, "devices", "--backend", "vulkan")
     assert code == 0 and "CUDA" not in out and out.splitlines()[0].split()[:2] == ["#", "name"]

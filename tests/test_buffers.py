@@ -1,4 +1,5 @@
 """The buffer pool and the four transfer operations (upload, readback, copy, fill)."""
+
 import numpy as np
 import pytest
 
@@ -11,10 +12,13 @@ DTYPES = [np.float32, np.int32, np.uint32, np.uint8, np.float16]
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_upload_readback_round_trip_is_exact(device, dtype):
     rng = np.random.default_rng(1)
-    n = 4 * 1237   # a whole number of 32-bit words for every dtype
+    n = 4 * 1237  # a whole number of 32-bit words for every dtype
     info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else None
-    data = (rng.integers(info.min, info.max, n, endpoint=True).astype(dtype) if info
-            else rng.standard_normal(n).astype(dtype))
+    data = (
+        rng.integers(info.min, info.max, n, endpoint=True).astype(dtype)
+        if info
+        else rng.standard_normal(n).astype(dtype)
+    )
     buf = device.pool.alloc("test.roundtrip", (n,), dtype)
     device.upload(buf, data)
     got = device.readback(buf)
@@ -41,6 +45,7 @@ def test_upload_and_readback_at_offsets(device):
 
 def test_transfer_larger_than_staging_goes_in_chunks(device, monkeypatch):
     from spirula.backends import vulkan as devmod
+
     monkeypatch.setattr(devmod, "STAGING_MAX_BYTES", 4096)
     data = np.arange(10_000, dtype=np.float32)
     buf = device.pool.alloc("test.chunks", data.shape, np.float32)
@@ -55,7 +60,7 @@ def test_fill_sets_exactly_the_range(device, n, offset):
     device.fill(buf, 0xDEADBEEF, nbytes=4 * n, offset=4 * offset)
     got = device.readback(buf)
     expect = np.zeros(n + offset + 5, np.uint32)
-    expect[offset:offset + n] = 0xDEADBEEF
+    expect[offset : offset + n] = 0xDEADBEEF
     assert np.array_equal(got, expect)
     device.fill(buf, 1.5)
     assert np.all(device.readback(buf, dtype=np.float32) == 1.5)
@@ -70,8 +75,8 @@ def test_copy_moves_exactly_the_range(device, n, src_off, dst_off):
     device.upload(src, data)
     device.copy(src, dst, nbytes=4 * n, src_offset=4 * src_off, dst_offset=4 * dst_off)
     got = device.readback(dst)
-    assert np.array_equal(got[dst_off:dst_off + n], data[src_off:])
-    assert got[:dst_off].sum() == 0 and got[dst_off + n:].sum() == 0
+    assert np.array_equal(got[dst_off : dst_off + n], data[src_off:])
+    assert got[:dst_off].sum() == 0 and got[dst_off + n :].sum() == 0
     device.pool.free(src)
     device.pool.free(dst)
 
@@ -110,7 +115,7 @@ def test_growth_reallocates_with_headroom_and_keeps_contents(device):
     with pytest.raises(RuntimeError, match="record it again"):
         seq.run()
     cap = buf.capacity
-    device.pool.resize(buf, (1001,))            # within the headroom: no new tensor
+    device.pool.resize(buf, (1001,))  # within the headroom: no new tensor
     assert buf.capacity == cap and buf.version == 1
     device.pool.free(buf)
 

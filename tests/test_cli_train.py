@@ -2,6 +2,7 @@
 them (a subprocess each) on the tiny COLMAP scene of train_cases.py: the
 outputs of a run, and one line on stderr with a non-zero exit, never a
 traceback, for each kind of bad input."""
+
 import json
 import os
 import shutil
@@ -10,11 +11,11 @@ import sys
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import ROOT
-from spirula.train.config import TrainConfig
+from PIL import Image
 from train_cases import write_tiny_colmap
+
+from spirula.train.config import TrainConfig
 
 # small enough for lavapipe's 128 MiB storage-buffer limit (the default MCMC
 # budget of 1M splats at SH degree 3 needs 183 MiB for the SH coefficients)
@@ -24,8 +25,14 @@ SMALL = ["--cap-max", "2000", "--sh-degree", "1"]
 def spirula(*args, cwd=None, timeout=300):
     env = {k: v for k, v in os.environ.items() if k != "SS_PROFILE"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-m", "spirula", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "spirula", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
 
 
 def assert_one_line_error(proc, *words):
@@ -53,6 +60,7 @@ def run(dataset):
 
 def test_train_writes_the_run_folder(run, dataset):
     from spirula.data import read_splat_ply
+
     out, proc = run
     assert "Traceback" not in proc.stderr
     assert "step 20/20" in proc.stderr
@@ -128,9 +136,13 @@ def test_backend_cuda_runs_there_or_says_why_not(run, dataset, tmp_path, command
     command runs on CUDA where it can, else one line and exit code 2, as
     `spirula devices --backend cuda` says."""
     from spirula.backends import unavailable_reason
+
     out, _ = run
-    args = {"train": ["train", dataset, "--iterations", 2, "--output", tmp_path / "cuda", *SMALL],
-            "eval": ["eval", out], "render": ["render", out, "--camera", "0", "--out", tmp_path / "r"]}[command]
+    args = {
+        "train": ["train", dataset, "--iterations", 2, "--output", tmp_path / "cuda", *SMALL],
+        "eval": ["eval", out],
+        "render": ["render", out, "--camera", "0", "--out", tmp_path / "r"],
+    }[command]
     reason = unavailable_reason("cuda")
     if reason is None:
         proc = spirula(*args, "--backend", "cuda")
@@ -159,28 +171,38 @@ def test_train_on_images_of_two_sizes(tmp_path):
     """A nerfstudio dataset whose odd views are half size trains from the CLI
     (before, such datasets were refused) and says which sizes it found."""
     from train_cases import write_tiny_mixed_sizes
+
     data = write_tiny_mixed_sizes(tmp_path / "mixed")
     proc = spirula("train", data, "--iterations", 10, "--output", tmp_path / "run", *SMALL)
     assert proc.returncode == 0, proc.stderr
-    assert "32x24, 64x48" in proc.stderr + proc.stdout          # by count: 6 small, 4 full
+    assert "32x24, 64x48" in proc.stderr + proc.stdout  # by count: 6 small, 4 full
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert np.isfinite(metrics["psnr"]) and (tmp_path / "run" / "splat.ply").is_file()
 
 
 # ---- the options map onto TrainConfig (in process) ----------------------------------
 
+
 class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("args,want", [
-    ([], lambda: TrainConfig.demo()),
-    (["DATA"], lambda: TrainConfig()),
-    (["--iterations", "7", "--seed", "3", "--strategy", "adc"],
-     lambda: TrainConfig.demo(iterations=7, seed=3, strategy="adc")),
-    (["DATA", "--sh-degree", "1", "--set", "log_every=5", "--eval-split", "none"],
-     lambda: TrainConfig(sh_degree=1, log_every=5, eval_split="none")),
-], ids=["demo", "dataset", "demo-options", "dataset-options"])
+@pytest.mark.parametrize(
+    "args,want",
+    [
+        ([], lambda: TrainConfig.demo()),
+        (["DATA"], lambda: TrainConfig()),
+        (
+            ["--iterations", "7", "--seed", "3", "--strategy", "adc"],
+            lambda: TrainConfig.demo(iterations=7, seed=3, strategy="adc"),
+        ),
+        (
+            ["DATA", "--sh-degree", "1", "--set", "log_every=5", "--eval-split", "none"],
+            lambda: TrainConfig(sh_degree=1, log_every=5, eval_split="none"),
+        ),
+    ],
+    ids=["demo", "dataset", "demo-options", "dataset-options"],
+)
 def test_untyped_options_leave_the_configuration_defaults(monkeypatch, tmp_path, args, want):
     """The CLI holds no defaults of its own: without options, `spirula train`
     is TrainConfig.demo() and `spirula train DATASET` TrainConfig(); an option
@@ -191,6 +213,7 @@ def test_untyped_options_leave_the_configuration_defaults(monkeypatch, tmp_path,
     import spirula.data
     import spirula.data.demo
     from spirula.cli.main import _register, cli
+
     made = []
 
     class Recorded(TrainConfig):
@@ -200,6 +223,7 @@ def test_untyped_options_leave_the_configuration_defaults(monkeypatch, tmp_path,
 
     def load_dataset(*a, **kw):
         raise _Stop
+
     monkeypatch.setattr(cli_train, "TrainConfig", Recorded)
     monkeypatch.setattr(spirula.data, "load_dataset", load_dataset)
     monkeypatch.setattr(spirula.data.demo, "ensure_demo_scene", lambda log=None: tmp_path / "demo")

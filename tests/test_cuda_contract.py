@@ -2,6 +2,7 @@
 glslang (spirula/backends/contract.py); it must equal the Vulkan registry's,
 for every shader and compile-time variant. The C++ header generated from it
 (spirula/backends/contract_gen.py) is the only place the CUDA twins get it."""
+
 import pytest
 
 from spirula.backends.contract import CUDA_DEFINES, preprocess, read_kernel
@@ -17,15 +18,22 @@ def registry():
     return KernelRegistry()
 
 
-@pytest.mark.parametrize("defines", [dict(ATOMIC_FLOAT=1, VEC4=1), dict(ATOMIC_FLOAT=0, VEC4=0), {},
-                                     dict(ATOMIC_FLOAT=1, SH_VEC4=1, FLOAT=1)],
-                         ids=["atomic-vec4", "cas-scalar", "none", "atomic-shvec4-float"])
+@pytest.mark.parametrize(
+    "defines",
+    [dict(ATOMIC_FLOAT=1, VEC4=1), dict(ATOMIC_FLOAT=0, VEC4=0), {}, dict(ATOMIC_FLOAT=1, SH_VEC4=1, FLOAT=1)],
+    ids=["atomic-vec4", "cas-scalar", "none", "atomic-shvec4-float"],
+)
 @pytest.mark.parametrize("name", NAMES)
 def test_contract_read_without_glslang_equals_glslangs(registry, name, defines):
     want = registry.get(name, **defines)
     got = read_kernel(name, defines)
-    assert (got.name, got.bindings, got.push, got.spec, got.local_size) == \
-        (want.name, want.bindings, want.push, want.spec, want.local_size)
+    assert (got.name, got.bindings, got.push, got.spec, got.local_size) == (
+        want.name,
+        want.bindings,
+        want.push,
+        want.spec,
+        want.local_size,
+    )
     assert got.key == want.key
 
 
@@ -50,7 +58,7 @@ CUDA_NAMES = sorted(p.stem for p in (shader_dir().parent / "native_cuda").glob("
 def _members(header: str, struct: str, start: int = 0) -> list:
     """(declaration, field name) of ``struct`` in a generated header, from ``start``."""
     i = header.index("struct %s {" % struct, start)
-    body = header[i:header.index("};", i)].split("\n")[1:]
+    body = header[i : header.index("};", i)].split("\n")[1:]
     out = []
     for line in body:
         decl = line.split("//")[0].strip().rstrip(";")
@@ -98,11 +106,17 @@ def test_generated_types_counts_and_variants_of_some_kernels():
     args = dict((f, t) for t, f in _members(h, "Args"))
     assert args["quats"] == "float4*" and args["sh"] == "float*" and args["radii"] == "const int2*"
     assert args["params"] == "const spirula::StepParams*"
-    assert "spirula::bind(L, 21u, a.params, false)" in h       # one StepParams: at least its size
-    assert "spirula::bind(L, 16u, a.radii, true)" in h          # an array: whole int2s
+    assert "spirula::bind(L, 21u, a.params, false)" in h  # one StepParams: at least its size
+    assert "spirula::bind(L, 16u, a.radii, true)" in h  # an array: whole int2s
     spec = dict((f, t) for t, f in _members(h, "Spec"))
-    assert spec == dict(SH_DEGREE="uint32_t", SH_COEFFS="uint32_t", MCMC_NOISE="bool", ADC_STATS="bool",
-                        N_VIEWS="uint32_t", ABSGRAD="bool")
+    assert spec == dict(
+        SH_DEGREE="uint32_t",
+        SH_COEFFS="uint32_t",
+        MCMC_NOISE="bool",
+        ADC_STATS="bool",
+        N_VIEWS="uint32_t",
+        ABSGRAD="bool",
+    )
     assert "sp.MCMC_NOISE = L->spec[2] != 0u;" in h and "bool ABSGRAD = false;" in h
     v = h.index("namespace SH_VEC4 {")
     sh4 = dict((f, t) for t, f in _members(h, "Args", v))
@@ -113,21 +127,22 @@ def test_generated_types_counts_and_variants_of_some_kernels():
     assert "LOCAL_SIZE_X = 16u;" in h and "LOCAL_SIZE_Y = 16u;" in h and "LOCAL_THREADS = 256u;" in h
     assert "namespace VEC4" not in h and "namespace SH_VEC4" not in h
     assert ("const uint2*", "ranges") in _members(h, "Args")
-    assert "// binding 10" in h and "binding 14 grad_xy_abs" in h      # the shader's binding comments
+    assert "// binding 10" in h and "binding 14 grad_xy_abs" in h  # the shader's binding comments
 
 
 def test_generator_writes_every_header_once(tmp_path):
     assert main([str(tmp_path)]) == 0
     assert sorted(p.stem for p in tmp_path.glob("*.h")) == NAMES
     (tmp_path / "gone.h").write_text("// a kernel whose shader was removed")
-    assert write_all(tmp_path) == []                             # unchanged headers are left alone
+    assert write_all(tmp_path) == []  # unchanged headers are left alone
     assert not (tmp_path / "gone.h").exists()
 
 
 def test_generator_refuses_element_types_without_a_cuda_twin(tmp_path):
     (tmp_path / "bad.comp").write_text(
         "#version 450\nlayout(local_size_x = 64) in;\n"
-        "layout(std430, binding = 0) buffer B { vec3 v[]; };\nvoid main() {}\n")
+        "layout(std430, binding = 0) buffer B { vec3 v[]; };\nvoid main() {}\n"
+    )
     with pytest.raises(ShaderCompileError, match="vec3"):
         generate("bad", tmp_path)
 
@@ -136,11 +151,18 @@ def test_no_cuda_kernel_writes_its_contract_by_hand():
     """The contract of every native_cuda/<kernel>.cu comes from its generated
     header: no hand-written Push/Args/Spec struct, count, spec position or block size."""
     import re
+
     for name in CUDA_NAMES:
         src = (shader_dir().parent / "native_cuda" / (name + ".cu")).read_text()
         code = re.sub(r"//[^\n]*", "", src)
-        for pattern in (r"struct\s+(Push|Args|Spec)\b", r"SPIRULA_CONTRACT\(", r"L->spec\[", r"dim3\(",
-                        r"__launch_bounds__\(\d", r"//\s+binding \d"):
+        for pattern in (
+            r"struct\s+(Push|Args|Spec)\b",
+            r"SPIRULA_CONTRACT\(",
+            r"L->spec\[",
+            r"dim3\(",
+            r"__launch_bounds__\(\d",
+            r"//\s+binding \d",
+        ):
             assert not re.search(pattern, code if "//" not in pattern else src), (name, pattern)
         assert '#include "%s.h"' % name in src, name
 
@@ -200,25 +222,49 @@ def test_unpack_checks_a_launch_record_and_the_ctypes_mirror_matches(tmp_path):
     import os
     import shutil
     import subprocess
+
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.access(nvcc, os.X_OK):
         pytest.skip("nvcc not found")
     from spirula.backends.cudart import SpirulaLaunch
+
     root = shader_dir().parent
     write_all(tmp_path / "contracts", ["fpbo"])
     (tmp_path / "t.cu").write_text(UNPACK_PROGRAM)
     exe = tmp_path / "t"
-    subprocess.run([nvcc, "-std=c++17", "-I%s" % (root / "native_cuda"), "-I%s" % (tmp_path / "contracts"),
-                    "-I%s" % (root / "shaders" / "include"),
-                    str(tmp_path / "t.cu"), "-o", str(exe)], check=True, capture_output=True, timeout=600)
-    out = dict(line.split(" ", 1) for line in subprocess.run([str(exe)], capture_output=True, text=True,
-                                                             check=True).stdout.splitlines())
-    assert out["layout"].split() == [str(v) for v in (
-        SpirulaLaunch.buffers.offset, SpirulaLaunch.sizes.offset, SpirulaLaunch.n_push.offset,
-        SpirulaLaunch.push.offset, SpirulaLaunch.spec.offset, SpirulaLaunch.flags.offset,
-        ctypes.sizeof(SpirulaLaunch))]
-    invalid = "1"                                     # cudaErrorInvalidValue
+    subprocess.run(
+        [
+            nvcc,
+            "-std=c++17",
+            "-I%s" % (root / "native_cuda"),
+            "-I%s" % (tmp_path / "contracts"),
+            "-I%s" % (root / "shaders" / "include"),
+            str(tmp_path / "t.cu"),
+            "-o",
+            str(exe),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    out = dict(
+        line.split(" ", 1)
+        for line in subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+    )
+    assert out["layout"].split() == [
+        str(v)
+        for v in (
+            SpirulaLaunch.buffers.offset,
+            SpirulaLaunch.sizes.offset,
+            SpirulaLaunch.n_push.offset,
+            SpirulaLaunch.push.offset,
+            SpirulaLaunch.spec.offset,
+            SpirulaLaunch.flags.offset,
+            ctypes.sizeof(SpirulaLaunch),
+        )
+    ]
+    invalid = "1"  # cudaErrorInvalidValue
     assert out["ok"].split() == ["0", "1", "0.3", "3", "16", "1", "0", "2"]
     assert out["params"] == invalid and out["quats"] == invalid
-    assert out["sh"].split() == ["0", invalid]        # floats for Args, not float4s for SH_VEC4::Args
+    assert out["sh"].split() == ["0", invalid]  # floats for Args, not float4s for SH_VEC4::Args
     assert out["null"] == invalid and out["push"] == invalid and out["buffers"] == invalid

@@ -28,12 +28,13 @@ Tolerances (element-wise, ``ref`` = the Vulkan result):
 
 Skipped where there is no CUDA GPU or no built library (``make cuda``).
 """
+
 import os
 
 import numpy as np
 import pytest
-
 from render_cases import random_scene
+
 from spirula.render.rasterizer import EPS2D, FAR_PLANE, NEAR_PLANE, Rasterizer, Splats, pack_cameras, tile_grid
 from spirula.render.scan import PrefixSum
 from spirula.render.sort import RadixSort
@@ -46,12 +47,13 @@ R_PLAIN = 5e-4
 R_ATOMIC = 1e-3
 FLIP_FRACTION = 2e-3
 ATOMIC_VIOLATIONS = 2e-3
-REPORT = os.environ.get("SPIRULA_PARITY_REPORT", "") not in ("", "0")   # print what each check saw (-s)
+REPORT = os.environ.get("SPIRULA_PARITY_REPORT", "") not in ("", "0")  # print what each check saw (-s)
 
 
 @pytest.fixture(scope="module")
 def cuda():
     from spirula.backends import open_device, unavailable_reason
+
     reason = unavailable_reason("cuda")
     if reason is not None:
         pytest.skip("CUDA backend unavailable: %s" % reason)
@@ -66,8 +68,8 @@ def backends(cuda, device):
 
 # ---- helpers ----------------------------------------------------------------------
 
-def run_kernel(dev, name, groups, inputs: dict, outputs: dict, read=(), push=None, spec=None, defines=None,
-               zero=()):
+
+def run_kernel(dev, name, groups, inputs: dict, outputs: dict, read=(), push=None, spec=None, defines=None, zero=()):
     """Upload ``inputs`` (name -> array), allocate ``outputs`` (name -> (shape,
     dtype), NaN-poisoned, or zeroed when named in ``zero``), record one dispatch,
     run it, and return every output and every input named in ``read``."""
@@ -99,7 +101,13 @@ def assert_exact(got, want, what):
     w = want.view(np.uint32) if want.dtype.itemsize == 4 else want
     bad = np.flatnonzero(g.reshape(-1) != w.reshape(-1))
     assert bad.size == 0, "%s: %d of %d differ, first at %d: cuda %r, vulkan %r" % (
-        what, bad.size, g.size, bad[0], got.reshape(-1)[bad[0]], want.reshape(-1)[bad[0]])
+        what,
+        bad.size,
+        g.size,
+        bad[0],
+        got.reshape(-1)[bad[0]],
+        want.reshape(-1)[bad[0]],
+    )
 
 
 def assert_close(got, want, r, what, violations=0.0, mask=None):
@@ -124,11 +132,25 @@ def assert_near(got, want, atol, rtol, what, violations=0.0, mask=None):
     frac = bad.mean() if bad.size else 0.0
     worst = np.nanmax(np.where(both_nan, 0, err / np.maximum(bound, 1e-38))) if bad.size else 0.0
     if REPORT:
-        print("\nparity %-18s outside %d/%d, worst %.3g x bound, max|d| %.3g, max|ref| %.3g" % (
-            what, bad.sum(), bad.size, worst, np.nanmax(err) if err.size else 0, np.nanmax(np.abs(want))
-            if want.size else 0))
+        print(
+            "\nparity %-18s outside %d/%d, worst %.3g x bound, max|d| %.3g, max|ref| %.3g"
+            % (
+                what,
+                bad.sum(),
+                bad.size,
+                worst,
+                np.nanmax(err) if err.size else 0,
+                np.nanmax(np.abs(want)) if want.size else 0,
+            )
+        )
     assert frac <= violations, "%s: %d of %d elements outside %g + %g|ref| (worst %.3g x the bound)" % (
-        what, bad.sum(), bad.size, np.max(atol) if atol.size else 0, rtol, worst)
+        what,
+        bad.sum(),
+        bad.size,
+        np.max(atol) if atol.size else 0,
+        rtol,
+        worst,
+    )
 
 
 def assert_few(flips, total, what):
@@ -142,9 +164,14 @@ def scene_inputs(scene, activated=True):
     scales, opac = scene["scales"], scene["opacities"]
     if not activated:
         scales, opac = np.log(scales), np.log(opac / (1 - opac))
-    return dict(means=scene["means"], quats=scene["quats"], scales=scales.astype(np.float32),
-                opacities=opac.astype(np.float32), sh=scene["sh_coeffs"],
-                cameras=pack_cameras(scene["viewmats"], scene["Ks"]))
+    return dict(
+        means=scene["means"],
+        quats=scene["quats"],
+        scales=scales.astype(np.float32),
+        opacities=opac.astype(np.float32),
+        sh=scene["sh_coeffs"],
+        cameras=pack_cameras(scene["viewmats"], scene["Ks"]),
+    )
 
 
 def project(dev, scene, sh_degree, activated=True):
@@ -154,13 +181,32 @@ def project(dev, scene, sh_degree, activated=True):
     tw, th = tile_grid(W, H)
     rows = C * n
     return run_kernel(
-        dev, "projection_fwd", Threads(rows), scene_inputs(scene, activated),
-        dict(xyop=((rows, 4), np.float32), conics=((rows, 4), np.float32), rgb=((rows, 4), np.float32),
-             radii=((rows, 2), np.int32), tile_counts=((rows,), np.uint32), depth_keys=((rows,), np.uint32),
-             depth_ids=((rows,), np.uint32)),
-        push=dict(n=n, n_cameras=C, width=W, height=H, tile_width=tw, tile_height=th, eps2d=EPS2D,
-                  near_plane=NEAR_PLANE, far_plane=FAR_PLANE),
-        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated)))
+        dev,
+        "projection_fwd",
+        Threads(rows),
+        scene_inputs(scene, activated),
+        dict(
+            xyop=((rows, 4), np.float32),
+            conics=((rows, 4), np.float32),
+            rgb=((rows, 4), np.float32),
+            radii=((rows, 2), np.int32),
+            tile_counts=((rows,), np.uint32),
+            depth_keys=((rows,), np.uint32),
+            depth_ids=((rows,), np.uint32),
+        ),
+        push=dict(
+            n=n,
+            n_cameras=C,
+            width=W,
+            height=H,
+            tile_width=tw,
+            tile_height=th,
+            eps2d=EPS2D,
+            near_plane=NEAR_PLANE,
+            far_plane=FAR_PLANE,
+        ),
+        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -168,18 +214,34 @@ def forward_inputs(backends):
     """A scene rendered on Vulkan: the inputs rasterize_fwd/bwd read, as numpy."""
     vk, _ = backends
     scene = random_scene(n=400, sh_degree=3, seed=5)
-    splats = Splats.from_numpy(vk, scene["means"], scene["quats"], scene["scales"], scene["opacities"],
-                               scene["sh_coeffs"], prefix="parity.splat")
+    splats = Splats.from_numpy(
+        vk,
+        scene["means"],
+        scene["quats"],
+        scene["scales"],
+        scene["opacities"],
+        scene["sh_coeffs"],
+        prefix="parity.splat",
+    )
     raster = Rasterizer(vk, scene["width"], scene["height"], 2, capacity=len(scene["means"]), name="parity.raster")
     raster.set_cameras(scene["viewmats"], scene["Ks"])
     raster.set_backgrounds(np.array([[0.2, 0.4, 0.6], [1.0, 0.0, 0.5]], np.float32))
     m = raster.forward(splats, 3)
     rows = 2 * len(scene["means"])
-    out = dict(ranges=vk.readback(raster.ranges), isect_ids=raster.intersections()[1],
-               xyop=vk.readback(raster.xyop, shape=(rows, 4)), conics=vk.readback(raster.conics, shape=(rows, 4)),
-               rgb=vk.readback(raster.rgb, shape=(rows, 4)), backgrounds=vk.readback(raster.backgrounds),
-               out_alphas=vk.readback(raster.out_alphas), out_last=vk.readback(raster.out_last),
-               width=scene["width"], height=scene["height"], rows=rows, m=m)
+    out = dict(
+        ranges=vk.readback(raster.ranges),
+        isect_ids=raster.intersections()[1],
+        xyop=vk.readback(raster.xyop, shape=(rows, 4)),
+        conics=vk.readback(raster.conics, shape=(rows, 4)),
+        rgb=vk.readback(raster.rgb, shape=(rows, 4)),
+        backgrounds=vk.readback(raster.backgrounds),
+        out_alphas=vk.readback(raster.out_alphas),
+        out_last=vk.readback(raster.out_last),
+        width=scene["width"],
+        height=scene["height"],
+        rows=rows,
+        m=m,
+    )
     raster.free()
     splats.free(vk)
     return out
@@ -187,16 +249,16 @@ def forward_inputs(backends):
 
 def raster_push(f, max_alpha=0.99):
     tw, th = tile_grid(f["width"], f["height"])
-    return (dict(width=f["width"], height=f["height"], tile_width=tw, tile_height=th, max_alpha=max_alpha),
-            (tw, th, 2))
+    return (dict(width=f["width"], height=f["height"], tile_width=tw, tile_height=th, max_alpha=max_alpha), (tw, th, 2))
 
 
 # ---- copy, fill, transfers ----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("nwords,offset", [(3001, 3), (4096 + 16, 8)], ids=["scalar", "vec4"])
 def test_recorded_copy_and_fill_are_bit_exact(backends, nwords, offset):
     rng = np.random.default_rng(nwords)
-    src = rng.integers(0, 2 ** 32, nwords + 2 * offset, dtype=np.uint64).astype(np.uint32)
+    src = rng.integers(0, 2**32, nwords + 2 * offset, dtype=np.uint64).astype(np.uint32)
     results = []
     for dev in backends:
         a = dev.pool.alloc("parity.copy.src", src.shape, np.uint32)
@@ -214,20 +276,34 @@ def test_recorded_copy_and_fill_are_bit_exact(backends, nwords, offset):
     assert_exact(cb, vb, "copy")
     assert_exact(cc, vc, "fill")
     d = offset // 2 * 2
-    assert np.array_equal(cb[d:d + nwords], src[offset:offset + nwords])
-    assert (cc[offset:offset + nwords] == -1.5).all()
+    assert np.array_equal(cb[d : d + nwords], src[offset : offset + nwords])
+    assert (cc[offset : offset + nwords] == -1.5).all()
 
 
 def test_copy_and_fill_kernels_with_a_folded_grid_are_bit_exact(backends):
     """The grid-stride step is gl_NumWorkGroups.x * .y * 256 on both backends."""
     n = 50_000
     src = np.arange(n, dtype=np.uint32) * 7
-    vk_out, cu_out = both(backends, "copy", (5, 3, 1), dict(src=src), dict(dst=((n,), np.uint32)),
-                          push=dict(src_offset=0, dst_offset=0, count=n), defines=dict(VEC4=0))
+    vk_out, cu_out = both(
+        backends,
+        "copy",
+        (5, 3, 1),
+        dict(src=src),
+        dict(dst=((n,), np.uint32)),
+        push=dict(src_offset=0, dst_offset=0, count=n),
+        defines=dict(VEC4=0),
+    )
     assert_exact(cu_out["dst"], vk_out["dst"], "copy")
     assert np.array_equal(cu_out["dst"], src)
-    vk_out, cu_out = both(backends, "fill", (2, 2, 1), {}, dict(dst=((n,), np.uint32)),
-                          push=dict(offset=4, count=(n - 16) // 4, value=99), defines=dict(VEC4=1))
+    vk_out, cu_out = both(
+        backends,
+        "fill",
+        (2, 2, 1),
+        {},
+        dict(dst=((n,), np.uint32)),
+        push=dict(offset=4, count=(n - 16) // 4, value=99),
+        defines=dict(VEC4=1),
+    )
     assert_exact(cu_out["dst"], vk_out["dst"], "fill vec4")
 
 
@@ -242,7 +318,7 @@ def test_transfers_and_pool_growth_keep_every_byte(backends):
     want[100:105] = data[:5]
     assert np.array_equal(cu.readback(buf), want)
     assert np.array_equal(cu.readback(buf, shape=(7,), offset=4 * 9), want[9:16])
-    assert cu.pool.resize(buf, (50_000,), keep=True)                  # copy_tensors + free
+    assert cu.pool.resize(buf, (50_000,), keep=True)  # copy_tensors + free
     assert np.array_equal(cu.readback(buf, shape=(10_001,)), want)
     other = cu.pool.alloc("parity.transfer2", (10_001,), np.float32)
     cu.copy(buf, other, nbytes=4 * 10_001)
@@ -254,6 +330,7 @@ def test_transfers_and_pool_growth_keep_every_byte(backends):
 
 
 # ---- scan and sort -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [1, 1000, 1024 * 5 + 123, 1_100_000])
 def test_prefix_sum_is_exact(backends, n):
@@ -313,13 +390,17 @@ def test_host_buffers_are_shared_with_kernels(backends):
 
 
 def test_radix_sort_count_is_exact(backends):
-    n, blocks = 2048 * 3 + 517, 5                          # one block past the keys writes zeros
-    keys = np.random.default_rng(1).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    n, blocks = 2048 * 3 + 517, 5  # one block past the keys writes zeros
+    keys = np.random.default_rng(1).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     for shift in (0, 24):
-        vk_out, cu_out = both(backends, "radix_sort_count", blocks,
-                              dict(keys=keys, num_keys=np.array([0, n], np.uint32)),
-                              dict(hist=((256 * blocks,), np.uint32)),
-                              push=dict(n_max=n + 5, count_offset=1, shift=shift, num_blocks=blocks))
+        vk_out, cu_out = both(
+            backends,
+            "radix_sort_count",
+            blocks,
+            dict(keys=keys, num_keys=np.array([0, n], np.uint32)),
+            dict(hist=((256 * blocks,), np.uint32)),
+            push=dict(n_max=n + 5, count_offset=1, shift=shift, num_blocks=blocks),
+        )
         assert_exact(cu_out["hist"], vk_out["hist"], "hist")
         digits = (keys >> shift) & 255
         want = np.zeros((256, blocks), np.uint32)
@@ -330,18 +411,22 @@ def test_radix_sort_count_is_exact(backends):
 def test_radix_sort_scatter_is_exact_and_stable(backends):
     n, blocks, shift = 2048 * 2 + 999, 3, 8
     rng = np.random.default_rng(2)
-    keys = rng.integers(0, 2 ** 16, n).astype(np.uint32)
-    keys[: n // 3] &= 0x0300                               # many equal digits
+    keys = rng.integers(0, 2**16, n).astype(np.uint32)
+    keys[: n // 3] &= 0x0300  # many equal digits
     vals = np.arange(n, dtype=np.uint32) * 3
     digits = (keys >> shift) & 255
     hist = np.zeros((256, blocks), np.uint64)
     np.add.at(hist, (digits, np.arange(n) // 2048), 1)
     flat = hist.reshape(-1)
     offsets = (np.cumsum(flat) - flat).astype(np.uint32)
-    vk_out, cu_out = both(backends, "radix_sort_scatter", blocks,
-                          dict(keys_in=keys, vals_in=vals, hist=offsets, num_keys=np.array([n], np.uint32)),
-                          dict(keys_out=((n,), np.uint32), vals_out=((n,), np.uint32)),
-                          push=dict(n_max=n, count_offset=0, shift=shift, num_blocks=blocks))
+    vk_out, cu_out = both(
+        backends,
+        "radix_sort_scatter",
+        blocks,
+        dict(keys_in=keys, vals_in=vals, hist=offsets, num_keys=np.array([n], np.uint32)),
+        dict(keys_out=((n,), np.uint32), vals_out=((n,), np.uint32)),
+        push=dict(n_max=n, count_offset=0, shift=shift, num_blocks=blocks),
+    )
     assert_exact(cu_out["keys_out"], vk_out["keys_out"], "keys_out")
     assert_exact(cu_out["vals_out"], vk_out["vals_out"], "vals_out")
     order = np.argsort(digits, kind="stable")
@@ -350,7 +435,7 @@ def test_radix_sort_scatter_is_exact_and_stable(backends):
 
 def test_whole_radix_sort_is_exact(backends):
     n = 70_001
-    keys = np.random.default_rng(4).integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    keys = np.random.default_rng(4).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     keys[: n // 2] %= 11
     results = []
     for dev in backends:
@@ -373,6 +458,7 @@ def test_whole_radix_sort_is_exact(backends):
 
 # ---- projection ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
 @pytest.mark.parametrize("sh_degree", [0, 1, 2, 3])
 def test_projection_fwd_matches(backends, sh_degree, activated):
@@ -390,8 +476,12 @@ def test_projection_fwd_matches(backends, sh_degree, activated):
     culled = same & ~vis
     assert_exact(cu_out["depth_keys"][culled], vk_out["depth_keys"][culled], "culled depth keys")
     kv = vis & (vk_out["depth_keys"] != 0xFFFFFFFF)
-    assert_close(cu_out["depth_keys"][kv].view(np.float32), vk_out["depth_keys"][kv].view(np.float32), R_PLAIN,
-                 "depth keys (as float)")
+    assert_close(
+        cu_out["depth_keys"][kv].view(np.float32),
+        vk_out["depth_keys"][kv].view(np.float32),
+        R_PLAIN,
+        "depth keys (as float)",
+    )
 
 
 @pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
@@ -400,31 +490,52 @@ def test_projection_bwd_matches(backends, sh_degree, activated):
     vk, _ = backends
     scene = random_scene(n=777, sh_degree=3, seed=40 + sh_degree)
     n, C = len(scene["means"]), 2
-    radii = project(vk, scene, sh_degree, activated)["radii"]           # one input for both
+    radii = project(vk, scene, sh_degree, activated)["radii"]  # one input for both
     rng = np.random.default_rng(sh_degree)
-    grads = dict(grad_xy=rng.standard_normal((C * n, 2)), grad_conics=rng.standard_normal((C * n, 3)),
-                 grad_rgb=rng.standard_normal((C * n, 3)), grad_opacity=rng.standard_normal(C * n))
-    inputs = dict(scene_inputs(scene, activated), radii=radii,
-                  **{k: v.astype(np.float32) for k, v in grads.items()})
+    grads = dict(
+        grad_xy=rng.standard_normal((C * n, 2)),
+        grad_conics=rng.standard_normal((C * n, 3)),
+        grad_rgb=rng.standard_normal((C * n, 3)),
+        grad_opacity=rng.standard_normal(C * n),
+    )
+    inputs = dict(scene_inputs(scene, activated), radii=radii, **{k: v.astype(np.float32) for k, v in grads.items()})
     K = scene["sh_coeffs"].shape[1]
-    outs = dict(grad_means=((n, 3), np.float32), grad_quats=((n, 4), np.float32), grad_scales=((n, 3), np.float32),
-                grad_opacities=((n,), np.float32), grad_sh=((n, K, 3), np.float32))
-    vk_out, cu_out = both(backends, "projection_bwd", Threads(n), inputs, outs,
-                          push=dict(n=n, n_cameras=C, width=scene["width"], height=scene["height"], eps2d=EPS2D),
-                          spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated)))
+    outs = dict(
+        grad_means=((n, 3), np.float32),
+        grad_quats=((n, 4), np.float32),
+        grad_scales=((n, 3), np.float32),
+        grad_opacities=((n,), np.float32),
+        grad_sh=((n, K, 3), np.float32),
+    )
+    vk_out, cu_out = both(
+        backends,
+        "projection_bwd",
+        Threads(n),
+        inputs,
+        outs,
+        push=dict(n=n, n_cameras=C, width=scene["width"], height=scene["height"], eps2d=EPS2D),
+        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated)),
+    )
     for name in outs:
         assert_close(cu_out[name], vk_out[name], R_PLAIN, name)
-    assert (cu_out["grad_sh"][:, (sh_degree + 1) ** 2:] == 0).all()
+    assert (cu_out["grad_sh"][:, (sh_degree + 1) ** 2 :] == 0).all()
 
 
 # ---- intersections -----------------------------------------------------------------
 
+
 def test_intersect_tile_count_is_exact_on_a_folded_grid(backends):
-    n = 21 * 256 - 5                                        # groups (7, 3): linear id = y * 7 + x
+    n = 21 * 256 - 5  # groups (7, 3): linear id = y * 7 + x
     rng = np.random.default_rng(6)
     ids, counts = rng.permutation(n).astype(np.uint32), rng.integers(0, 7, n).astype(np.uint32)
-    vk_out, cu_out = both(backends, "intersect_tile_count", (7, 3, 1), dict(sorted_ids=ids, tile_counts=counts),
-                          dict(offsets=((n,), np.uint32)), push=dict(n=n))
+    vk_out, cu_out = both(
+        backends,
+        "intersect_tile_count",
+        (7, 3, 1),
+        dict(sorted_ids=ids, tile_counts=counts),
+        dict(offsets=((n,), np.uint32)),
+        push=dict(n=n),
+    )
     assert_exact(cu_out["offsets"], vk_out["offsets"], "offsets")
     assert np.array_equal(cu_out["offsets"], counts[ids])
 
@@ -432,27 +543,31 @@ def test_intersect_tile_count_is_exact_on_a_folded_grid(backends):
 def test_intersect_tile_write_is_exact(backends):
     vk, _ = backends
     scene = random_scene(n=700, seed=8, spread=1.5)
-    p = project(vk, scene, 0)                              # one projection, input to both
+    p = project(vk, scene, 0)  # one projection, input to both
     n = len(scene["means"])
     order = np.argsort(p["depth_keys"], kind="stable").astype(np.uint32)
     counts = p["tile_counts"][order]
     offsets = (np.cumsum(counts, dtype=np.uint64) - counts).astype(np.uint32)
     total = int(counts.sum())
-    cap = total - 10                                        # the last pairs are dropped
+    cap = total - 10  # the last pairs are dropped
     tw, th = tile_grid(scene["width"], scene["height"])
-    vk_out, cu_out = both(backends, "intersect_tile_write", Threads(cap),
-                          dict(sorted_ids=order, offsets=offsets, totals=np.array([0, total], np.uint32),
-                               xyop=p["xyop"], radii=p["radii"]),
-                          dict(isect_keys=((cap,), np.uint32), isect_ids=((cap,), np.uint32)),
-                          push=dict(n=2 * n, n_gaussians=n, tile_width=tw, tile_height=th, capacity=cap,
-                                    count_offset=1))
+    vk_out, cu_out = both(
+        backends,
+        "intersect_tile_write",
+        Threads(cap),
+        dict(
+            sorted_ids=order, offsets=offsets, totals=np.array([0, total], np.uint32), xyop=p["xyop"], radii=p["radii"]
+        ),
+        dict(isect_keys=((cap,), np.uint32), isect_ids=((cap,), np.uint32)),
+        push=dict(n=2 * n, n_gaussians=n, tile_width=tw, tile_height=th, capacity=cap, count_offset=1),
+    )
     assert_exact(cu_out["isect_keys"], vk_out["isect_keys"], "isect_keys")
     assert_exact(cu_out["isect_ids"], vk_out["isect_ids"], "isect_ids")
     assert total > 1000
 
 
 def test_tile_ranges_is_exact(backends):
-    tiles, m_max, m = 600, 5000, 4321                       # m read on the GPU, below the dispatch size
+    tiles, m_max, m = 600, 5000, 4321  # m read on the GPU, below the dispatch size
     keys = np.sort(np.random.default_rng(9).choice(tiles, m_max)).astype(np.uint32)
     results = []
     for dev in backends:
@@ -463,8 +578,12 @@ def test_tile_ranges_is_exact(backends):
         dev.upload(num, np.array([0, 0, m], np.uint32))
         rec = dev.recorder("parity.ranges")
         rec.fill(ranges, 0)
-        rec.dispatch("tile_ranges", Threads(m_max), dict(isect_keys=k, num_isects=num, ranges=ranges),
-                     push=dict(m_max=m_max, count_offset=2))
+        rec.dispatch(
+            "tile_ranges",
+            Threads(m_max),
+            dict(isect_keys=k, num_isects=num, ranges=ranges),
+            push=dict(m_max=m_max, count_offset=2),
+        )
         rec.finish().run()
         results.append(dev.readback(ranges))
         for b in (k, num, ranges):
@@ -477,13 +596,18 @@ def test_tile_ranges_is_exact(backends):
 
 # ---- rasterization --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("max_alpha", [0.99, 0.999])
 def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
     f = forward_inputs
     push, groups = raster_push(f, max_alpha)
     C, H, W = 2, f["height"], f["width"]
-    outs = dict(out_colors=((C, H, W, 3), np.float32), out_alphas=((C, H, W), np.float32),
-                out_depths=((C, H, W), np.float32), out_last=((C, H, W), np.uint32))
+    outs = dict(
+        out_colors=((C, H, W, 3), np.float32),
+        out_alphas=((C, H, W), np.float32),
+        out_depths=((C, H, W), np.float32),
+        out_last=((C, H, W), np.uint32),
+    )
     ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds")}
     vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push)
     # a Gaussian at the alpha >= 1/255 or T <= 1e-4 cut-off may flip: count those pixels
@@ -501,16 +625,22 @@ def test_rasterize_bwd_matches(backends, forward_inputs, absgrad):
     push, groups = raster_push(f)
     C, H, W, rows = 2, f["height"], f["width"], f["rows"]
     rng = np.random.default_rng(11)
-    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "out_alphas",
-                             "out_last")}
-    ins.update(grad_colors=rng.standard_normal((C, H, W, 3)).astype(np.float32),
-               grad_alphas=rng.standard_normal((C, H, W)).astype(np.float32))
-    outs = dict(grad_xy=((rows, 2), np.float32), grad_conics=((rows, 3), np.float32),
-                grad_rgb=((rows, 3), np.float32), grad_opacity=((rows,), np.float32),
-                grad_xy_abs=((rows, 2), np.float32))
-    vk_out, cu_out = both(backends, "rasterize_bwd", groups, ins, outs, push=push, spec=dict(ABSGRAD=int(absgrad)),
-                          zero=tuple(outs))
-    for name in outs:            # atomic sums: a looser, labelled channel
+    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "out_alphas", "out_last")}
+    ins.update(
+        grad_colors=rng.standard_normal((C, H, W, 3)).astype(np.float32),
+        grad_alphas=rng.standard_normal((C, H, W)).astype(np.float32),
+    )
+    outs = dict(
+        grad_xy=((rows, 2), np.float32),
+        grad_conics=((rows, 3), np.float32),
+        grad_rgb=((rows, 3), np.float32),
+        grad_opacity=((rows,), np.float32),
+        grad_xy_abs=((rows, 2), np.float32),
+    )
+    vk_out, cu_out = both(
+        backends, "rasterize_bwd", groups, ins, outs, push=push, spec=dict(ABSGRAD=int(absgrad)), zero=tuple(outs)
+    )
+    for name in outs:  # atomic sums: a looser, labelled channel
         assert_close(cu_out[name], vk_out[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)
     assert np.abs(vk_out["grad_xy"]).max() > 0
     if absgrad:
@@ -519,8 +649,10 @@ def test_rasterize_bwd_matches(backends, forward_inputs, absgrad):
 
 # ---- the whole rasterizer ---------------------------------------------------------------
 
+
 def test_whole_render_and_backward_match(backends):
     from spirula.render.api import rasterization, rasterization_backward
+
     scene = random_scene(n=300, sh_degree=3, seed=12)
     bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)
     rng = np.random.default_rng(13)
@@ -550,12 +682,26 @@ def test_training_form_sequence_runs_async_and_repeats(backends):
     scene = random_scene(n=200, sh_degree=2, seed=14)
     images = []
     for dev in backends:
-        splats = Splats.from_numpy(dev, scene["means"], scene["quats"], np.log(scene["scales"]),
-                                   np.log(scene["opacities"] / (1 - scene["opacities"])), scene["sh_coeffs"],
-                                   activated=False, prefix="parity.train")
+        splats = Splats.from_numpy(
+            dev,
+            scene["means"],
+            scene["quats"],
+            np.log(scene["scales"]),
+            np.log(scene["opacities"] / (1 - scene["opacities"])),
+            scene["sh_coeffs"],
+            activated=False,
+            prefix="parity.train",
+        )
         grads = Splats.alloc(dev, splats.n, splats.sh_coeffs, prefix="parity.grad")
-        raster = Rasterizer(dev, scene["width"], scene["height"], 2, capacity=splats.n, isect_capacity=20_000,
-                            name="parity.train.raster")
+        raster = Rasterizer(
+            dev,
+            scene["width"],
+            scene["height"],
+            2,
+            capacity=splats.n,
+            isect_capacity=20_000,
+            name="parity.train.raster",
+        )
         raster.set_cameras(scene["viewmats"], scene["Ks"])
         raster.set_backgrounds(None)
         dev.fill(raster.grad_colors, 0.5)
@@ -569,7 +715,7 @@ def test_training_form_sequence_runs_async_and_repeats(backends):
         seq.run_async()
         seq.wait()
         seq.run_async()
-        again = dev.readback(raster.out_colors)              # waits for the async run
+        again = dev.readback(raster.out_colors)  # waits for the async run
         assert np.array_equal(first, again)
         assert np.isfinite(dev.readback(grads.means)).all()
         assert raster.num_intersections() < 20_000
@@ -586,25 +732,40 @@ def test_profiler_rows_on_cuda_use_the_kernel_names(cuda):
     import os
     import subprocess
     import sys
+
     from conftest import ROOT
-    code = ("import sys; sys.path.insert(0, 'tests'); import numpy as np\n"
-            "from render_cases import random_scene\n"
-            "from spirula.backends import open_device\n"
-            "from spirula.render.api import rasterization, rasterization_backward\n"
-            "dev = open_device('cuda')\n"
-            "s = random_scene(n=150)\n"
-            "c, a, _, meta = rasterization(**s, device=dev)\n"
-            "rasterization_backward(meta, np.ones_like(c), np.ones_like(a))\n")
+
+    code = (
+        "import sys; sys.path.insert(0, 'tests'); import numpy as np\n"
+        "from render_cases import random_scene\n"
+        "from spirula.backends import open_device\n"
+        "from spirula.render.api import rasterization, rasterization_backward\n"
+        "dev = open_device('cuda')\n"
+        "s = random_scene(n=150)\n"
+        "c, a, _, meta = rasterization(**s, device=dev)\n"
+        "rasterization_backward(meta, np.ones_like(c), np.ones_like(a))\n"
+    )
     env = dict(os.environ, SS_PROFILE="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=str(ROOT),
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=str(ROOT), timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
-    for row in ("projection_fwd", "radix_sort_count", "radix_sort_scatter", "prefix_sum", "intersect_tile_count",
-                "intersect_tile_write", "tile_ranges", "rasterize_fwd", "rasterize_bwd", "projection_bwd", "fill"):
+    for row in (
+        "projection_fwd",
+        "radix_sort_count",
+        "radix_sort_scatter",
+        "prefix_sum",
+        "intersect_tile_count",
+        "intersect_tile_write",
+        "tile_ranges",
+        "rasterize_fwd",
+        "rasterize_bwd",
+        "projection_bwd",
+        "fill",
+    ):
         assert "\n%s " % row in err, row
-    for line in ("H2D  (upload)", "D2H  (readback)", "memset", "of which GPU-exec", "process (driver)",
-                 "pool total"):
+    for line in ("H2D  (upload)", "D2H  (readback)", "memset", "of which GPU-exec", "process (driver)", "pool total"):
         assert line in err, line
 
 
@@ -636,6 +797,7 @@ def np_random_normal2(seed, index, stream):
 
 def step_param_words(**values) -> np.ndarray:
     from spirula.train.step_params import step_params
+
     return np.frombuffer(step_params(**values).tobytes(), np.uint32).copy()
 
 
@@ -646,6 +808,7 @@ def logit(p):
 
 # ---- loss --------------------------------------------------------------------------------
 
+
 def loss_case(V, H, W, seed):
     """Rendered views near their ground truth; view v reads dataset image V - v
     (image 0 is a decoy), so a wrong image index shows."""
@@ -654,29 +817,40 @@ def loss_case(V, H, W, seed):
     gt_views = gt_bytes[1:][::-1] / 255.0
     smooth = np.cumsum(rng.standard_normal((V, H, W, 3)) * 0.05, axis=2)
     colors = np.clip(gt_views * 0.7 + 0.2 + smooth, 0.01, 0.99)
-    colors = np.where(np.abs(colors - gt_views) < 2e-3, colors + 5e-3, colors)   # sign(x - y) away from 0
+    colors = np.where(np.abs(colors - gt_views) < 2e-3, colors + 5e-3, colors)  # sign(x - y) away from 0
     packed = gt_bytes[..., 0] | (gt_bytes[..., 1] << 8) | (gt_bytes[..., 2] << 16) | np.uint32(255 << 24)
     return colors.astype(np.float32), packed.astype(np.uint32), list(range(V, 0, -1))
 
 
 def run_loss(dev, colors, gt, image_index, l1_weight=0.8, ssim_weight=0.2):
     from spirula.train.loss import LossBuffers
+
     V, H, W, _ = colors.shape
     pool = dev.pool
-    bufs = dict(colors=pool.alloc("parity.loss.colors", colors.shape, np.float32),
-                gt=pool.alloc("parity.loss.gt", gt.shape, np.uint32),
-                params=pool.alloc("parity.loss.params", (32,), np.uint32),
-                grads=pool.alloc("parity.loss.grads", colors.shape, np.float32))
+    bufs = dict(
+        colors=pool.alloc("parity.loss.colors", colors.shape, np.float32),
+        gt=pool.alloc("parity.loss.gt", gt.shape, np.uint32),
+        params=pool.alloc("parity.loss.params", (32,), np.uint32),
+        grads=pool.alloc("parity.loss.grads", colors.shape, np.float32),
+    )
     dev.upload(bufs["colors"], colors)
     dev.upload(bufs["gt"], gt)
-    dev.upload(bufs["params"], step_param_words(n_views=V, image_index=image_index + [0] * (8 - V),
-                                                l1_weight=l1_weight, ssim_weight=ssim_weight))
+    dev.upload(
+        bufs["params"],
+        step_param_words(
+            n_views=V, image_index=image_index + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight
+        ),
+    )
     loss = LossBuffers(dev, V, W, H)
     rec = dev.recorder("parity.loss")
     loss.record(rec, bufs["colors"], bufs["gt"], bufs["params"], bufs["grads"])
     rec.finish().run()
-    out = dict(loss_out=dev.readback(loss.loss_out), grad_colors=dev.readback(bufs["grads"]),
-               ssim_grads=dev.readback(loss.ssim_grads), partials=dev.readback(loss.partials))
+    out = dict(
+        loss_out=dev.readback(loss.loss_out),
+        grad_colors=dev.readback(bufs["grads"]),
+        ssim_grads=dev.readback(loss.ssim_grads),
+        partials=dev.readback(loss.partials),
+    )
     for b in list(bufs.values()) + [loss.ssim_grads, loss.partials, loss.loss_out]:
         pool.free(b)
     return out
@@ -721,18 +895,33 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
     backends update from the same gradients. Every 7th splat is nearly
     transparent, for the MCMC noise gate."""
     from spirula.render.rasterizer import Splats
+
     kdeg = int(round(np.sqrt(sh_coeffs))) - 1
     s = random_scene(n=613, cameras=views, sh_degree=kdeg, seed=seed)
     n = len(s["means"])
     rng = np.random.default_rng(seed)
     opac = s["opacities"].copy()
     opac[::7] = rng.uniform(0.0005, 0.004, len(opac[::7]))
-    raw = dict(means=s["means"], quats=s["quats"], scales=np.log(s["scales"]).astype(np.float32),
-               opacities=logit(opac), sh=s["sh_coeffs"])
-    splats = Splats.from_numpy(vk, raw["means"], raw["quats"], raw["scales"], raw["opacities"], raw["sh"],
-                               activated=False, prefix="parity.fpbo.splat")
-    raster = Rasterizer(vk, s["width"], s["height"], views, capacity=n, isect_capacity=200_000,
-                        name="parity.fpbo.raster")
+    raw = dict(
+        means=s["means"],
+        quats=s["quats"],
+        scales=np.log(s["scales"]).astype(np.float32),
+        opacities=logit(opac),
+        sh=s["sh_coeffs"],
+    )
+    splats = Splats.from_numpy(
+        vk,
+        raw["means"],
+        raw["quats"],
+        raw["scales"],
+        raw["opacities"],
+        raw["sh"],
+        activated=False,
+        prefix="parity.fpbo.splat",
+    )
+    raster = Rasterizer(
+        vk, s["width"], s["height"], views, capacity=n, isect_capacity=200_000, name="parity.fpbo.raster"
+    )
     raster.set_cameras(s["viewmats"], s["Ks"])
     raster.set_backgrounds(None)
     vk.upload(raster.grad_colors, (rng.standard_normal((views, s["height"], s["width"], 3)) * 0.1).astype(np.float32))
@@ -743,12 +932,14 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
     raster.record_raster_backward(rec, absgrad=True)
     rec.finish().run()
     rows = views * n
-    per_view = dict(radii=vk.readback(raster.radii, shape=(rows, 2)),
-                    grad_xy=vk.readback(raster.grad_xy, shape=(rows, 2)),
-                    grad_xy_abs=vk.readback(raster.grad_xy_abs, shape=(rows, 2)),
-                    grad_conics=vk.readback(raster.grad_conics, shape=(rows, 3)),
-                    grad_rgb=vk.readback(raster.grad_rgb, shape=(rows, 3)),
-                    grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)))
+    per_view = dict(
+        radii=vk.readback(raster.radii, shape=(rows, 2)),
+        grad_xy=vk.readback(raster.grad_xy, shape=(rows, 2)),
+        grad_xy_abs=vk.readback(raster.grad_xy_abs, shape=(rows, 2)),
+        grad_conics=vk.readback(raster.grad_conics, shape=(rows, 3)),
+        grad_rgb=vk.readback(raster.grad_rgb, shape=(rows, 3)),
+        grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)),
+    )
     raster.free()
     splats.free(vk)
     inputs = dict(raw)
@@ -756,42 +947,88 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         for name, a in raw.items():
             m = (rng.standard_normal(a.shape) * scale).astype(np.float32)
             inputs["%s_%s" % (key, name)] = np.abs(m) if key == "v" else m
-    inputs.update(per_view, cameras=pack_cameras(s["viewmats"], s["Ks"]),
-                  num_isects=np.array([0, isects[0], 0], np.uint32),
-                  grad2d_sum=rng.uniform(0, 1, n).astype(np.float32),
-                  vis_count=rng.integers(0, 5, n).astype(np.uint32))
+    inputs.update(
+        per_view,
+        cameras=pack_cameras(s["viewmats"], s["Ks"]),
+        num_isects=np.array([0, isects[0], 0], np.uint32),
+        grad2d_sum=rng.uniform(0, 1, n).astype(np.float32),
+        vis_count=rng.integers(0, 5, n).astype(np.uint32),
+    )
     step = 7
     inputs["params"] = step_param_words(
-        step=step, seed=0xC0FFEE + seed, n_views=views, n_splats=n, bias1=1 - 0.9 ** step,
-        bias2=1 - 0.999 ** step, beta1=0.9, beta2=0.999, adam_eps=1e-15, opacity_reg=0.01, scale_reg=0.02,
-        noise_scale=noise_scale, grad_norm_scale_x=s["width"] / 2.0, grad_norm_scale_y=s["height"] / 2.0,
-        **FPBO_LR)
-    push = dict(n=n, n_views=views, width=s["width"], height=s["height"], eps2d=EPS2D, count_offset=1,
-                isect_capacity=isects[1])
+        step=step,
+        seed=0xC0FFEE + seed,
+        n_views=views,
+        n_splats=n,
+        bias1=1 - 0.9**step,
+        bias2=1 - 0.999**step,
+        beta1=0.9,
+        beta2=0.999,
+        adam_eps=1e-15,
+        opacity_reg=0.01,
+        scale_reg=0.02,
+        noise_scale=noise_scale,
+        grad_norm_scale_x=s["width"] / 2.0,
+        grad_norm_scale_y=s["height"] / 2.0,
+        **FPBO_LR,
+    )
+    push = dict(
+        n=n, n_views=views, width=s["width"], height=s["height"], eps2d=EPS2D, count_offset=1, isect_capacity=isects[1]
+    )
     return inputs, push, n
 
 
-def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale=0.0, isects=(5, 10),
-             absgrad=False):
+def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale=0.0, isects=(5, 10), absgrad=False):
     vk, _ = backends
     inputs, push, n = fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale, isects)
     read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS) + ("grad2d_sum", "vis_count")
-    outs = both(backends, "fpbo", Threads(n), inputs, {}, read=read, push=push,
-                spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=int(mcmc), ADC_STATS=int(adc),
-                          N_VIEWS=views, ABSGRAD=int(absgrad)),
-                defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)))
+    outs = both(
+        backends,
+        "fpbo",
+        Threads(n),
+        inputs,
+        {},
+        read=read,
+        push=push,
+        spec=dict(
+            SH_DEGREE=sh_degree,
+            SH_COEFFS=sh_coeffs,
+            MCMC_NOISE=int(mcmc),
+            ADC_STATS=int(adc),
+            N_VIEWS=views,
+            ABSGRAD=int(absgrad),
+        ),
+        defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
+    )
     return inputs, push, outs
 
 
 FPBO_CASES = [  # sh_degree, SH_COEFFS, views, MCMC_NOISE, ADC_STATS, ABSGRAD
-    (0, 1, 1, False, True, False), (1, 4, 1, True, False, False), (2, 9, 2, True, True, False),
-    (3, 16, 2, False, True, False), (3, 16, 2, False, True, True), (1, 16, 1, True, True, False),
-    (3, 16, 1, True, False, False), (2, 9, 1, False, True, True)]
+    (0, 1, 1, False, True, False),
+    (1, 4, 1, True, False, False),
+    (2, 9, 2, True, True, False),
+    (3, 16, 2, False, True, False),
+    (3, 16, 2, False, True, True),
+    (1, 16, 1, True, True, False),
+    (3, 16, 1, True, False, False),
+    (2, 9, 1, False, True, True),
+]
 
 
-@pytest.mark.parametrize("sh_degree,sh_coeffs,views,mcmc,adc,absgrad", FPBO_CASES,
-                         ids=["deg0", "deg1-vec4-noise", "deg2-2views-noise", "deg3-vec4-2views",
-                              "deg3-vec4-2views-absgrad", "deg1-of-16-vec4-noise", "deg3-noise", "deg2-absgrad"])
+@pytest.mark.parametrize(
+    "sh_degree,sh_coeffs,views,mcmc,adc,absgrad",
+    FPBO_CASES,
+    ids=[
+        "deg0",
+        "deg1-vec4-noise",
+        "deg2-2views-noise",
+        "deg3-vec4-2views",
+        "deg3-vec4-2views-absgrad",
+        "deg1-of-16-vec4-noise",
+        "deg3-noise",
+        "deg2-absgrad",
+    ],
+)
 def test_fpbo_one_update_matches(backends, sh_degree, sh_coeffs, views, mcmc, adc, absgrad):
     """One Adam update of every parameter and both moments, from the same
     per-view gradients. Tolerances: tests/test_fpbo.py holds the Vulkan kernel
@@ -803,10 +1040,15 @@ def test_fpbo_one_update_matches(backends, sh_degree, sh_coeffs, views, mcmc, ad
     opacity and scales). ADC: seen views exact, |dL/dmean2d| sums (of the
     per-pixel absolute sums with ABSGRAD) 1e-5 relative."""
     noise_scale = 50.0 if mcmc else 0.0
-    inputs, push, (vk_out, cu_out) = run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc,
-                                              seed=50 + sh_degree, noise_scale=noise_scale, absgrad=absgrad)
-    lrs = dict(means=FPBO_LR["lr_means"], quats=FPBO_LR["lr_quats"], scales=FPBO_LR["lr_scales"],
-               opacities=FPBO_LR["lr_opacities"])
+    inputs, push, (vk_out, cu_out) = run_fpbo(
+        backends, sh_degree, sh_coeffs, views, mcmc, adc, seed=50 + sh_degree, noise_scale=noise_scale, absgrad=absgrad
+    )
+    lrs = dict(
+        means=FPBO_LR["lr_means"],
+        quats=FPBO_LR["lr_quats"],
+        scales=FPBO_LR["lr_scales"],
+        opacities=FPBO_LR["lr_opacities"],
+    )
     for name in _FPBO_PARAMS:
         old = inputs[name].astype(np.float64)
         if name == "sh":
@@ -815,7 +1057,7 @@ def test_fpbo_one_update_matches(backends, sh_degree, sh_coeffs, views, mcmc, ad
         else:
             lr = lrs[name]
         step_vk = vk_out[name] - old
-        atol = 2e-3 * lr + 2.0 ** -21 * np.abs(vk_out[name]) + 1e-4 * np.abs(step_vk)
+        atol = 2e-3 * lr + 2.0**-21 * np.abs(vk_out[name]) + 1e-4 * np.abs(step_vk)
         assert_near(cu_out[name] - old, step_vk, atol, 0.0, name + " step")
         for key, rtol in (("m", 2e-3), ("v", 4e-3)):
             want = vk_out["%s_%s" % (key, name)]
@@ -824,14 +1066,14 @@ def test_fpbo_one_update_matches(backends, sh_degree, sh_coeffs, views, mcmc, ad
     active = (sh_degree + 1) ** 2
     for key, beta in (("m", 0.9), ("v", 0.999)):
         got = cu_out["%s_sh" % key][:, active:]
-        assert_near(got, beta * inputs["%s_sh" % key][:, active:].astype(np.float64), 0.0, 1e-6,
-                    "inactive %s_sh" % key)
+        assert_near(got, beta * inputs["%s_sh" % key][:, active:].astype(np.float64), 0.0, 1e-6, "inactive %s_sh" % key)
     if adc:
         vis = (inputs["radii"] != 0).any(-1).reshape(views, -1).sum(0)
         assert_exact(cu_out["vis_count"], vk_out["vis_count"], "vis_count")
         assert np.array_equal(cu_out["vis_count"], inputs["vis_count"] + vis)
-        assert_near(cu_out["grad2d_sum"], vk_out["grad2d_sum"], 1e-6 * np.abs(vk_out["grad2d_sum"]).max(), 1e-5,
-                    "grad2d_sum")
+        assert_near(
+            cu_out["grad2d_sum"], vk_out["grad2d_sum"], 1e-6 * np.abs(vk_out["grad2d_sum"]).max(), 1e-5, "grad2d_sum"
+        )
         grew = cu_out["grad2d_sum"][vis > 0] - inputs["grad2d_sum"][vis > 0]
         assert (grew >= 0).all() and (grew > 0).mean() > 0.9
         # the statistic: sum over the views a splat is seen in of |v (W/2, H/2)|,
@@ -851,14 +1093,16 @@ def test_fpbo_one_update_matches(backends, sh_degree, sh_coeffs, views, mcmc, ad
 
 
 def test_fpbo_changes_nothing_when_the_intersections_overflowed(backends):
-    inputs, _, (vk_out, cu_out) = run_fpbo(backends, 3, 16, 2, True, True, seed=61, noise_scale=50.0,
-                                           isects=(11, 10), absgrad=True)
+    inputs, _, (vk_out, cu_out) = run_fpbo(
+        backends, 3, 16, 2, True, True, seed=61, noise_scale=50.0, isects=(11, 10), absgrad=True
+    )
     for name, got in cu_out.items():
         assert_exact(got, inputs[name], name)
         assert_exact(vk_out[name], inputs[name], name + " (vulkan)")
 
 
 # ---- MCMC densification -------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("alive_only", [True, False], ids=["alive-only", "all"])
 def test_densify_mcmc_weights_match(backends, alive_only):
@@ -869,18 +1113,26 @@ def test_densify_mcmc_weights_match(backends, alive_only):
     rng = np.random.default_rng(70)
     o = np.concatenate([rng.uniform(0.0001, 0.004, n // 3), rng.uniform(0.006, 0.99999, n - n // 3)])
     x = logit(rng.permutation(o))
-    geometry = dict(means=rng.normal(0, 1, (n, 3)).astype(np.float32),
-                    scales=rng.uniform(-5, 0, (n, 3)).astype(np.float32),
-                    quats=rng.normal(0, 1, (n, 4)).astype(np.float32))
+    geometry = dict(
+        means=rng.normal(0, 1, (n, 3)).astype(np.float32),
+        scales=rng.uniform(-5, 0, (n, 3)).astype(np.float32),
+        quats=rng.normal(0, 1, (n, 4)).astype(np.float32),
+    )
     broken = np.array([5, 600, 1201, 1800, 2400, 2999])
     x[broken[:2]] = [np.nan, np.inf]
     geometry["means"][broken[2], 0] = np.nan
     geometry["scales"][broken[3], 1] = np.inf
     geometry["quats"][broken[4], 3] = -np.inf
     geometry["quats"][broken[5], 0] = np.nan
-    vk_out, cu_out = both(backends, "densify_mcmc_weights", (6, 2, 1), dict(opacities=x, **geometry),
-                          dict(weights=((n,), np.float32), dead=((n,), np.uint32)),
-                          push=dict(n=n, min_opacity=min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
+    vk_out, cu_out = both(
+        backends,
+        "densify_mcmc_weights",
+        (6, 2, 1),
+        dict(opacities=x, **geometry),
+        dict(weights=((n,), np.float32), dead=((n,), np.uint32)),
+        push=dict(n=n, min_opacity=min_opacity),
+        spec=dict(ALIVE_ONLY=int(alive_only)),
+    )
     assert_exact(cu_out["dead"], vk_out["dead"], "dead")
     with np.errstate(invalid="ignore"):
         sig = 1 / (1 + np.exp(-x.astype(np.float64)))
@@ -899,20 +1151,24 @@ def test_densify_mcmc_sample_is_exact(backends):
     n, count_max, seed, stream = 5003, 2500, 0x1234ABCD, 2
     rng = np.random.default_rng(71)
     w = rng.uniform(0, 1, n).astype(np.float32)
-    w[rng.random(n) < 0.2] = 0                               # zero weights are never drawn
+    w[rng.random(n) < 0.2] = 0  # zero weights are never drawn
     csum = np.cumsum(w, dtype=np.float32)
     cdf = np.concatenate([[0], csum[:-1]]).astype(np.float32)
     total = np.float32(csum[-1])
-    vk_out, cu_out = both(backends, "densify_mcmc_sample", Threads(count_max),
-                          dict(cdf=cdf, totals=np.array([-1, total], np.float32),
-                               counts=np.array([7, 7, count_max + 400], np.uint32)),
-                          dict(sample_src=((count_max,), np.uint32), copies=((n,), np.uint32)),
-                          push=dict(n=n, count_max=count_max, count_offset=2, total_offset=1, seed=seed, stream=stream),
-                          zero=("copies",))
+    vk_out, cu_out = both(
+        backends,
+        "densify_mcmc_sample",
+        Threads(count_max),
+        dict(cdf=cdf, totals=np.array([-1, total], np.float32), counts=np.array([7, 7, count_max + 400], np.uint32)),
+        dict(sample_src=((count_max,), np.uint32), copies=((n,), np.uint32)),
+        push=dict(n=n, count_max=count_max, count_offset=2, total_offset=1, seed=seed, stream=stream),
+        zero=("copies",),
+    )
     assert_exact(cu_out["sample_src"], vk_out["sample_src"], "sample_src")
     assert_exact(cu_out["copies"], vk_out["copies"], "copies")
-    u = np.minimum(np_random_uniform(seed, np.arange(count_max), stream) * total,
-                   total * np.float32(1.0 - 1.0 / 8388608.0))
+    u = np.minimum(
+        np_random_uniform(seed, np.arange(count_max), stream) * total, total * np.float32(1.0 - 1.0 / 8388608.0)
+    )
     want = np.searchsorted(cdf, u, side="right") - 1
     assert np.array_equal(cu_out["sample_src"], want)
     assert np.array_equal(cu_out["copies"], np.bincount(want, minlength=n))
@@ -927,14 +1183,30 @@ def test_densify_mcmc_relocate_matches(backends, reset):
     n, K, min_opacity = 2500, 4, 0.005
     rng = np.random.default_rng(72)
     copies = np.where(rng.random(n) < 0.5, 0, rng.integers(1, 70, n)).astype(np.uint32)
-    inputs = dict(opacities=logit(rng.uniform(0.05, 0.995, n)),
-                  scales=rng.uniform(-5, -1, (n, 3)).astype(np.float32), copies=copies)
+    inputs = dict(
+        opacities=logit(rng.uniform(0.05, 0.995, n)),
+        scales=rng.uniform(-5, -1, (n, 3)).astype(np.float32),
+        copies=copies,
+    )
     for key in ("m", "v"):
-        for name, shape in (("means", (n, 3)), ("quats", (n, 4)), ("scales", (n, 3)), ("opacities", (n,)),
-                            ("sh", (n, K, 3))):
+        for name, shape in (
+            ("means", (n, 3)),
+            ("quats", (n, 4)),
+            ("scales", (n, 3)),
+            ("opacities", (n,)),
+            ("sh", (n, K, 3)),
+        ):
             inputs["%s_%s" % (key, name)] = rng.standard_normal(shape).astype(np.float32)
-    vk_out, cu_out = both(backends, "densify_mcmc_relocate", Threads(n), inputs, {}, read=tuple(inputs),
-                          push=dict(n=n, min_opacity=min_opacity), spec=dict(RESET_SOURCE=int(reset), SH_COEFFS=K))
+    vk_out, cu_out = both(
+        backends,
+        "densify_mcmc_relocate",
+        Threads(n),
+        inputs,
+        {},
+        read=tuple(inputs),
+        push=dict(n=n, min_opacity=min_opacity),
+        spec=dict(RESET_SOURCE=int(reset), SH_COEFFS=K),
+    )
     drawn = copies > 0
     assert (cu_out["copies"] == 0).all() and (vk_out["copies"] == 0).all()
     for name in inputs:
@@ -951,8 +1223,13 @@ def test_densify_mcmc_relocate_matches(backends, reset):
     o = 1 / (1 + np.exp(-inputs["opacities"][drawn].astype(np.float64)))
     k = np.minimum(copies[drawn] + 1, 51)
     o_new = 1 - (1 - o) ** (1 / k)
-    assert_near(1 / (1 + np.exp(-cu_out["opacities"][drawn].astype(np.float64))),
-                np.clip(o_new, min_opacity, 1 - 2 ** -23), 1e-5, 1e-3, "opacity' (formula)")
+    assert_near(
+        1 / (1 + np.exp(-cu_out["opacities"][drawn].astype(np.float64))),
+        np.clip(o_new, min_opacity, 1 - 2**-23),
+        1e-5,
+        1e-3,
+        "opacity' (formula)",
+    )
 
 
 @pytest.mark.parametrize("append", [False, True], ids=["relocate", "append"])
@@ -971,19 +1248,37 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
     sample_src = rng.choice(np.flatnonzero(dead == 0), max(count, int(dead.sum()))).astype(np.uint32)
     inputs = {}
     for key in ("", "m_", "v_"):
-        for name, shape in (("means", (rows, 3)), ("quats", (rows, 4)), ("scales", (rows, 3)),
-                            ("opacities", (rows,)), ("sh", (rows, K, 3))):
+        for name, shape in (
+            ("means", (rows, 3)),
+            ("quats", (rows, 4)),
+            ("scales", (rows, 3)),
+            ("opacities", (rows,)),
+            ("sh", (rows, K, 3)),
+        ):
             inputs[key + name] = rng.standard_normal(shape).astype(np.float32)
-    diverged = np.flatnonzero(dead)[:5]                     # dead because not finite
-    for row, (name, value) in zip(diverged, [("opacities", np.nan), ("opacities", -np.inf), ("means", np.nan),
-                                             ("scales", np.inf), ("quats", np.nan)]):
+    diverged = np.flatnonzero(dead)[:5]  # dead because not finite
+    for row, (name, value) in zip(
+        diverged,
+        [("opacities", np.nan), ("opacities", -np.inf), ("means", np.nan), ("scales", np.inf), ("quats", np.nan)],
+    ):
         inputs[name].reshape(rows, -1)[row, -1] = value
-    inputs.update(dead_offsets=offsets, totals=np.array([3, int(dead.sum())], np.uint32), sample_src=sample_src,
-                  weight_totals=np.array([0, 0, 12.5 if drawn else 0.0], np.float32))
+    inputs.update(
+        dead_offsets=offsets,
+        totals=np.array([3, int(dead.sum())], np.uint32),
+        sample_src=sample_src,
+        weight_totals=np.array([0, 0, 12.5 if drawn else 0.0], np.float32),
+    )
     groups = Threads(count if append else n)
-    vk_out, cu_out = both(backends, "densify_mcmc_copy", groups, inputs, {}, read=tuple(inputs),
-                          push=dict(n=n, count=count if append else 0, dead_total_offset=1, weight_total_offset=2),
-                          spec=dict(APPEND=int(append), SH_COEFFS=K, RESET_MOMENTS=int(reset)))
+    vk_out, cu_out = both(
+        backends,
+        "densify_mcmc_copy",
+        groups,
+        inputs,
+        {},
+        read=tuple(inputs),
+        push=dict(n=n, count=count if append else 0, dead_total_offset=1, weight_total_offset=2),
+        spec=dict(APPEND=int(append), SH_COEFFS=K, RESET_MOMENTS=int(reset)),
+    )
     if append:
         dst, src = n + np.arange(count), sample_src[:count]
     else:
@@ -1020,21 +1315,34 @@ def adc_inputs(n, seed):
     def away(x, t):
         return np.abs(x / t - 1) > 1e-3
 
-    keep = (away(largest, ADC_PUSH["grow_scale3d"]) & away(largest, ADC_PUSH["prune_scale3d"])
-            & away(largest / 1.6, ADC_PUSH["prune_scale3d"]) & away(o, ADC_PUSH["min_opacity"])
-            & away(grad, ADC_PUSH["grow_grad2d"]))
+    keep = (
+        away(largest, ADC_PUSH["grow_scale3d"])
+        & away(largest, ADC_PUSH["prune_scale3d"])
+        & away(largest / 1.6, ADC_PUSH["prune_scale3d"])
+        & away(o, ADC_PUSH["min_opacity"])
+        & away(grad, ADC_PUSH["grow_grad2d"])
+    )
     idx = np.flatnonzero(keep)
-    return dict(scales=scales[idx].astype(np.float32), opacities=opac[idx].astype(np.float32),
-                grad2d_sum=g[idx].astype(np.float32), vis_count=vis[idx])
+    return dict(
+        scales=scales[idx].astype(np.float32),
+        opacities=opac[idx].astype(np.float32),
+        grad2d_sum=g[idx].astype(np.float32),
+        vis_count=vis[idx],
+    )
 
 
 @pytest.mark.parametrize("grow,prune_big", [(1, 0), (1, 1), (0, 1)], ids=["grow", "grow-prune-big", "prune-only"])
 def test_densify_adc_classify_is_exact(backends, grow, prune_big):
     ins = adc_inputs(4000, 74)
     n = len(ins["opacities"])
-    vk_out, cu_out = both(backends, "densify_adc_classify", Threads(n), ins,
-                          dict(actions=((n,), np.uint32), out_counts=((n,), np.uint32)),
-                          push=dict(n=n, prune_big=prune_big, grow=grow, **ADC_PUSH))
+    vk_out, cu_out = both(
+        backends,
+        "densify_adc_classify",
+        Threads(n),
+        ins,
+        dict(actions=((n,), np.uint32), out_counts=((n,), np.uint32)),
+        push=dict(n=n, prune_big=prune_big, grow=grow, **ADC_PUSH),
+    )
     assert_exact(cu_out["actions"], vk_out["actions"], "actions")
     assert_exact(cu_out["out_counts"], vk_out["out_counts"], "out_counts")
     largest = np.exp(ins["scales"].astype(np.float64).max(1))
@@ -1055,27 +1363,39 @@ def test_densify_adc_write_matches(backends):
     within 1e-5 (Box-Muller and exp a few ulps apart) and as numpy draws."""
     n, K, seed = 1500, 4, 0xBADC0DE
     rng = np.random.default_rng(75)
-    src = dict(src_means=rng.standard_normal((n, 3)).astype(np.float32),
-               src_quats=rng.standard_normal((n, 4)).astype(np.float32),
-               src_scales=rng.uniform(-5, -1, (n, 3)).astype(np.float32),
-               src_opacities=rng.standard_normal(n).astype(np.float32),
-               src_sh=rng.standard_normal((n, K, 3)).astype(np.float32))
+    src = dict(
+        src_means=rng.standard_normal((n, 3)).astype(np.float32),
+        src_quats=rng.standard_normal((n, 4)).astype(np.float32),
+        src_scales=rng.uniform(-5, -1, (n, 3)).astype(np.float32),
+        src_opacities=rng.standard_normal(n).astype(np.float32),
+        src_sh=rng.standard_normal((n, K, 3)).astype(np.float32),
+    )
     actions = rng.integers(0, 3, n).astype(np.uint32)
     counts = np.where(rng.random(n) < 0.1, 0, np.where(actions == 0, 1, 2)).astype(np.uint32)
     offsets = (np.cumsum(counts) - counts).astype(np.uint32)
     total = int(counts.sum())
-    outs = dict(dst_means=((total, 3), np.float32), dst_quats=((total, 4), np.float32),
-                dst_scales=((total, 3), np.float32), dst_opacities=((total,), np.float32),
-                dst_sh=((total, K, 3), np.float32))
+    outs = dict(
+        dst_means=((total, 3), np.float32),
+        dst_quats=((total, 4), np.float32),
+        dst_scales=((total, 3), np.float32),
+        dst_opacities=((total,), np.float32),
+        dst_sh=((total, K, 3), np.float32),
+    )
     live = counts > 0
     for group in (0, 1, 2):
-        vk_out, cu_out = both(backends, "densify_adc_write", Threads(n),
-                              dict(src, actions=actions, offsets=offsets, out_counts=counts), outs,
-                              push=dict(n=n, seed=seed), spec=dict(GROUP=group, SH_COEFFS=K))
+        vk_out, cu_out = both(
+            backends,
+            "densify_adc_write",
+            Threads(n),
+            dict(src, actions=actions, offsets=offsets, out_counts=counts),
+            outs,
+            push=dict(n=n, seed=seed),
+            spec=dict(GROUP=group, SH_COEFFS=K),
+        )
         first, second = offsets[live], offsets[live & (actions != 0)] + 1
         written = np.zeros(total, bool)
         written[first] = written[second] = True
-        assert written.all()                                 # every output row, once
+        assert written.all()  # every output row, once
         split = np.zeros(total, bool)
         split[offsets[live & (actions == 2)]] = split[offsets[live & (actions == 2)] + 1] = True
         for name in outs:
@@ -1087,16 +1407,23 @@ def test_densify_adc_write_matches(backends):
         kept = live & (actions != 2)
         if group == 0:
             assert np.array_equal(cu_out["dst_sh"][offsets[kept]], src["src_sh"][kept])
-            assert np.array_equal(cu_out["dst_scales"][offsets[live & (actions == 2)] + 1],
-                                  src["src_scales"][live & (actions == 2)] + np.float32(-0.47000362924573558))
+            assert np.array_equal(
+                cu_out["dst_scales"][offsets[live & (actions == 2)] + 1],
+                src["src_scales"][live & (actions == 2)] + np.float32(-0.47000362924573558),
+            )
             # child c of split splat i sits at mean + R (s * z), z from streams 4c, 4c + 2
             i = np.flatnonzero(live & (actions == 2))
             q = src["src_quats"][i].astype(np.float64)
             q /= np.linalg.norm(q, axis=1, keepdims=True)
             w, x, y, z = q.T
-            R = np.stack([np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-                          np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-                          np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1)], 1)
+            R = np.stack(
+                [
+                    np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
+                    np.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
+                    np.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
+                ],
+                1,
+            )
             s = np.exp(src["src_scales"][i].astype(np.float64))
             for c in (0, 1):
                 z01, z23 = np_random_normal2(seed, i, 4 * c), np_random_normal2(seed, i, 4 * c + 2)
@@ -1115,12 +1442,15 @@ def test_densify_adc_write_matches(backends):
 def test_densify_adc_reset_is_exact(backends):
     n = 3333
     rng = np.random.default_rng(76)
-    ins = dict(opacities=rng.uniform(-8, 8, n).astype(np.float32),
-               m_opacities=rng.standard_normal(n).astype(np.float32),
-               v_opacities=rng.standard_normal(n).astype(np.float32))
+    ins = dict(
+        opacities=rng.uniform(-8, 8, n).astype(np.float32),
+        m_opacities=rng.standard_normal(n).astype(np.float32),
+        v_opacities=rng.standard_normal(n).astype(np.float32),
+    )
     ceiling = float(logit(0.01))
-    vk_out, cu_out = both(backends, "densify_adc_reset", (7, 2, 1), ins, {}, read=tuple(ins),
-                          push=dict(n=n, ceiling_logit=ceiling))
+    vk_out, cu_out = both(
+        backends, "densify_adc_reset", (7, 2, 1), ins, {}, read=tuple(ins), push=dict(n=n, ceiling_logit=ceiling)
+    )
     for name in ins:
         assert_exact(cu_out[name], vk_out[name], name)
     assert np.array_equal(cu_out["opacities"], np.minimum(ins["opacities"], np.float32(ceiling)))
@@ -1157,6 +1487,7 @@ def test_training_on_both_backends_lands_at_the_same_test_psnr(backends, strateg
     from spirula.data.demo import ensure_demo_scene
     from spirula.train.config import TrainConfig
     from spirula.train.trainer import Trainer
+
     scene = load_dataset(ensure_demo_scene())
     runs = []
     for dev in backends:
@@ -1170,14 +1501,22 @@ def test_training_on_both_backends_lands_at_the_same_test_psnr(backends, strateg
         tr.free()
     vk, cu = runs
     if REPORT:
-        print("\nparity training %s: PSNR vulkan %.3f cuda %.3f, splats %d / %d, first-100 max rel %.3g" % (
-            strategy, vk["psnr"], cu["psnr"], vk["n"], cu["n"],
-            np.max(np.abs(cu["losses"][:100] / vk["losses"][:100] - 1))))
+        print(
+            "\nparity training %s: PSNR vulkan %.3f cuda %.3f, splats %d / %d, first-100 max rel %.3g"
+            % (
+                strategy,
+                vk["psnr"],
+                cu["psnr"],
+                vk["n"],
+                cu["n"],
+                np.max(np.abs(cu["losses"][:100] / vk["losses"][:100] - 1)),
+            )
+        )
     assert np.isfinite(cu["losses"]).all()
     assert abs(cu["losses"][0] / vk["losses"][0] - 1) <= 1e-4, (cu["losses"][0], vk["losses"][0])
     assert np.abs(cu["losses"][:100] / vk["losses"][:100] - 1).max() <= 1e-2
     assert abs(cu["psnr"] - vk["psnr"]) <= PSNR_TOLERANCE_DB, (cu["psnr"], vk["psnr"])
-    assert min(cu["psnr"], vk["psnr"]) > 18.0          # both trained (MCMC about 23 dB, ADC 27 dB)
+    assert min(cu["psnr"], vk["psnr"]) > 18.0  # both trained (MCMC about 23 dB, ADC 27 dB)
     if strategy == "mcmc":
         assert cu["n"] == vk["n"]
     else:

@@ -1,11 +1,12 @@
 """Blender / NeRF-synthetic datasets: intrinsics, OpenGL poses, RGBA, random points."""
+
 import json
 import math
 
+import data_fixtures as fx
 import numpy as np
 import pytest
 
-import data_fixtures as fx
 from spirula.data import load_dataset
 
 
@@ -47,7 +48,7 @@ def test_rgba_composited_onto_background(tmp_path, truth, bg):
     s = load_dataset(tmp_path, background=bg)
     want_bg = {"white": [1, 1, 1], "black": [0, 0, 0]}.get(bg, bg) if isinstance(bg, str) else bg
     np.testing.assert_allclose(s.background, want_bg, atol=1e-7)
-    i = s.test[0]                                       # test/r_000.png
+    i = s.test[0]  # test/r_000.png
     img = s.load_image(i)
     assert img.shape == (fx.H, fx.W, 3) and img.dtype == np.float32
     a = truth.alphas[0][:, :, None] / 255.0
@@ -65,8 +66,8 @@ def test_random_points_when_no_ply(tmp_path, truth):
     assert s.points.shape == (100_000, 3) and s.points.dtype == np.float32
     assert s.point_colors.shape == (100_000, 3) and s.point_colors.dtype == np.uint8
     assert s.points.min() >= -1.3 and s.points.max() <= 1.3
-    assert s.points.min() < -1.29 and s.points.max() > 1.29        # fills the box
-    np.testing.assert_array_equal(s.points, load_dataset(tmp_path).points)      # deterministic
+    assert s.points.min() < -1.29 and s.points.max() > 1.29  # fills the box
+    np.testing.assert_array_equal(s.points, load_dataset(tmp_path).points)  # deterministic
     assert not np.array_equal(s.points, load_dataset(tmp_path, seed=1).points)
 
 

@@ -1,8 +1,9 @@
 """COLMAP sparse models: binary and text, camera models, points, splits, extent."""
+
+import data_fixtures as fx
 import numpy as np
 import pytest
 
-import data_fixtures as fx
 from spirula.data import load_dataset
 from spirula.data.colmap import camera_intrinsics, read_model
 from spirula.data.scene import qvec_to_rotmat
@@ -61,7 +62,7 @@ def test_pose_is_world_to_camera(tmp_path, truth):
     scene = load_dataset(tmp_path)
     for f in scene.frames:
         p = f.viewmat @ np.array([0, 0, 0, 1.0])
-        assert p[2] > 0                                  # +z forward
+        assert p[2] > 0  # +z forward
         uv = (f.K @ p[:3])[:2] / p[2]
         np.testing.assert_allclose(uv, [fx.W / 2, fx.H / 2], atol=1e-9)
         np.testing.assert_allclose(np.linalg.norm(f.camera_center[:2]), 4.0, atol=1e-9)
@@ -76,13 +77,16 @@ def test_qvec_convention():
     np.testing.assert_allclose(R @ [1, 0, 0], [0, 1, 0], atol=1e-12)
 
 
-@pytest.mark.parametrize("model,params,K,dist", [
-    ("SIMPLE_PINHOLE", [50, 30, 20], [50, 50, 30, 20], [0] * 6),
-    ("PINHOLE", [50, 55, 30, 20], [50, 55, 30, 20], [0] * 6),
-    ("SIMPLE_RADIAL", [50, 30, 20, 0.1], [50, 50, 30, 20], [0.1, 0, 0, 0, 0, 0]),
-    ("RADIAL", [50, 30, 20, 0.1, 0.2], [50, 50, 30, 20], [0.1, 0.2, 0, 0, 0, 0]),
-    ("OPENCV", [50, 55, 30, 20, 0.1, 0.2, 0.3, 0.4], [50, 55, 30, 20], [0.1, 0.2, 0, 0, 0.3, 0.4]),
-])
+@pytest.mark.parametrize(
+    "model,params,K,dist",
+    [
+        ("SIMPLE_PINHOLE", [50, 30, 20], [50, 50, 30, 20], [0] * 6),
+        ("PINHOLE", [50, 55, 30, 20], [50, 55, 30, 20], [0] * 6),
+        ("SIMPLE_RADIAL", [50, 30, 20, 0.1], [50, 50, 30, 20], [0.1, 0, 0, 0, 0, 0]),
+        ("RADIAL", [50, 30, 20, 0.1, 0.2], [50, 50, 30, 20], [0.1, 0.2, 0, 0, 0, 0]),
+        ("OPENCV", [50, 55, 30, 20, 0.1, 0.2, 0.3, 0.4], [50, 55, 30, 20], [0.1, 0.2, 0, 0, 0.3, 0.4]),
+    ],
+)
 def test_camera_models(model, params, K, dist):
     k, d = camera_intrinsics(model, params)
     np.testing.assert_array_equal([k[0, 0], k[1, 1], k[0, 2], k[1, 2]], K)
@@ -112,8 +116,14 @@ def test_default_split_is_interval_8_and_none_trains_all(tmp_path, truth):
 def test_frames_sorted_by_name(tmp_path, truth):
     """images.bin order does not matter: frames (and so the split) are sorted by name."""
     order = [5, 2, 11, 0, 7, 1, 3, 4, 6, 8, 9, 10]
-    shuffled = fx.Truth(names=[truth.names[i] for i in order], K=truth.K, viewmats=truth.viewmats[order],
-                        points=truth.points, colors=truth.colors, images=[truth.images[i] for i in order])
+    shuffled = fx.Truth(
+        names=[truth.names[i] for i in order],
+        K=truth.K,
+        viewmats=truth.viewmats[order],
+        points=truth.points,
+        colors=truth.colors,
+        images=[truth.images[i] for i in order],
+    )
     fx.write_colmap(tmp_path, shuffled)
     check_matches_truth(load_dataset(tmp_path), truth)
 
@@ -124,7 +134,7 @@ def test_extent_is_3dgs(tmp_path, truth):
     c = np.array([s.frames[i].camera_center for i in s.train])
     want = 1.1 * np.linalg.norm(c - c.mean(0), axis=1).max()
     assert s.extent == pytest.approx(want, rel=1e-12)
-    s_all = load_dataset(tmp_path, eval_split="none")     # all 12: mean at (0,0,1), radius 4
+    s_all = load_dataset(tmp_path, eval_split="none")  # all 12: mean at (0,0,1), radius 4
     assert s_all.extent == pytest.approx(1.1 * 4.0, rel=1e-9)
     cams = s_all.cameras()
     assert cams[0].shape == (12, 4, 4) and cams[1].shape == (12, 3, 3) and cams[2].tolist()[0] == [64, 48]

@@ -1,12 +1,13 @@
 """Every bad input raises SpirulaError with one line naming the file and the problem."""
+
 import json
 import struct
 
+import data_fixtures as fx
 import numpy as np
 import pytest
 from PIL import Image
 
-import data_fixtures as fx
 from spirula.data import load_dataset
 from spirula.errors import SpirulaError
 
@@ -43,7 +44,7 @@ def test_image_size_mismatch(colmap):
 def test_truncated_bin(colmap, name):
     p = colmap / "sparse" / "0" / name
     data = p.read_bytes()
-    p.write_bytes(data[:len(data) - 7])
+    p.write_bytes(data[: len(data) - 7])
     msg = error_of(colmap)
     assert msg.startswith("sparse/0/%s: truncated (expected " % name)
     assert msg.endswith("file has %d)" % (len(data) - 7))
@@ -51,7 +52,7 @@ def test_truncated_bin(colmap, name):
 
 def test_truncated_cameras_bin_exact_message(colmap):
     p = colmap / "sparse" / "0" / "cameras.bin"
-    p.write_bytes(p.read_bytes()[:30])        # count (8) + id, model, w, h (24) = 32 > 30
+    p.write_bytes(p.read_bytes()[:30])  # count (8) + id, model, w, h (24) = 32 > 30
     assert error_of(colmap) == "sparse/0/cameras.bin: truncated (expected 24 bytes at offset 8, file has 30)"
 
 
@@ -76,7 +77,7 @@ def test_image_uses_undefined_camera(tmp_path, truth):
 def test_image_uses_undefined_camera_bin(colmap):
     p = colmap / "sparse" / "0" / "cameras.bin"
     data = bytearray(p.read_bytes())
-    data[8:12] = struct.pack("<i", 5)            # camera 1 is now camera 5
+    data[8:12] = struct.pack("<i", 5)  # camera 1 is now camera 5
     p.write_bytes(bytes(data))
     assert error_of(colmap) == "sparse/0/images.bin: image 1 uses camera 1, which cameras.bin does not define"
 
@@ -122,8 +123,9 @@ def test_blender_missing_image_and_bad_pose(tmp_path, truth):
     meta = json.loads((tmp_path / "transforms_test.json").read_text())
     meta["frames"][1]["transform_matrix"] = [[1, 0], [0, 1]]
     (tmp_path / "transforms_test.json").write_text(json.dumps(meta))
-    assert error_of(tmp_path) == ("transforms_test.json: frame 1 (./test/r_008): transform_matrix must be a "
-                                  "4x4 (or 3x4) matrix of numbers")
+    assert error_of(tmp_path) == (
+        "transforms_test.json: frame 1 (./test/r_008): transform_matrix must be a 4x4 (or 3x4) matrix of numbers"
+    )
     del meta["camera_angle_x"]
     (tmp_path / "transforms_test.json").write_text(json.dumps(meta))
     assert error_of(tmp_path).startswith("transforms_test.json: camera_angle_x missing")
@@ -135,8 +137,9 @@ def test_nerfstudio_errors(tmp_path, truth):
     meta = json.loads(json.dumps(good))
     del meta["fl_x"]
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
-    assert error_of(tmp_path) == ("transforms.json: frame 0 (images/0000.png) has no fl_x "
-                                  "(neither per frame nor at the top level)")
+    assert error_of(tmp_path) == (
+        "transforms.json: frame 0 (images/0000.png) has no fl_x (neither per frame nor at the top level)"
+    )
     meta = dict(good, w=800, h=600)
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
     assert error_of(tmp_path) == "images/0000.png: 64x48, but its camera says 800x600"
@@ -164,8 +167,9 @@ def test_images_n_wrong_size(colmap):
     (colmap / "images_2").mkdir()
     for n in fx.make_truth().names:
         Image.new("RGB", (16, 12)).save(colmap / "images_2" / n)
-    assert error_of(colmap, downscale=2) == ("images_2/0000.png: 16x12, but its camera says 64x48, "
-                                             "so 32x24 at downscale 2")
+    assert error_of(colmap, downscale=2) == (
+        "images_2/0000.png: 16x12, but its camera says 64x48, so 32x24 at downscale 2"
+    )
 
 
 def test_corrupt_image(colmap):
@@ -178,18 +182,30 @@ def test_not_a_dataset(tmp_path):
     assert error_of(tmp_path).startswith("%s: not a dataset" % tmp_path)
 
 
-@pytest.mark.parametrize("kw,start", [
-    (dict(eval_split="every:8"), "eval split 'every:8'"), (dict(eval_split="interval:1"), "eval split"),
-    (dict(background="pink"), "background 'pink'"), (dict(background=(2, 0, 0)), "background"),
-    (dict(downscale=1.5), "downscale 1.5"), (dict(downscale=0), "downscale 0"),
-])
+@pytest.mark.parametrize(
+    "kw,start",
+    [
+        (dict(eval_split="every:8"), "eval split 'every:8'"),
+        (dict(eval_split="interval:1"), "eval split"),
+        (dict(background="pink"), "background 'pink'"),
+        (dict(background=(2, 0, 0)), "background"),
+        (dict(downscale=1.5), "downscale 1.5"),
+        (dict(downscale=0), "downscale 0"),
+    ],
+)
 def test_bad_options(colmap, kw, start):
     assert error_of(colmap, **kw).startswith(start)
 
 
 def test_one_image_interval_split(tmp_path, truth):
-    one = fx.Truth(names=truth.names[:1], K=truth.K, viewmats=truth.viewmats[:1], points=truth.points,
-                   colors=truth.colors, images=truth.images[:1])
+    one = fx.Truth(
+        names=truth.names[:1],
+        K=truth.K,
+        viewmats=truth.viewmats[:1],
+        points=truth.points,
+        colors=truth.colors,
+        images=truth.images[:1],
+    )
     fx.write_colmap(tmp_path, one)
     assert "leaves none to train on" in error_of(tmp_path)
     assert len(load_dataset(tmp_path, eval_split="none").train) == 1

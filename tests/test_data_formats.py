@@ -1,11 +1,12 @@
 """The same scene in every format loads to the same cameras and points; nerfstudio
 specifics; format detection."""
+
 import json
 
+import data_fixtures as fx
 import numpy as np
 import pytest
 
-import data_fixtures as fx
 from spirula.data import load_dataset
 from spirula.data.dataset import detect_format
 
@@ -54,7 +55,7 @@ def test_same_cameras_and_points_in_every_format(all_formats, truth):
 
 def test_same_images_colmap_and_nerfstudio(all_formats):
     a, b = all_formats["colmap_bin"], all_formats["nerfstudio"]
-    assert [f.name for f in a.frames] == [f.name for f in b.frames]        # relative to images/
+    assert [f.name for f in a.frames] == [f.name for f in b.frames]  # relative to images/
     np.testing.assert_array_equal(a.load_image(5), b.load_image(5))
 
 
@@ -77,7 +78,7 @@ def test_nerfstudio_per_frame_intrinsics_and_defaults(tmp_path, truth):
     meta = json.loads((tmp_path / "transforms.json").read_text())
     meta["frames"][3]["fl_x"] = 70.0
     for key in ("fl_y", "cx", "cy", "w", "h"):
-        del meta["frames"][3][key]                  # fl_y = fl_x, centre, size of the image
+        del meta["frames"][3][key]  # fl_y = fl_x, centre, size of the image
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
     s = load_dataset(tmp_path)
     np.testing.assert_allclose(s.frames[3].K, [[70, 0, 32], [0, 70, 24], [0, 0, 1]])

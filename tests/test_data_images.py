@@ -1,11 +1,12 @@
 """Image handling: ``images_N`` downscales (computed, cached, reused) and undistortion."""
+
+import data_fixtures as fx
 import numpy as np
 import pytest
 from PIL import Image
 
-import data_fixtures as fx
-from spirula.data import load_dataset
 from spirula.data import images as images_mod
+from spirula.data import load_dataset
 from spirula.data.undistort import distort, undistort_points
 
 DIST = dict(k1=-0.12, k2=0.02, p1=0.003, p2=-0.002)
@@ -18,13 +19,14 @@ def truth():
 
 # --- downscale ---------------------------------------------------------------
 
+
 def test_downscale_computed_when_missing(tmp_path, truth, capsys):
     fx.write_colmap(tmp_path, truth)
     s = load_dataset(tmp_path, downscale=2)
     err = capsys.readouterr().err
     assert err.count("spirula: downscaling 12 images by 2 into %s" % (tmp_path / "images_2")) == 1
     assert (tmp_path / "images_2" / "0000.png").is_file()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]     # no temp folder left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folder left
     for f in s.frames:
         assert (f.width, f.height) == (32, 24)
         assert f.image_path == tmp_path / "images_2" / f.name
@@ -51,7 +53,7 @@ def test_downscale_reused_when_present(tmp_path, truth, capsys):
 
 def test_downscale_uneven_size_scales_k_by_actual_ratio(tmp_path, truth):
     fx.write_colmap(tmp_path, truth)
-    s = load_dataset(tmp_path, downscale=5)          # 64x48 -> round(12.8) x round(9.6) = 13x10
+    s = load_dataset(tmp_path, downscale=5)  # 64x48 -> round(12.8) x round(9.6) = 13x10
     f = s.frames[0]
     assert (f.width, f.height) == (13, 10) and s.load_image(0).shape == (10, 13, 3)
     np.testing.assert_allclose(f.K[0], np.array([60, 0, 32]) * 13 / 64)
@@ -69,7 +71,7 @@ def test_downscale_read_only_dataset_uses_home_cache(tmp_path, truth, monkeypatc
     assert s.frames[0].image_path == cache / "images_2" / "0000.png"
     assert not (data / "images_2").exists()
     assert "downscaling" in capsys.readouterr().err
-    load_dataset(data, downscale=2)                   # found there the second time
+    load_dataset(data, downscale=2)  # found there the second time
     assert "downscaling" not in capsys.readouterr().err
 
 
@@ -82,6 +84,7 @@ def test_downscale_blender_rgba(tmp_path, truth):
 
 
 # --- distortion --------------------------------------------------------------
+
 
 def test_distortion_model_matches_independent_code():
     rng = np.random.default_rng(0)
@@ -113,7 +116,7 @@ def test_undistortion_recovers_pinhole_image(tmp_path, truth, capsys):
     assert err == ["spirula: undistorting 12 images (OPENCV) into %s" % out_dir]
     f = s.frames[0]
     assert f.image_path == out_dir / "0000.png"
-    np.testing.assert_allclose(f.K, truth.K)                 # same K, pinhole now
+    np.testing.assert_allclose(f.K, truth.K)  # same K, pinhole now
     img = s.load_image(0)
     assert np.abs(dimg / 255.0 - pin).max() > 0.1
     assert np.abs(img - pin).max() < 0.01
@@ -134,7 +137,7 @@ def test_undistortion_outside_source_is_noted(tmp_path, truth, capsys):
     err = capsys.readouterr().err
     assert "lie outside the source" in err and err.count("\n") == 1
     img = s.load_image(1)
-    v, u = np.mgrid[0:fx.H, 0:fx.W] + 0.5
+    v, u = np.mgrid[0 : fx.H, 0 : fx.W] + 0.5
     xd, yd = fx.distort_normalized((u - fx.W / 2) / fx.F, (v - fx.H / 2) / fx.F, **dist)
     sx, sy = fx.F * xd + fx.W / 2, fx.F * yd + fx.H / 2
     inside = (sx > 0.5) & (sx < fx.W - 0.5) & (sy > 0.5) & (sy < fx.H - 0.5)

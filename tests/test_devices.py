@@ -1,22 +1,24 @@
 """Device listing and selection, and the one-line errors when Vulkan is missing."""
+
 import dataclasses
 import os
 import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
+from spirula.backends.vulkan import resolve_index
 from spirula.errors import NoVulkanError
 from spirula.runtime import vkinfo
-from spirula.backends.vulkan import resolve_index
 
 
 def _cli(*args, **env):
     e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     e.update(env)
-    return subprocess.run([sys.executable, "-m", "spirula", *args], env=e, capture_output=True,
-                          text=True, cwd=str(ROOT), timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "spirula", *args], env=e, capture_output=True, text=True, cwd=str(ROOT), timeout=120
+    )
 
 
 def test_devices_lists_name_driver_subgroup_memory_timestamps():
@@ -36,7 +38,12 @@ def test_device_info_is_plausible():
         assert d.subgroup_size in (1, 4, 8, 16, 32, 64, 128)
         assert d.timestamp_period_ns > 0 and d.max_storage_buffer_range >= 1 << 27
         assert d.max_workgroup_count[0] >= 65535 and d.device_type in (
-            "discrete", "integrated", "virtual", "cpu", "other")
+            "discrete",
+            "integrated",
+            "virtual",
+            "cpu",
+            "other",
+        )
 
 
 def _fake(index, kind):
@@ -79,6 +86,7 @@ def test_no_vulkan_loader_is_a_clear_error(monkeypatch):
 
     def no_lib(name, *a, **k):
         raise OSError("%s: cannot open shared object file" % name)
+
     vkinfo.list_devices.cache_clear()
     monkeypatch.setattr(ctypes, "CDLL", no_lib)
     try:

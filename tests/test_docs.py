@@ -3,15 +3,32 @@ section of docs/design.md, nothing points at the first design brief (which
 lived outside the repository), relative links in the Markdown docs resolve,
 and the profiler reports quoted in docs/design.md §5 are what the profiler
 prints."""
+
 import re
 import subprocess
 
 from conftest import ROOT
+
 from spirula.runtime import profiler
 
 DESIGN_MD = ROOT / "docs" / "design.md"
-TEXT_SUFFIXES = {".py", ".md", ".comp", ".glsl", ".cu", ".cuh", ".h", ".sh", ".toml", ".txt", ".cfg", ".yaml",
-                 ".yml", ".json", ""}
+TEXT_SUFFIXES = {
+    ".py",
+    ".md",
+    ".comp",
+    ".glsl",
+    ".cu",
+    ".cuh",
+    ".h",
+    ".sh",
+    ".toml",
+    ".txt",
+    ".cfg",
+    ".yaml",
+    ".yml",
+    ".json",
+    "",
+}
 SKIP_DIRS = {".git", ".venv", "build", ".cache", "third_party", "__pycache__", "outputs", ".device"}
 HEADING = re.compile(r"^#{2,4} (\d+(?:\.\d+)*)\.? ", re.M)
 REFERENCE = re.compile(r"design\.md,?\s+(?:§\s*|section\s+)(\d+(?:\.\d+)*)")
@@ -22,8 +39,9 @@ BRIEF = re.compile(r"\b" + "DES" + r"IGN\b")
 def _text_files():
     """The repository's files (git's list where there is one), text only."""
     try:
-        out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
         paths = [ROOT / p for p in out.splitlines()]
     except (OSError, subprocess.CalledProcessError):
         paths = [p for p in ROOT.rglob("*") if not SKIP_DIRS.intersection(p.relative_to(ROOT).parts)]
@@ -51,14 +69,15 @@ def test_every_design_reference_names_a_section_that_exists():
     for rel, text in _text_files():
         refs = REFERENCE.findall(text)
         if rel.as_posix() == "docs/design.md":
-            refs += re.findall(r"§\s*(\d+(?:\.\d+)*)", text)     # its own cross-references
+            refs += re.findall(r"§\s*(\d+(?:\.\d+)*)", text)  # its own cross-references
         bad += ["%s: §%s" % (rel, ref) for ref in refs if ref not in sections]
     assert not bad, "no such section in docs/design.md: " + ", ".join(bad)
 
 
 def test_nothing_points_at_the_design_brief_outside_the_repository():
-    bad = ["%s:%d" % (rel, text.count("\n", 0, m.start()) + 1)
-           for rel, text in _text_files() for m in BRIEF.finditer(text)]
+    bad = [
+        "%s:%d" % (rel, text.count("\n", 0, m.start()) + 1) for rel, text in _text_files() for m in BRIEF.finditer(text)
+    ]
     assert not bad, "point at docs/design.md §N instead: " + ", ".join(bad)
 
 
@@ -80,21 +99,46 @@ def test_readme_and_architecture_link_the_design():
 
 # The 30-step demo run on lavapipe quoted in docs/design.md §5, as the
 # profiler's totals (ns, bytes): the report it prints must be the quoted text.
-KERNELS = [("rasterize_bwd", 30, 7767748649), ("rasterize_fwd", 36, 2448355140), ("loss_fwd", 30, 921326250),
-           ("fpbo", 30, 831661051), ("loss_bwd", 30, 571591950), ("radix_sort_scatter", 212, 486543000),
-           ("projection_fwd", 44, 160470860), ("radix_sort_count", 212, 139904000), ("copy", 206, 131753000),
-           ("intersect_tile_write", 36, 98287020), ("fill", 174, 68262000), ("prefix_sum", 416, 61222000),
-           ("tile_ranges", 36, 28785779), ("intersect_tile_count", 44, 21537000)]
-TRANSFERS = {"H2D": (36, 4724628, 623646000), "D2H": (50, 10368392, 49556000), "D2D": (120, 6840, 46969000),
-             "memset": (174, 0, 558580000)}
+KERNELS = [
+    ("rasterize_bwd", 30, 7767748649),
+    ("rasterize_fwd", 36, 2448355140),
+    ("loss_fwd", 30, 921326250),
+    ("fpbo", 30, 831661051),
+    ("loss_bwd", 30, 571591950),
+    ("radix_sort_scatter", 212, 486543000),
+    ("projection_fwd", 44, 160470860),
+    ("radix_sort_count", 212, 139904000),
+    ("copy", 206, 131753000),
+    ("intersect_tile_write", 36, 98287020),
+    ("fill", 174, 68262000),
+    ("prefix_sum", 416, 61222000),
+    ("tile_ranges", 36, 28785779),
+    ("intersect_tile_count", 44, 21537000),
+]
+TRANSFERS = {
+    "H2D": (36, 4724628, 623646000),
+    "D2H": (50, 10368392, 49556000),
+    "D2D": (120, 6840, 46969000),
+    "memset": (174, 0, 558580000),
+}
 WAIT, GPU_EXEC, WALL_NS = (50, 13604106000), (1156, 13537433000), 18370114500
-CATEGORIES = {"splat": (17, 4729078, 21474836), "splat x img": (19, 4225761, 4225761),
-              "image": (10, 4687385, 4687385), "other": (10, 36457, 52429)}
+CATEGORIES = {
+    "splat": (17, 4729078, 21474836),
+    "splat x img": (19, 4225761, 4225761),
+    "image": (10, 4687385, 4687385),
+    "other": (10, 36457, 52429),
+}
 SCRATCH = 545260
-LARGEST = [("splat.sh", "splat", 1216348, 5756682), ("splat.adam_m.sh", "splat", 1216348, 5756682),
-           ("splat.adam_v.sh", "splat", 1216348, 5756682), ("train.gt_images", "image", 3229614, 3229614),
-           ("train.loss.ssim_grads", "image", 692060, 692060), ("splat.quats", "splat", 104858, 482345),
-           ("splat.adam_m.quats", "splat", 104858, 482345), ("splat.adam_v.quats", "splat", 104858, 482345)]
+LARGEST = [
+    ("splat.sh", "splat", 1216348, 5756682),
+    ("splat.adam_m.sh", "splat", 1216348, 5756682),
+    ("splat.adam_v.sh", "splat", 1216348, 5756682),
+    ("train.gt_images", "image", 3229614, 3229614),
+    ("train.loss.ssim_grads", "image", 692060, 692060),
+    ("splat.quats", "splat", 104858, 482345),
+    ("splat.adam_m.quats", "splat", 104858, 482345),
+    ("splat.adam_v.quats", "splat", 104858, 482345),
+]
 
 
 class _Pool:
@@ -110,8 +154,8 @@ def test_profiler_reports_quoted_in_the_design_are_what_the_profiler_prints():
     for kind, (count, nbytes, ns) in TRANSFERS.items():
         prof.transfer(kind, nbytes, ns, count)
     (prof.wait.count, prof.wait.ns), (prof.gpu_exec.count, prof.gpu_exec.ns) = WAIT, GPU_EXEC
-    prof.pools = [_Pool()]           # no devices: no "process (driver)" row, as on lavapipe
+    prof.pools = [_Pool()]  # no devices: no "process (driver)" row, as on lavapipe
     text = DESIGN_MD.read_text(encoding="utf-8")
     start = text.index(profiler.PREFIX + " ---- GPU time by kernel ----")
-    quoted = text[start:text.index("```", start)].rstrip("\n")
+    quoted = text[start : text.index("```", start)].rstrip("\n")
     assert quoted == prof.report()

@@ -1,12 +1,13 @@
 """fpbo: the fused projection backward + Adam update, against the reference
 (projection and rasterization gradients from tests/reference, chained to the
 stored log-scales and opacity logits, plus the regularizers, then Adam)."""
+
 import numpy as np
 import pytest
-
 from reference.adam import adam
 from reference.render import rasterization_bwd
 from render_cases import random_scene
+
 from spirula.render.rasterizer import Rasterizer
 from spirula.train.model import SplatModel
 from spirula.train.optimizer import record_fpbo
@@ -20,10 +21,20 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views):
     s = random_scene(n=150, cameras=views, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
     n, K = len(s["means"]), s["sh_coeffs"].shape[1]
-    raw = dict(means=s["means"], quats=s["quats"], scales=np.log(s["scales"]),
-               opacities=np.log(s["opacities"] / (1 - s["opacities"])), sh=s["sh_coeffs"])
-    moments = {k: {name: (rng.standard_normal(a.shape) * 1e-3 * (1 if k == "exp_avg" else 1e-3) ** 1).astype(np.float32)
-                   for name, a in raw.items()} for k in ("exp_avg", "exp_avg_sq")}
+    raw = dict(
+        means=s["means"],
+        quats=s["quats"],
+        scales=np.log(s["scales"]),
+        opacities=np.log(s["opacities"] / (1 - s["opacities"])),
+        sh=s["sh_coeffs"],
+    )
+    moments = {
+        k: {
+            name: (rng.standard_normal(a.shape) * 1e-3 * (1 if k == "exp_avg" else 1e-3) ** 1).astype(np.float32)
+            for name, a in raw.items()
+        }
+        for k in ("exp_avg", "exp_avg_sq")
+    }
     for a in moments["exp_avg_sq"].values():
         np.abs(a, out=a)
     model = SplatModel(device, n, n, K)
@@ -35,11 +46,23 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views):
     device.upload(raster.grad_colors, gc)
     params = device.pool.alloc("t.params", (STEP_PARAMS_WORDS,), np.uint32)
     reg = dict(opacity_reg=0.01, scale_reg=0.02)
-    p = step_params(step=step, n_views=views, n_splats=n, bias1=1 - 0.9 ** step, bias2=1 - 0.999 ** step,
-                    beta1=0.9, beta2=0.999, adam_eps=1e-15, **LR, **reg)
+    p = step_params(
+        step=step,
+        n_views=views,
+        n_splats=n,
+        bias1=1 - 0.9**step,
+        bias2=1 - 0.999**step,
+        beta1=0.9,
+        beta2=0.999,
+        adam_eps=1e-15,
+        **LR,
+        **reg,
+    )
     device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
-    stats = (device.pool.alloc("t.g2d", (n,), np.float32, zero=True),
-             device.pool.alloc("t.cnt", (n,), np.uint32, zero=True))
+    stats = (
+        device.pool.alloc("t.g2d", (n,), np.float32, zero=True),
+        device.pool.alloc("t.cnt", (n,), np.uint32, zero=True),
+    )
     rec = device.recorder("fpbo test")
     raster.record_project(rec, model.params, sh_degree)
     raster.record_raster(rec)
@@ -49,29 +72,42 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views):
     got = model.download()
 
     # reference: gradients w.r.t. activated values, chained to the raw ones
-    g = rasterization_bwd(**{k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v
-                             for k, v in s.items()}, grad_colors=gc.astype(np.float64))
+    g = rasterization_bwd(
+        **{k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v for k, v in s.items()},
+        grad_colors=gc.astype(np.float64),
+    )
     sc, op = s["scales"].astype(np.float64), s["opacities"].astype(np.float64)
-    grads = dict(means=g["means"], quats=g["quats"], sh=g["sh_coeffs"],
-                 scales=g["scales"] * sc + reg["scale_reg"] / (3 * n) * sc,
-                 opacities=(g["opacities"] + reg["opacity_reg"] / n) * op * (1 - op))
+    grads = dict(
+        means=g["means"],
+        quats=g["quats"],
+        sh=g["sh_coeffs"],
+        scales=g["scales"] * sc + reg["scale_reg"] / (3 * n) * sc,
+        opacities=(g["opacities"] + reg["opacity_reg"] / n) * op * (1 - op),
+    )
     lrs = dict(means=LR["lr_means"], quats=LR["lr_quats"], scales=LR["lr_scales"], opacities=LR["lr_opacities"])
     for name, value in raw.items():
         lr = lrs.get(name)
         if name == "sh":
             lr = np.full(value.shape, LR["lr_shN"])
             lr[:, 0] = LR["lr_sh0"]
-        want_p, want_m, want_v = adam(value.astype(np.float64), grads[name],
-                                      moments["exp_avg"][name].astype(np.float64),
-                                      moments["exp_avg_sq"][name].astype(np.float64), lr, step)
+        want_p, want_m, want_v = adam(
+            value.astype(np.float64),
+            grads[name],
+            moments["exp_avg"][name].astype(np.float64),
+            moments["exp_avg_sq"][name].astype(np.float64),
+            lr,
+            step,
+        )
         # Adam normalizes the gradient: an update is at most ~lr, so its float32
         # error is ~1e-6 x lr beyond the parameter's own rounding (1 ulp)
         step_err = np.abs(got["params"][name] - want_p)
-        assert (step_err <= 1e-3 * lr + 2 ** -22 * np.abs(want_p)).all(), (name, step_err.max())
-        np.testing.assert_allclose(got["exp_avg"][name], want_m, rtol=1e-3, atol=1e-4 * np.abs(want_m).max() + 1e-12,
-                                   err_msg=name)
-        np.testing.assert_allclose(got["exp_avg_sq"][name], want_v, rtol=2e-3,
-                                   atol=1e-4 * np.abs(want_v).max() + 1e-18, err_msg=name)
+        assert (step_err <= 1e-3 * lr + 2**-22 * np.abs(want_p)).all(), (name, step_err.max())
+        np.testing.assert_allclose(
+            got["exp_avg"][name], want_m, rtol=1e-3, atol=1e-4 * np.abs(want_m).max() + 1e-12, err_msg=name
+        )
+        np.testing.assert_allclose(
+            got["exp_avg_sq"][name], want_v, rtol=2e-3, atol=1e-4 * np.abs(want_v).max() + 1e-18, err_msg=name
+        )
     # density-control statistics: visible splats counted once, with a positive gradient norm
     vis = (device.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)
     assert np.array_equal(device.readback(stats[1]), vis.sum(0))

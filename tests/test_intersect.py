@@ -1,8 +1,8 @@
 """Tile intersection and sort: the GPU's sorted list equals the reference's
 (camera, tile, depth, Gaussian) order computed from the GPU's own projection."""
+
 import numpy as np
 import pytest
-
 from reference.intersect import intersect
 from render_cases import gpu_render, random_scene
 
@@ -15,10 +15,10 @@ def test_sorted_intersections_match_reference_exactly(n, cameras, size):
     keys, ids = raster.intersections()
     ref = intersect(meta["means2d"], meta["radii"], meta["depths"], size[0], size[1])
     T = raster.tiles
-    got = np.stack([ids // n, keys % T, ids % n], 1).astype(np.int64)       # camera, tile, gaussian
+    got = np.stack([ids // n, keys % T, ids % n], 1).astype(np.int64)  # camera, tile, gaussian
     want = np.array([(c, t, g) for c, t, _, g in ref["isects"]], np.int64).reshape(-1, 3)
     assert meta["n_isects"] == len(want)
-    assert np.array_equal(keys // T, ids // n)                              # key's camera = id's camera
+    assert np.array_equal(keys // T, ids // n)  # key's camera = id's camera
     assert np.array_equal(got, want)
     assert np.array_equal(meta["tiles_touched"], ref["tiles"])
     ranges = raster.device.readback(raster.ranges).reshape(cameras, T, 2)
@@ -30,7 +30,7 @@ def test_sorted_intersections_match_reference_exactly(n, cameras, size):
 def test_equal_depths_keep_index_order():
     """Ties in depth sort by Gaussian index (the sort is stable)."""
     scene = random_scene(n=64, cameras=1, seed=9)
-    scene["means"][:, 2] = 4.0                                              # every depth equal
+    scene["means"][:, 2] = 4.0  # every depth equal
     _, _, _, meta = gpu_render(scene)
     keys, ids = meta["_context"].raster.intersections()
     for t in np.unique(keys):

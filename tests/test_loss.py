@@ -1,9 +1,10 @@
 """loss_fwd and loss_bwd: the loss value and d loss / d colors against the
 float64 reference and its central finite differences."""
+
 import numpy as np
 import pytest
-
 from reference.loss import loss_terms
+
 from spirula.train.loss import LossBuffers, pack_rgba8
 from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 
@@ -16,8 +17,9 @@ def gpu_loss(device, colors, gt_images, image_index, l1_weight=0.8, ssim_weight=
     gt = pool.alloc("t.gt", gt_images.shape[:3], np.uint32)
     device.upload(gt, pack_rgba8(gt_images))
     params = pool.alloc("t.params", (STEP_PARAMS_WORDS,), np.uint32)
-    p = step_params(image_index=list(image_index) + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight,
-                    n_views=V)
+    p = step_params(
+        image_index=list(image_index) + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight, n_views=V
+    )
     device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
     grads = pool.alloc("t.grads", colors.shape, np.float32)
     loss = LossBuffers(device, V, W, H)
@@ -36,7 +38,7 @@ def _case(V, H, W, seed):
     smooth = np.cumsum(rng.standard_normal((V, H, W, 3)) * 0.05, axis=2)
     colors = np.clip(gt_images[1:] * 0.7 + 0.2 + smooth, 0.01, 0.99)
     gt = pack_unpack(gt_images[1:])
-    colors = np.where(np.abs(colors - gt) < 2e-3, colors + 5e-3, colors)   # keep L1 differentiable
+    colors = np.where(np.abs(colors - gt) < 2e-3, colors + 5e-3, colors)  # keep L1 differentiable
     return colors.astype(np.float32), gt_images
 
 
@@ -44,7 +46,7 @@ def _case(V, H, W, seed):
 def test_loss_value_matches_reference(device, V, H, W):
     colors, gt_images = _case(V, H, W, seed=H)
     out, _ = gpu_loss(device, colors, gt_images, image_index=range(1, V + 1))
-    ref = loss_terms(colors, np.asarray(pack_unpack(gt_images[1:V + 1])))
+    ref = loss_terms(colors, np.asarray(pack_unpack(gt_images[1 : V + 1])))
     # float32 window sums of ~121 terms per moment: ~1e-6 relative
     np.testing.assert_allclose(out, [ref["loss"], ref["l1"], ref["ssim"], ref["mse"]], rtol=2e-5, atol=1e-6)
 

@@ -1,10 +1,11 @@
 """Evaluation metrics (spirula/train/metrics.py): SSIM against the loss
 reference's full 2D window (tests/reference/loss.py, an independent,
 non-separable implementation), PSNR against its formula."""
+
 import numpy as np
 import pytest
-
 from reference.loss import ssim_map
+
 from spirula.train.metrics import psnr, ssim
 
 
@@ -27,7 +28,7 @@ def test_ssim_matches_the_reference_window(h, w):
 def test_ssim_of_constant_images_is_the_luminance_term():
     a, b = 0.3, 0.7
     x, y = np.full((20, 20, 3), a), np.full((20, 20, 3), b)
-    c1 = 0.01 ** 2
+    c1 = 0.01**2
     assert ssim(x, y) == pytest.approx((2 * a * b + c1) / (a * a + b * b + c1), rel=1e-12)
 
 

@@ -1,4 +1,5 @@
 """prefix_sum: the multi-level exclusive scan against numpy, exact."""
+
 import numpy as np
 import pytest
 
@@ -14,7 +15,7 @@ def _exclusive_scan(x):
 @pytest.mark.parametrize("n", [0, 1, 7, 1023, 1024, 1025, 512 * 16 + 123, 1024 * 1024 + 5, 1 << 24])
 def test_prefix_sum_matches_numpy_exactly(device, n):
     rng = np.random.default_rng(n)
-    x = rng.integers(0, 1 << 32, max(n, 1), dtype=np.uint64).astype(np.uint32)   # wraps mod 2^32
+    x = rng.integers(0, 1 << 32, max(n, 1), dtype=np.uint64).astype(np.uint32)  # wraps mod 2^32
     buf = device.pool.alloc("test.scan", (max(n, 1),), np.uint32)
     device.upload(buf, x)
     scan = PrefixSum(device, max(n, 1))

@@ -1,4 +1,5 @@
 """SS_PROFILE: the three reports, timestamps against wall time, zero cost when off."""
+
 import os
 import re
 import subprocess
@@ -7,8 +8,8 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from spirula.runtime import profiler
 
 PREFIX = re.escape("[spirula-profile]")
@@ -18,8 +19,9 @@ def _run(code: str, **env):
     e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     e.pop("SS_PROFILE", None)
     e.update(env)
-    return subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True,
-                          cwd=str(ROOT), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=e, capture_output=True, text=True, cwd=str(ROOT), timeout=300
+    )
 
 
 def _sections(stderr: str) -> dict:
@@ -38,8 +40,7 @@ def profiled_run():
 
 
 def test_three_reports_are_printed_at_exit(profiled_run):
-    assert list(profiled_run) == ["GPU time by kernel", "timing breakdown",
-                                  "VRAM breakdown (pool high-water)"]
+    assert list(profiled_run) == ["GPU time by kernel", "timing breakdown", "VRAM breakdown (pool high-water)"]
 
 
 def test_kernel_report_rows_count_every_dispatch(profiled_run):
@@ -50,12 +51,12 @@ def test_kernel_report_rows_count_every_dispatch(profiled_run):
         name, count, ms, us = ln.split()
         rows[name] = (int(count), float(ms), float(us))
         assert float(ms) >= 0 and abs(float(us) * int(count) / 1e3 - float(ms)) <= 1e-3 + 1e-3 * float(ms)
-    assert rows["increment"][0] == 4 * 4        # 4 dispatches x (3 runs + 1 async)
+    assert rows["increment"][0] == 4 * 4  # 4 dispatches x (3 runs + 1 async)
     assert rows["saxpy"][0] == 4
-    assert rows["prefix_sum"][0] == 4 * 3       # 3 levels' dispatches for 3000 values
+    assert rows["prefix_sum"][0] == 4 * 3  # 3 levels' dispatches for 3000 values
     assert "copy" in rows and "fill" in rows
     ms = [r[1] for r in rows.values()]
-    assert ms == sorted(ms, reverse=True)       # sorted by GPU time
+    assert ms == sorted(ms, reverse=True)  # sorted by GPU time
 
 
 def test_timing_breakdown_adds_up(profiled_run):
@@ -65,12 +66,20 @@ def test_timing_breakdown_adds_up(profiled_run):
     for ln in lines[1:]:
         label = ln[:22].strip()
         vals[label] = ln[22:].split()
-    for label in ("H2D  (upload)", "D2H  (readback)", "D2D  (dev->dev)", "memset",
-                  "device (GPU wait)", "of which GPU-exec", "host (est.)", "wall (total)"):
+    for label in (
+        "H2D  (upload)",
+        "D2H  (readback)",
+        "D2D  (dev->dev)",
+        "memset",
+        "device (GPU wait)",
+        "of which GPU-exec",
+        "host (est.)",
+        "wall (total)",
+    ):
         assert label in vals, label
     assert int(vals["H2D  (upload)"][0]) == 1 and int(vals["H2D  (upload)"][1]) == 12000
     assert int(vals["D2H  (readback)"][0]) == 2
-    assert int(vals["device (GPU wait)"][0]) == 4                # 3 runs + 1 async wait
+    assert int(vals["device (GPU wait)"][0]) == 4  # 3 runs + 1 async wait
     assert int(vals["of which GPU-exec"][0]) == 4 * (4 + 1 + 3)
     spent = sum(float(vals[k][-2]) for k in ("H2D  (upload)", "D2H  (readback)", "D2D  (dev->dev)"))
     spent += float(vals["memset"][-2]) + float(vals["device (GPU wait)"][-2])
@@ -100,11 +109,12 @@ def test_gpu_timestamps_agree_with_wall_time(monkeypatch):
     profiler.reset()
     try:
         import tests.workloads as w
+
         iters = 20000
         while True:
             dev, seq = w.spin(iters=iters)
             prof = dev.profiler
-            seq.run()    # warm-up: pipeline compile
+            seq.run()  # warm-up: pipeline compile
             prof.kernels.clear()
             t0 = time.perf_counter_ns()
             seq.run()
@@ -132,9 +142,12 @@ class _Counting:
         def call(*a, **k):
             self._c[name] = self._c.get(name, 0) + 1
             if name == "sequence":
-                self._c.setdefault("sequence_timestamps", []).append(a[1] if len(a) > 1 else k.get("total_timestamps", 0))
+                self._c.setdefault("sequence_timestamps", []).append(
+                    a[1] if len(a) > 1 else k.get("total_timestamps", 0)
+                )
             r = attr(*a, **k)
             return _Counting(r, self._c) if name == "sequence" else r
+
         return call
 
 
@@ -143,8 +156,9 @@ def test_profiler_off_adds_no_timestamps_clock_reads_or_syncs(monkeypatch):
     profiler.reset()
     import kp
 
-    from spirula.backends import open_device
     import tests.workloads as w
+    from spirula.backends import open_device
+
     counts = {}
     dev = open_device("vulkan", manager=_Counting(kp.Manager(), counts))
     assert dev.profiler is None
@@ -164,9 +178,9 @@ def test_profiler_off_adds_no_timestamps_clock_reads_or_syncs(monkeypatch):
     dev.upload(a, np.zeros(n, np.uint32))
     dev.readback(b)
     assert clock_calls == []
-    assert set(counts["sequence_timestamps"]) == {0}          # no query pools at all
+    assert set(counts["sequence_timestamps"]) == {0}  # no query pools at all
     assert counts.get("get_timestamps", 0) == 0
-    assert counts["eval"] - evals_before == 10 + 2            # one per run, one per transfer
+    assert counts["eval"] - evals_before == 10 + 2  # one per run, one per transfer
 
 
 def test_cli_profile_flag_turns_the_profiler_on():

@@ -1,5 +1,6 @@
 """Progress output (spirula/progress.py): a tqdm bar on a terminal, plain
 lines without carriage returns elsewhere (CI logs, pipes)."""
+
 import io
 
 import pytest
@@ -14,7 +15,7 @@ def _out(step, n_splats=1234, loss=0.25, mse=0.01):
 
 def test_training_progress_off_a_terminal_is_one_plain_line_every_n_steps():
     stream = io.StringIO()
-    p = TrainProgress(10, every=4, stream=stream)              # StringIO: not a terminal
+    p = TrainProgress(10, every=4, stream=stream)  # StringIO: not a terminal
     for s in range(1, 11):
         p.update(s, _out(s))
     p.close()
@@ -29,7 +30,7 @@ def test_training_progress_off_a_terminal_is_one_plain_line_every_n_steps():
 def test_training_progress_on_a_terminal_is_a_tqdm_bar():
     stream = io.StringIO()
     p = TrainProgress(10, start=2, every=4, stream=stream, isatty=True)
-    assert p.bar is not None and p.bar.n == 2                  # a resumed run starts where it was
+    assert p.bar is not None and p.bar.n == 2  # a resumed run starts where it was
     for s in range(3, 11):
         p.update(s, _out(s))
     p.test_psnr = 23.456
@@ -39,11 +40,11 @@ def test_training_progress_on_a_terminal_is_a_tqdm_bar():
     assert p.bar.n == 10 and messages == ["spirula: step 10: test PSNR 23.456"]
     p.close()
     text = stream.getvalue()
-    assert "\r" in text                                          # redrawn in place
+    assert "\r" in text  # redrawn in place
     last = text.rsplit("\r", 1)[-1]
     for part in ("10/10", "step/s", "1,234 splats", "loss 0.2500", "PSNR 20.00", "test PSNR 23.46"):
         assert part in last, (part, last)
-    assert "step  4/10 |" not in text                            # no plain lines as well
+    assert "step  4/10 |" not in text  # no plain lines as well
 
 
 def test_short_loops_off_a_terminal_print_nothing():
@@ -56,8 +57,11 @@ def test_long_loops_off_a_terminal_print_plain_lines(monkeypatch):
     monkeypatch.setattr(progress, "TRACK_INTERVAL", 0.0)
     stream = io.StringIO()
     assert list(track(iter("abc"), "rendering", total=3, stream=stream)) == ["a", "b", "c"]
-    assert stream.getvalue().splitlines() == ["spirula: rendering 0/3", "spirula: rendering 1/3",
-                                              "spirula: rendering 2/3"]
+    assert stream.getvalue().splitlines() == [
+        "spirula: rendering 0/3",
+        "spirula: rendering 1/3",
+        "spirula: rendering 2/3",
+    ]
 
 
 def test_loops_on_a_terminal_show_a_bar_that_goes_away():

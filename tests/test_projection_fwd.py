@@ -1,7 +1,7 @@
 """projection_fwd against the float64 reference, element-wise."""
+
 import numpy as np
 import pytest
-
 from render_cases import gpu_render, random_scene, ref_render
 
 # float32 kernel vs float64 reference: the conic inverts a 2x2 covariance whose
@@ -28,7 +28,7 @@ def test_projection_matches_reference(sh_degree):
 
 
 def test_culled_entries_are_zero_in_the_metadata():
-    scene = random_scene(n=50, spread=4.0, seed=3)      # many off-image
+    scene = random_scene(n=50, spread=4.0, seed=3)  # many off-image
     _, _, _, meta = gpu_render(scene)
     culled = ~(meta["radii"] != 0).any(-1)
     assert culled.any()

@@ -1,4 +1,5 @@
 """radix_sort_count / radix_sort_scatter: a stable sort, exact, any key width."""
+
 import numpy as np
 import pytest
 
@@ -9,7 +10,7 @@ from spirula.render.sort import RadixSort
 def test_radix_sort_is_stable_and_exact(device, n, bits):
     rng = np.random.default_rng(n + bits)
     keys = rng.integers(0, 1 << bits, n, dtype=np.uint64).astype(np.uint32)
-    keys[: n // 2] = keys[: n // 2] % 7                                  # many ties
+    keys[: n // 2] = keys[: n // 2] % 7  # many ties
     vals = np.arange(n, dtype=np.uint32)
     bufs = [device.pool.alloc("test.sort%d" % i, (n,), np.uint32) for i in range(4)]
     count = device.pool.alloc("test.sort.count", (2,), np.uint32)

@@ -1,9 +1,10 @@
 """rasterize_bwd and projection_bwd against the reference's analytic gradients
 (which tests/test_reference.py checks against finite differences)."""
+
 import numpy as np
 import pytest
-
 from render_cases import gpu_render, random_scene, ref_grads
+
 from spirula.render.api import rasterization_backward
 
 INPUTS = ("means", "quats", "scales", "opacities", "sh_coeffs")
@@ -24,6 +25,7 @@ def assert_grad_close(got, ref, name):
 @pytest.mark.parametrize("float_atomics", [True, False], ids=["native-atomics", "cas-atomics"])
 def test_gradients_of_every_input_match_reference(sh_degree, float_atomics):
     from spirula.backends import open_device
+
     device = open_device("vulkan", float_atomics=float_atomics)
     assert device.float_atomics == (float_atomics and device.info.atomic_float_add)
     scene = random_scene(n=200, sh_degree=sh_degree, seed=10 + sh_degree)
@@ -42,16 +44,30 @@ def test_gradients_of_every_input_match_reference(sh_degree, float_atomics):
 def test_rasterize_bwd_per_camera_outputs_match_reference():
     """The raster stage alone: dL/d(means2d, conics, colours, opacities) per camera."""
     from reference.rasterize import rasterize_bwd
+
     scene = random_scene(n=150, seed=21)
     colors, alphas, _, meta = gpu_render(scene)
     gc = np.random.default_rng(1).standard_normal(colors.shape).astype(np.float32)
     got = rasterization_backward(meta, gc, np.zeros_like(alphas), absgrad=True)
     raster = meta["_context"].raster
     C, N = meta["radii"].shape[:2]
-    read = lambda buf, w: raster.device.readback(buf, shape=(C * N, w)).reshape(C, N, w)
+
+    def read(buf, w):
+        return raster.device.readback(buf, shape=(C * N, w)).reshape(C, N, w)
+
     opac = np.broadcast_to(scene["opacities"], (C, N))
-    ref = rasterize_bwd(meta["means2d"], meta["conics"], meta["colors"], opac, meta["depths"], meta["radii"],
-                        scene["width"], scene["height"], grad_colors=gc, grad_alphas=np.zeros_like(alphas))
+    ref = rasterize_bwd(
+        meta["means2d"],
+        meta["conics"],
+        meta["colors"],
+        opac,
+        meta["depths"],
+        meta["radii"],
+        scene["width"],
+        scene["height"],
+        grad_colors=gc,
+        grad_alphas=np.zeros_like(alphas),
+    )
     vis = (meta["radii"] != 0).any(-1)
     assert_grad_close(got["means2d"][vis], ref["means2d"][vis], "means2d")
     assert_grad_close(read(raster.grad_conics, 3)[vis], ref["conics"][vis], "conics")
@@ -65,6 +81,7 @@ def test_gradients_with_gsplat_alpha_cap(monkeypatch):
     """max_alpha = 0.999: where o exp(-sigma) lies between 0.99 and 0.999 the
     gradient flows (unclamped), and 1 - alpha divides down to 1e-3."""
     import reference.rasterize
+
     scene = random_scene(n=200, seed=12)
     scene["opacities"] = np.random.default_rng(3).uniform(0.985, 0.9999, 200).astype(np.float32)
     colors, alphas, _, meta = gpu_render(scene, max_alpha=0.999)

@@ -1,7 +1,7 @@
 """rasterize_fwd: images against the reference, per pixel."""
+
 import numpy as np
 import pytest
-
 from render_cases import gpu_render, random_scene, ref_render
 
 
@@ -31,7 +31,7 @@ def test_last_contributor_and_transmittance_match_reference():
     _, ra, rmeta = ref_render(scene)
     raster = meta["_context"].raster
     last = raster.device.readback(raster.out_last)
-    assert (last != rmeta["last"]).mean() < 1e-3          # a skip decision at 1/255 may flip
+    assert (last != rmeta["last"]).mean() < 1e-3  # a skip decision at 1/255 may flip
     np.testing.assert_allclose(1 - alphas[..., 0], rmeta["T_final"], atol=1e-5)
 
 
@@ -39,6 +39,7 @@ def test_alpha_cap_is_a_parameter(monkeypatch):
     """max_alpha = 0.999 (gsplat 1.5.3's cap) against the reference with the same
     cap, on near-opaque Gaussians where the cap decides the image."""
     import reference.rasterize
+
     scene = random_scene(n=200, seed=5)
     scene["opacities"] = np.full_like(scene["opacities"], 0.9995)
     default = gpu_render(scene)[0]
@@ -47,4 +48,4 @@ def test_alpha_cap_is_a_parameter(monkeypatch):
     rc, ra, _ = ref_render(scene)
     assert_image_close(colors, rc)
     assert_image_close(alphas, ra)
-    assert np.abs(default - colors).max() > 1e-3       # the cap is not ignored
+    assert np.abs(default - colors).max() > 1e-3  # the cap is not ignored

@@ -6,16 +6,16 @@ differences of its forward. FD inputs are placed away from the piecewise boundar
 limits, cull thresholds, alpha 1/255 and 0.99, T 1e-4); a coordinate whose perturbation
 still flips any discrete decision is excluded from the comparison.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.spatial.transform import Rotation
-
 from reference.intersect import intersect, tile_counts
 from reference.projection import projection_bwd, projection_fwd, quat_to_rotmat, sh_basis, sh_basis_jac
 from reference.rasterize import decision_codes, rasterize_bwd, rasterize_fwd
 from reference.render import rasterization, rasterization_bwd
+from scipy.spatial.transform import Rotation
 
 H_FD = 1e-6
 # Central differences in float64 with h = 1e-6: truncation h^2 |f'''|/6 ~ 1e-12 * |f'''| and
@@ -26,6 +26,7 @@ FD_TOL = 1e-6
 
 
 # ----------------------------------------------------------------------------- scenes
+
 
 def intrinsics(f, W, H, C=2):
     """fx = f, fy = 1.1 f (distinct, to catch a swap), principal point off the image centre."""
@@ -60,6 +61,7 @@ MEANS_SMALL = [[-0.5, -0.4, 4.0], [0.6, 0.3, 4.5], [0.1, 0.5, 3.5], [-0.3, 0.2, 
 
 # ----------------------------------------------------------------------------- FD helpers
 
+
 def _same(a, b):
     return all(np.array_equal(x, y) for x, y in zip(a, b))
 
@@ -90,6 +92,7 @@ def assert_grad(name, analytic, fd, ok, tol=FD_TOL):
 
 
 # ----------------------------------------------------------------------------- analytic cases
+
 
 @pytest.mark.parametrize("rotated", [False, True])
 def test_single_isotropic_gaussian(rotated):
@@ -140,8 +143,7 @@ def test_radius_and_conic_anisotropic():
     n = len(ops)
     sc = np.array([0.3, 0.7, 0.2])
     means = np.array([[0.0, 0.0, z]] * n)
-    p = projection_fwd(means, [[2.0, 0, 0, 0]] * n, [sc] * n, ops, np.zeros((n, 1, 3)),
-                       np.eye(4)[None], K, W, H, 0)
+    p = projection_fwd(means, [[2.0, 0, 0, 0]] * n, [sc] * n, ops, np.zeros((n, 1, 3)), np.eye(4)[None], K, W, H, 0)
     vx, vy = (fx * sc[0] / z) ** 2 + 0.3, (fy * sc[1] / z) ** 2 + 0.3
     np.testing.assert_allclose(p["conics"][0], [[1 / vx, 0, 1 / vy]] * n, rtol=1e-12, atol=1e-15)
     ext = np.minimum(3.33, np.sqrt(2 * np.log(255 * ops)))
@@ -168,14 +170,18 @@ def test_jacobian_clamp_analytic():
 def test_culling():
     W, H = 32, 24
     K = intrinsics(30.0, W, H, 1)
-    means = np.array([[0, 0, 4.0],      # visible
-                      [0, 0, -3.0],     # behind the camera
-                      [0, 0, 0.005],    # closer than near = 0.01
-                      [40.0, 0, 4.0],   # far right of the image, box off-image
-                      [-40.0, 0, 4.0],  # far left
-                      [0, -30.0, 4.0],  # far above
-                      [0, 30.0, 4.0],   # far below
-                      [0, 0, 4.0]])     # opacity below 1/255
+    means = np.array(
+        [
+            [0, 0, 4.0],  # visible
+            [0, 0, -3.0],  # behind the camera
+            [0, 0, 0.005],  # closer than near = 0.01
+            [40.0, 0, 4.0],  # far right of the image, box off-image
+            [-40.0, 0, 4.0],  # far left
+            [0, -30.0, 4.0],  # far above
+            [0, 30.0, 4.0],  # far below
+            [0, 0, 4.0],
+        ]
+    )  # opacity below 1/255
     n = len(means)
     ops = np.array([0.5] * (n - 1) + [0.9 / 255])
     sh = np.ones((n, 4, 3))
@@ -187,9 +193,23 @@ def test_culling():
     assert {g for (_, _, _, g) in ras["isect"]["isects"]} == {0}
     # culled pairs contribute no gradient, whatever the cotangents
     rng = np.random.default_rng(0)
-    gr = projection_bwd(means, [[1.0, 0, 0, 0]] * n, [[0.2] * 3] * n, ops, sh, np.eye(4)[None], K, W, H, 1,
-                        rng.normal(size=(1, n, 2)), rng.normal(size=(1, n, 3)), rng.normal(size=(1, n, 3)),
-                        rng.normal(size=(1, n)), grad_depths=rng.normal(size=(1, n)))
+    gr = projection_bwd(
+        means,
+        [[1.0, 0, 0, 0]] * n,
+        [[0.2] * 3] * n,
+        ops,
+        sh,
+        np.eye(4)[None],
+        K,
+        W,
+        H,
+        1,
+        rng.normal(size=(1, n, 2)),
+        rng.normal(size=(1, n, 3)),
+        rng.normal(size=(1, n, 3)),
+        rng.normal(size=(1, n)),
+        grad_depths=rng.normal(size=(1, n)),
+    )
     for k, v in gr.items():
         assert not v[1:].any(), k
 
@@ -252,8 +272,10 @@ def test_decision_boundaries():
     below); T' == 1e-4 stops (stop if T' <= 1e-4); sigma < 0 is skipped even though exp(-sigma) > 1."""
     W, H = 16, 16
     one = lambda v: np.array(v, dtype=np.float64)[None, None]  # noqa: E731  [1,1,...]
-    args = lambda o, conic=(0.3, 0.0, 0.3): (one([8.5, 8.5]), one(conic), one([1.0, 0.5, 0.25]), [o],  # noqa: E731
-                                             one(2.0), np.full((1, 1, 2), 5), W, H)
+
+    def args(o, conic=(0.3, 0.0, 0.3)):
+        return (one([8.5, 8.5]), one(conic), one([1.0, 0.5, 0.25]), [o], one(2.0), np.full((1, 1, 2), 5), W, H)
+
     r = rasterize_fwd(*args(1 / 255))
     assert r["T_final"][0, 8, 8] == 1.0 - 1 / 255 and r["last"][0, 8, 8] == 1
     r = rasterize_fwd(*args(np.nextafter(1 / 255, 0)))
@@ -277,11 +299,12 @@ def test_sh_basis_matches_scipy():
     """Sloan's real SH = Condon-Shortley complex SH (scipy) mapped to reals: m < 0 -> sqrt2 Im Y_l^|m|,
     m = 0 -> Y_l^0, m > 0 -> sqrt2 Re Y_l^m; index l^2 + l + m. Pins down every constant and sign."""
     from scipy.special import sph_harm_y
+
     d = np.random.default_rng(2).normal(size=(64, 3))
     d /= np.linalg.norm(d, axis=1, keepdims=True)
     theta, phi = np.arccos(d[:, 2]), np.arctan2(d[:, 1], d[:, 0])
     Y = sh_basis(d, 3)
-    for l in range(4):
+    for l in range(4):  # noqa: E741 (l: the SH degree, as in the literature)
         for m in range(-l, l + 1):
             y = sph_harm_y(l, abs(m), theta, phi)
             ref = np.sqrt(2) * y.imag if m < 0 else (y.real if m == 0 else np.sqrt(2) * y.real)
@@ -306,8 +329,9 @@ def test_sh_basis_orthonormal():
     Y = sh_basis(d, 3)
     np.testing.assert_allclose((Y * w[:, None]).T @ Y, np.eye(16), atol=1e-12)
     # and the signs of degree 1 follow Sloan's: Y1 = -c y, Y2 = c z, Y3 = -c x
-    np.testing.assert_allclose(sh_basis(np.eye(3), 1)[:, 1:], -0.48860251190292 * np.array(
-        [[0, 0, 1], [1, 0, 0], [0, -1, 0]]), atol=1e-15)
+    np.testing.assert_allclose(
+        sh_basis(np.eye(3), 1)[:, 1:], -0.48860251190292 * np.array([[0, 0, 1], [1, 0, 0], [0, -1, 0]]), atol=1e-15
+    )
 
 
 def test_sh_basis_jac_fd():
@@ -329,8 +353,16 @@ def test_intersect_sort_and_tiles():
     # (16,8) r1: x tiles floor(1 - 1/16) = 0 .. ceil(1 + 1/16) = 2; (30,18) r(2,9): x 1..2, y 0..2
     np.testing.assert_array_equal(out["tiles"], [[1, 2, 1, 2], [1, 0, 0, 1]])
     np.testing.assert_array_equal(tile_counts(m2d, radii, W, H), out["tiles"])
-    expect = [(0, 0, 1.0, 1), (0, 0, 2.0, 0), (0, 0, 2.0, 2), (0, 1, 1.0, 1), (0, 1, 5.0, 3), (0, 4, 5.0, 3),
-              (1, 0, 1.0, 3), (1, 0, 3.0, 0)]  # depth tie (g 0, 2) broken by id
+    expect = [
+        (0, 0, 1.0, 1),
+        (0, 0, 2.0, 0),
+        (0, 0, 2.0, 2),
+        (0, 1, 1.0, 1),
+        (0, 1, 5.0, 3),
+        (0, 4, 5.0, 3),
+        (1, 0, 1.0, 3),
+        (1, 0, 3.0, 0),
+    ]  # depth tie (g 0, 2) broken by id
     assert out["isects"] == expect
     np.testing.assert_array_equal(out["flatten_ids"], [c * 4 + g for c, _, _, g in expect])
     rng = out["tile_ranges"]
@@ -387,10 +419,19 @@ def test_rasterize_matches_naive():
     args = (*sc.values(), viewmats2(), intrinsics(25.0, W, H), W, H, 2)
     bg = np.array([[0.1, 0.2, 0.3], [0.9, 0.1, 0.4]])
     colors, alphas, meta = rasterization(*args, backgrounds=bg)
-    nc, na, nd = naive_render(meta["means2d"], meta["conics"], meta["colors"], sc["opacities"], meta["depths"],
-                              meta["radii"], W, H, bg)
-    codes = decision_codes(meta["means2d"], meta["conics"], meta["colors"], np.broadcast_to(sc["opacities"], (2, n)),
-                           meta["depths"], meta["radii"], W, H)[1]
+    nc, na, nd = naive_render(
+        meta["means2d"], meta["conics"], meta["colors"], sc["opacities"], meta["depths"], meta["radii"], W, H, bg
+    )
+    codes = decision_codes(
+        meta["means2d"],
+        meta["conics"],
+        meta["colors"],
+        np.broadcast_to(sc["opacities"], (2, n)),
+        meta["depths"],
+        meta["radii"],
+        W,
+        H,
+    )[1]
     assert np.any(codes & 7 == 4) and np.any(codes & 8) and np.any(alphas == 0)  # stop, clamp, empty pixels
     np.testing.assert_allclose(colors, nc, atol=1e-13)
     np.testing.assert_allclose(alphas[..., 0], na, atol=1e-13)
@@ -399,13 +440,14 @@ def test_rasterize_matches_naive():
 
 # ----------------------------------------------------------------------------- projection backward
 
+
 def _projection_scene():
     W, H = 64, 48
     K = intrinsics(50.0, W, H)
     means = [[-0.8, -0.6, 4.0], [0.9, 0.5, 4.5], [0.2, 0.8, 3.5], [-0.5, 0.3, 5.0], [5.0, 0.1, 4.0]]
     sc = gaussians(means, seed=11)
-    sc["scales"][4] = [1.5, 1.2, 1.8]     # huge one beyond the x clip limit, still on the image
-    sc["sh_coeffs"][1, 0, 0] = -4.0       # red channel clamped at 0 in every view
+    sc["scales"][4] = [1.5, 1.2, 1.8]  # huge one beyond the x clip limit, still on the image
+    sc["sh_coeffs"][1, 0, 0] = -4.0  # red channel clamped at 0 in every view
     return sc, viewmats2(), K, W, H
 
 
@@ -426,8 +468,12 @@ def test_projection_bwd_fd(degree):
     sc, view, K, W, H = _projection_scene()
     C, N = 2, len(sc["means"])
     rng = np.random.default_rng(100 + degree)
-    g = dict(means2d=rng.normal(size=(C, N, 2)), conics=rng.normal(size=(C, N, 3)) * 100,
-             colors=rng.normal(size=(C, N, 3)), depths=rng.normal(size=(C, N)))
+    g = dict(
+        means2d=rng.normal(size=(C, N, 2)),
+        conics=rng.normal(size=(C, N, 3)) * 100,
+        colors=rng.normal(size=(C, N, 3)),
+        depths=rng.normal(size=(C, N)),
+    )
     g_op = rng.normal(size=(C, N))
 
     def fun(name):
@@ -437,20 +483,24 @@ def test_projection_bwd_fd(degree):
             vis = p["radii"].any(-1)
             loss = sum(np.sum(g[k] * p[k]) for k in g) + np.sum(g_op * vis * a["opacities"][None])
             return loss, (p["radii"], p["colors"] > 0)
+
         return f
 
-    an = projection_bwd(*sc.values(), view, K, W, H, degree, g["means2d"], g["conics"], g["colors"], g_op,
-                        grad_depths=g["depths"])
+    an = projection_bwd(
+        *sc.values(), view, K, W, H, degree, g["means2d"], g["conics"], g["colors"], g_op, grad_depths=g["depths"]
+    )
     nk = (degree + 1) ** 2
     assert not an["sh_coeffs"][:, nk:].any()  # unused coefficients get no gradient
     for name in ("means", "quats", "scales", "opacities"):
         assert_grad(name, an[name], *fd_grad(fun(name), sc[name]))
-    sh_fd, ok = fd_grad(lambda x: fun("sh_coeffs")(np.concatenate([x, sc["sh_coeffs"][:, nk:]], 1)),
-                        sc["sh_coeffs"][:, :nk])
+    sh_fd, ok = fd_grad(
+        lambda x: fun("sh_coeffs")(np.concatenate([x, sc["sh_coeffs"][:, nk:]], 1)), sc["sh_coeffs"][:, :nk]
+    )
     assert_grad("sh_coeffs", an["sh_coeffs"][:, :nk], sh_fd, ok)
 
 
 # ----------------------------------------------------------------------------- rasterize backward
+
 
 def _raster_scene(kind):
     """2 cameras, 20 x 18 (not a multiple of 16), 5 Gaussians: 'soft' (opacities 0.3..0.8)
@@ -469,8 +519,13 @@ def _raster_scene(kind):
         opac[:, 3] = 0.995
     ext = np.sqrt(2 * np.log(255 * opac))
     radii = np.ceil(ext[..., None] * np.sqrt(np.stack([cov[..., 0, 0], cov[..., 1, 1]], -1))).astype(np.int32)
-    inputs = dict(means2d=m2d, conics=conics, colors=rng.uniform(0, 1, (2, N, 3)), opacities=opac,
-                  depths=rng.uniform(2, 8, (2, N)))
+    inputs = dict(
+        means2d=m2d,
+        conics=conics,
+        colors=rng.uniform(0, 1, (2, N, 3)),
+        opacities=opac,
+        depths=rng.uniform(2, 8, (2, N)),
+    )
     return inputs, radii, W, H, rng.uniform(0, 1, (2, 3))
 
 
@@ -487,6 +542,7 @@ def test_rasterize_bwd_fd(kind):
             r = rasterize_fwd(*[a[k] for k in inputs], radii, W, H, a["backgrounds"])
             loss = np.sum(gc * r["colors"]) + np.sum(ga * r["alphas"]) + np.sum(gd * r["depths"])
             return loss, decision_codes(*[a[k] for k in inputs], radii, W, H)
+
         return f
 
     r = rasterize_fwd(*inputs.values(), radii, W, H, bg)
@@ -500,6 +556,7 @@ def test_rasterize_bwd_fd(kind):
 
 # ----------------------------------------------------------------------------- composed backward
 
+
 def test_rasterization_bwd_fd():
     W, H = 20, 18
     sc = gaussians(MEANS_SMALL, seed=31)
@@ -512,18 +569,20 @@ def test_rasterization_bwd_fd():
     def fun(name):
         def f(x):
             a = dict(params, **{name: x})
-            colors, alphas, meta = rasterization(*[a[k] for k in sc], view, K, W, H, 3,
-                                                 backgrounds=a["backgrounds"])
+            colors, alphas, meta = rasterization(*[a[k] for k in sc], view, K, W, H, 3, backgrounds=a["backgrounds"])
             loss = np.sum(gc * colors) + np.sum(ga * alphas) + np.sum(gd * meta["render_depths"])
             opac = np.broadcast_to(a["opacities"], (2, len(a["opacities"])))
-            ids, codes = decision_codes(meta["means2d"], meta["conics"], meta["colors"], opac, meta["depths"],
-                                        meta["radii"], W, H)
+            ids, codes = decision_codes(
+                meta["means2d"], meta["conics"], meta["colors"], opac, meta["depths"], meta["radii"], W, H
+            )
             return loss, (meta["radii"], ids, codes, meta["colors"] > 0)
+
         return f
 
     colors, alphas, meta = rasterization(*sc.values(), view, K, W, H, 3, backgrounds=bg)
     assert np.all(meta["radii"].any(-1)) and np.all(meta["tiles"] >= 1)
-    an = rasterization_bwd(*sc.values(), view, K, W, H, 3, backgrounds=bg, grad_colors=gc, grad_alphas=ga,
-                           grad_depths=gd)
+    an = rasterization_bwd(
+        *sc.values(), view, K, W, H, 3, backgrounds=bg, grad_colors=gc, grad_alphas=ga, grad_depths=gd
+    )
     for name in params:
         assert_grad(name, an[name], *fd_grad(fun(name), params[name]))

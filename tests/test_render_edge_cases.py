@@ -1,13 +1,14 @@
 """Analytic and edge cases of the whole render: behind the camera, tile
 borders, a Gaussian covering the image, no Gaussians, empty tiles, opacity 0
 and 1, a zero scale, NaN input, out-of-memory."""
+
 import numpy as np
 import pytest
-
 from render_cases import gpu_render, ref_render
+from test_rasterize_fwd import assert_image_close
+
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.render.api import rasterization, rasterization_backward
-from test_rasterize_fwd import assert_image_close
 
 W, H, F = 48, 40, 50.0
 
@@ -15,13 +16,18 @@ W, H, F = 48, 40, 50.0
 def scene_of(means, scales=0.05, opacities=0.8, sh=None, width=W, height=H):
     means = np.asarray(means, np.float32).reshape(-1, 3)
     n = len(means)
-    return dict(means=means, quats=np.tile(np.float32([1, 0, 0, 0]), (n, 1)),
-                scales=np.broadcast_to(np.float32(scales), (n, 3)).copy(),
-                opacities=np.broadcast_to(np.float32(opacities), (n,)).copy(),
-                sh_coeffs=np.zeros((n, 1, 3), np.float32) if sh is None else np.asarray(sh, np.float32),
-                viewmats=np.eye(4, dtype=np.float32)[None],
-                Ks=np.float32([[[F, 0, width / 2], [0, F, height / 2], [0, 0, 1]]]),
-                width=width, height=height, sh_degree=0)
+    return dict(
+        means=means,
+        quats=np.tile(np.float32([1, 0, 0, 0]), (n, 1)),
+        scales=np.broadcast_to(np.float32(scales), (n, 3)).copy(),
+        opacities=np.broadcast_to(np.float32(opacities), (n,)).copy(),
+        sh_coeffs=np.zeros((n, 1, 3), np.float32) if sh is None else np.asarray(sh, np.float32),
+        viewmats=np.eye(4, dtype=np.float32)[None],
+        Ks=np.float32([[[F, 0, width / 2], [0, F, height / 2], [0, 0, 1]]]),
+        width=width,
+        height=height,
+        sh_degree=0,
+    )
 
 
 def test_single_isotropic_gaussian_is_the_analytic_blob():
@@ -42,8 +48,9 @@ def test_single_isotropic_gaussian_is_the_analytic_blob():
 
 
 def test_gaussian_behind_the_camera_is_culled():
-    colors, alphas, _, meta = gpu_render(scene_of([[0, 0, -2.0], [0, 0, 0.005]]),
-                                         backgrounds=np.float32([[0.1, 0.2, 0.3]]))
+    colors, alphas, _, meta = gpu_render(
+        scene_of([[0, 0, -2.0], [0, 0, 0.005]]), backgrounds=np.float32([[0.1, 0.2, 0.3]])
+    )
     assert not meta["radii"].any() and meta["n_isects"] == 0
     assert np.all(alphas == 0) and np.allclose(colors, [0.1, 0.2, 0.3])
 
@@ -119,6 +126,7 @@ def test_nan_on_the_gpu_is_culled_not_a_hang(device):
     """Training keeps its parameters on the GPU; a NaN there must not hang the
     rasterizer or spread: that Gaussian is culled."""
     from spirula.render.rasterizer import Rasterizer, Splats
+
     s = scene_of([[0, 0, 3.0], [0.2, 0, 3.0], [0.1, 0.1, 3.0]])
     s["means"][1, 0] = np.nan
     s["quats"][2] = np.nan
@@ -135,6 +143,6 @@ def test_nan_on_the_gpu_is_culled_not_a_hang(device):
 
 
 def test_an_image_too_large_for_the_device_is_a_clear_error(device):
-    side = 1 << 15     # 32768^2 RGB float32 = 12 GiB: past any device's per-buffer limit
+    side = 1 << 15  # 32768^2 RGB float32 = 12 GiB: past any device's per-buffer limit
     with pytest.raises(OutOfMemoryError, match=r"api\.raster\.colors.*needs .*GiB"):
         rasterization(**scene_of([0, 0, 3.0], width=side, height=side))

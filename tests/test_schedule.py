@@ -3,6 +3,7 @@ config.py) against docs/design.md §9 and gsplat's simple_trainer: the means'
 learning rate decays exponentially from lr_means x extent to lr_means_final x
 extent over the run, every other rate is constant, one SH band more every
 sh_every steps up to sh_degree, and the strategy picks its own defaults."""
+
 import dataclasses
 import json
 import math
@@ -47,8 +48,9 @@ def test_an_explicit_opacity_rate_wins_over_the_strategy_default():
         assert learning_rates(TrainConfig(strategy=strategy, lr_opacities=0.07), 0, 1.0).opacities == 0.07
 
 
-@pytest.mark.parametrize("step,degree", [(0, 0), (999, 0), (1000, 1), (1999, 1), (2000, 2), (2999, 2),
-                                         (3000, 3), (3001, 3), (29_999, 3)])
+@pytest.mark.parametrize(
+    "step,degree", [(0, 0), (999, 0), (1000, 1), (1999, 1), (2000, 2), (2999, 2), (3000, 3), (3001, 3), (29_999, 3)]
+)
 def test_sh_degree_grows_one_band_every_1000_steps(step, degree):
     assert sh_degree_at(TrainConfig(), step) == degree
 
@@ -64,8 +66,14 @@ def test_defaults_follow_design_section_2():
     assert (c.iterations, c.strategy, c.sh_degree, c.sh_every) == (30_000, "mcmc", 3, 1000)
     assert (c.l1_weight, c.ssim_weight) == (0.8, 0.2)
     assert (c.beta1, c.beta2, c.adam_eps) == (0.9, 0.999, 1e-15)
-    assert (c.lr_means, c.lr_means_final, c.lr_quats, c.lr_scales, c.lr_sh0, c.lr_shN_divisor) == \
-        (1.6e-4, 1.6e-6, 1e-3, 5e-3, 2.5e-3, 20.0)
+    assert (c.lr_means, c.lr_means_final, c.lr_quats, c.lr_scales, c.lr_sh0, c.lr_shN_divisor) == (
+        1.6e-4,
+        1.6e-6,
+        1e-3,
+        5e-3,
+        2.5e-3,
+        20.0,
+    )
     assert (c.refine_start, c.refine_every, c.min_opacity) == (500, 100, 0.005)
     assert (c.grow_grad2d, c.grow_scale3d, c.prune_scale3d, c.reset_every) == (0.0002, 0.01, 0.1, 3000)
 
@@ -85,8 +93,7 @@ def test_adc_strategy_defaults():
 
 
 def test_explicit_values_are_kept_even_when_falsy():
-    c = TrainConfig(strategy="mcmc", init_opacity=0.3, init_scale=2.0, refine_stop=0, opacity_reg=0.0,
-                    scale_reg=0.0)
+    c = TrainConfig(strategy="mcmc", init_opacity=0.3, init_scale=2.0, refine_stop=0, opacity_reg=0.0, scale_reg=0.0)
     assert (c.init_opacity, c.init_scale, c.refine_stop, c.opacity_reg, c.scale_reg) == (0.3, 2.0, 0, 0.0, 0.0)
 
 
@@ -98,8 +105,18 @@ def test_invalid_config_is_refused(bad):
 
 @pytest.mark.parametrize("strategy", ["mcmc", "adc"])
 def test_config_json_round_trip(strategy):
-    cfg = TrainConfig(iterations=1234, strategy=strategy, cap_max=777, sh_degree=2, seed=5, lr_opacities=0.04,
-                      downscale=4, background="white", eval_split="none", absgrad=True)
+    cfg = TrainConfig(
+        iterations=1234,
+        strategy=strategy,
+        cap_max=777,
+        sh_degree=2,
+        seed=5,
+        lr_opacities=0.04,
+        downscale=4,
+        background="white",
+        eval_split="none",
+        absgrad=True,
+    )
     text = cfg.to_json()
     assert json.loads(text) == dataclasses.asdict(cfg)
     back = TrainConfig.from_dict(json.loads(text))
@@ -119,7 +136,8 @@ def test_demo_settings_live_in_the_configuration():
     demo = TrainConfig.demo()
     assert (demo.iterations, demo.cap_max, demo.log_every, demo.init_scale) == (400, 30_000, 50, 1.0)
     assert demo.init_opacity == TrainConfig().init_opacity == 0.5
-    assert TrainConfig.demo(iterations=1500, init_scale=0.1) == \
-        TrainConfig(iterations=1500, cap_max=30_000, log_every=50, init_scale=0.1)
+    assert TrainConfig.demo(iterations=1500, init_scale=0.1) == TrainConfig(
+        iterations=1500, cap_max=30_000, log_every=50, init_scale=0.1
+    )
     adc = TrainConfig.demo(strategy="adc")
     assert (adc.refine_stop, adc.init_opacity) == (15_000, 0.1)

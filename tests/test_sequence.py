@@ -1,4 +1,5 @@
 """Recorded sequences: kernels against numpy, barrier placement, folding, chains."""
+
 import numpy as np
 import pytest
 
@@ -13,8 +14,13 @@ def _saxpy(device, test_kernels, n, a, scale=1.0):
     device.upload(bx, x)
     device.upload(by, y)
     rec = device.recorder("saxpy")
-    rec.dispatch(test_kernels.get("saxpy"), groups=Threads(n), buffers=dict(x=bx, y=by),
-                 push=dict(n=n, a=a), spec=dict(SCALE=scale))
+    rec.dispatch(
+        test_kernels.get("saxpy"),
+        groups=Threads(n),
+        buffers=dict(x=bx, y=by),
+        push=dict(n=n, a=a),
+        spec=dict(SCALE=scale),
+    )
     rec.finish().run()
     got = device.readback(by)
     device.pool.free(bx)
@@ -28,14 +34,14 @@ def test_saxpy_kernel_matches_numpy(device, test_kernels, n):
     got, expect, mag = _saxpy(device, test_kernels, n, a=0.75, scale=2.0)
     # a fused multiply-add or separate roundings: the results differ by at most
     # an ulp of the larger term (2^-23 relative), x2 for the scale product
-    assert np.all(np.abs(got - expect) <= 2 ** -22 * mag)
+    assert np.all(np.abs(got - expect) <= 2**-22 * mag)
 
 
 def test_dispatch_past_65535_workgroups_is_folded(device, test_kernels):
-    n = 64 * 70_000 + 5                      # 70,001 workgroups of 64
+    n = 64 * 70_000 + 5  # 70,001 workgroups of 64
     assert device.fold_groups(70_001)[1] >= 1
     got, expect, mag = _saxpy(device, test_kernels, n, a=-1.25)
-    assert np.all(np.abs(got - expect) <= 2 ** -22 * mag)
+    assert np.all(np.abs(got - expect) <= 2**-22 * mag)
 
 
 def test_long_chain_of_dependent_dispatches_is_exact(device, test_kernels):
@@ -50,7 +56,7 @@ def test_long_chain_of_dependent_dispatches_is_exact(device, test_kernels):
         src, dst = (a, b) if i % 2 == 0 else (b, a)
         rec.dispatch(k, groups=Threads(n), buffers=dict(src=src, dst=dst), push=dict(n=n))
     seq = rec.finish()
-    assert seq.barriers == steps + 1         # one between each pair, plus the final one
+    assert seq.barriers == steps + 1  # one between each pair, plus the final one
     for rep in range(3):
         seq.run()
         assert np.array_equal(device.readback(a), start + (rep + 1) * steps)
@@ -63,12 +69,12 @@ def test_barriers_only_where_a_hazard_exists(device, test_kernels):
     bufs = [device.pool.alloc("test.plan%d" % i, (16,), np.uint32, zero=True) for i in range(4)]
     a, b, c, d = bufs
     rec = device.recorder("plan")
-    rec.dispatch(k, 1, dict(src=a, dst=b), push=dict(n=16))     # writes b
-    rec.dispatch(k, 1, dict(src=c, dst=d), push=dict(n=16))     # independent: no barrier
-    rec.dispatch(k, 1, dict(src=a, dst=c), push=dict(n=16))     # WAR on c: barrier
-    rec.dispatch(k, 1, dict(src=b, dst=a), push=dict(n=16))     # WAR on a: barrier
-    rec.dispatch(k, 1, dict(src=c, dst=d), push=dict(n=16))     # independent reads of c
-    rec.dispatch(k, 1, dict(src=d, dst=b), push=dict(n=16))     # RAW on d: barrier
+    rec.dispatch(k, 1, dict(src=a, dst=b), push=dict(n=16))  # writes b
+    rec.dispatch(k, 1, dict(src=c, dst=d), push=dict(n=16))  # independent: no barrier
+    rec.dispatch(k, 1, dict(src=a, dst=c), push=dict(n=16))  # WAR on c: barrier
+    rec.dispatch(k, 1, dict(src=b, dst=a), push=dict(n=16))  # WAR on a: barrier
+    rec.dispatch(k, 1, dict(src=c, dst=d), push=dict(n=16))  # independent reads of c
+    rec.dispatch(k, 1, dict(src=d, dst=b), push=dict(n=16))  # RAW on d: barrier
     plan = ["B" if op == "barrier" else "D" for op in rec.plan()]
     assert "".join(plan) == "BDDBDBDDBDB"
     for x in bufs:
@@ -95,7 +101,7 @@ def test_async_run_then_readback_waits_for_the_gpu(device, test_kernels):
     rec.dispatch(k, Threads(n), dict(src=b, dst=a), push=dict(n=n))
     seq = rec.finish()
     seq.run_async()
-    assert np.all(device.readback(a) == 2)     # readback syncs first
+    assert np.all(device.readback(a) == 2)  # readback syncs first
     seq.run_async()
     seq.wait()
     assert np.all(device.readback(a) == 4)
@@ -125,7 +131,8 @@ def test_one_buffer_twice_in_a_restrict_kernel_is_refused(device):
     count = device.pool.alloc("test.alias_count", (4,), np.uint32, zero=True)
     rec = device.recorder("alias")
     with pytest.raises(ValueError, match="bound to both isect_keys and ranges"):
-        rec.dispatch("tile_ranges", 1, dict(isect_keys=buf, num_isects=count, ranges=buf),
-                     push=dict(m_max=64, count_offset=0))
+        rec.dispatch(
+            "tile_ranges", 1, dict(isect_keys=buf, num_isects=count, ranges=buf), push=dict(m_max=64, count_offset=0)
+        )
     device.pool.free(buf)
     device.pool.free(count)

@@ -51,8 +51,9 @@ def test_cuda_defines_none_of_the_shared_functions_again():
         code = _code(path)
         for name in shared:
             # a definition: a return type, the name, parameters, then a body
-            assert not re.search(r"\b\w+[&*]?\s+%s\s*\([^;{]*\)\s*\{" % name, code), \
+            assert not re.search(r"\b\w+[&*]?\s+%s\s*\([^;{]*\)\s*\{" % name, code), (
                 "%s defines %s, which shaders/include already defines" % (path.name, name)
+            )
 
 
 def test_every_shared_file_is_compiled_for_cuda():
@@ -84,7 +85,7 @@ def test_step_params_layout_comes_from_the_glsl_struct():
 def test_std430_alignment_of_vectors_and_arrays():
     dt = std430_dtype("struct S { float a; vec2 b; uint c; vec4 d; float e[3]; uvec2 f[2]; };", "S")
     assert [dt.fields[n][1] for n in "abcdef"] == [0, 8, 16, 32, 48, 64]
-    assert dt.itemsize == 80          # a multiple of the largest alignment (vec4: 16)
+    assert dt.itemsize == 80  # a multiple of the largest alignment (vec4: 16)
     with pytest.raises(ShaderCompileError, match="vec3"):
         std430_dtype("struct S { vec3 a; };", "S")
     with pytest.raises(ShaderCompileError, match="no struct T"):

@@ -2,15 +2,16 @@
 hand-made splats: MCMC relocation and growth against gsplat's
 compute_relocation, ADC clone/split/prune and the opacity reset, and when
 each strategy acts."""
+
 import inspect
 import types
 
 import numpy as np
 import pytest
+from train_cases import PARAMS, random_init, refine, sigmoid, tiny_scene
 
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
-from train_cases import PARAMS, random_init, refine, sigmoid, tiny_scene
 
 
 @pytest.fixture(scope="module")
@@ -20,14 +21,16 @@ def scene(tmp_path_factory):
 
 # ---- the interface ---------------------------------------------------------------------
 
+
 def _reaches(obj, cls) -> bool:
     """Whether an instance of ``cls`` is reachable from ``obj`` through
     attributes, lists, tuples and dicts."""
     seen, todo = set(), [obj]
     while todo:
         o = todo.pop()
-        if id(o) in seen or isinstance(o, (type, types.ModuleType, types.FunctionType, str, bytes, int, float,
-                                           np.ndarray)):
+        if id(o) in seen or isinstance(
+            o, (type, types.ModuleType, types.FunctionType, str, bytes, int, float, np.ndarray)
+        ):
             continue
         seen.add(id(o))
         if isinstance(o, cls):
@@ -46,8 +49,17 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
     the configuration alone, is handed the splats, statistics, step, extent
     and device, returns what it changed, and holds no trainer."""
     from spirula.train import strategy as strategies
-    cfg = TrainConfig(iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, refine_start=2, refine_every=3,
-                      reset_every=6, grow_grad2d=1e-7)
+
+    cfg = TrainConfig(
+        iterations=20,
+        strategy=strategy,
+        cap_max=1000,
+        sh_degree=1,
+        refine_start=2,
+        refine_every=3,
+        reset_every=6,
+        grow_grad2d=1e-7,
+    )
     assert list(inspect.signature(type(strategies.make(cfg))).parameters) == ["cfg"]
     trainer = Trainer(scene, cfg, device, init=random_init(200, 1))
     got = []
@@ -55,6 +67,7 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
     def adopt(changes, adopt=trainer.adopt):
         got.append((trainer.step - 1, trainer.model, changes))
         adopt(changes)
+
     monkeypatch.setattr(trainer, "adopt", adopt)
     for _ in range(10):
         n = trainer.model.n
@@ -64,27 +77,30 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
             assert isinstance(changes, strategies.Changes)
             assert (changes.n_before, changes.n_after) == (n, trainer.model.n)
             assert trainer.model is changes.model
-            if strategy == "mcmc":        # within the budget, in place
+            if strategy == "mcmc":  # within the budget, in place
                 assert changes.model is before and changes.n_after == int(1.05 * n)
                 assert changes.relocated == trainer.strategy.relocated and not changes.stats_reset
-            else:                          # a new model, the statistics restart
+            else:  # a new model, the statistics restart
                 assert changes.model is not before and changes.stats_reset
                 assert changes.opacities_reset == (trainer.step - 1 == 6)
-    assert [s for s, _, _ in got] == [3, 6, 9]                   # 0-based steps, as gsplat
+    assert [s for s, _, _ in got] == [3, 6, 9]  # 0-based steps, as gsplat
     assert not _reaches(trainer.strategy, Trainer)
-    assert _reaches(types.SimpleNamespace(held=[{"by": trainer}]), Trainer)      # (the check can fail)
+    assert _reaches(types.SimpleNamespace(held=[{"by": trainer}]), Trainer)  # (the check can fail)
     trainer.free()
 
 
 # ---- MCMC ----------------------------------------------------------------------------
 
+
 def relocation(o, scale, n_share):
     """gsplat's compute_relocation (MCMC paper eq. 9), float64: the opacity and
     scale of each of ``n_share`` splats that replace one of opacity o, scale s."""
     from scipy.special import comb
+
     o_new = 1 - (1 - o) ** (1 / n_share)
-    denom = sum(comb(i - 1, k) * (-1) ** k / np.sqrt(k + 1) * o_new ** (k + 1)
-                for i in range(1, n_share + 1) for k in range(i))
+    denom = sum(
+        comb(i - 1, k) * (-1) ** k / np.sqrt(k + 1) * o_new ** (k + 1) for i in range(1, n_share + 1) for k in range(i)
+    )
     return o_new, scale * o / denom
 
 
@@ -98,7 +114,7 @@ def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000, **cfg_kw):
 def _splats(n, seed, opacity=None):
     rng = np.random.default_rng(seed)
     a = random_init(n, 1, seed=seed)
-    a["means"] = rng.normal(0, 0.3, (n, 3)).astype(np.float32)       # unique: identifies copies
+    a["means"] = rng.normal(0, 0.3, (n, 3)).astype(np.float32)  # unique: identifies copies
     if opacity is not None:
         a["opacities"][:] = np.log(opacity / (1 - opacity))
     return a
@@ -106,8 +122,10 @@ def _splats(n, seed, opacity=None):
 
 def _moments(arrays, seed):
     rng = np.random.default_rng(seed)
-    return dict(exp_avg={k: rng.normal(0, 1e-3, v.shape).astype(np.float32) for k, v in arrays.items()},
-                exp_avg_sq={k: rng.uniform(1e-8, 1e-6, v.shape).astype(np.float32) for k, v in arrays.items()})
+    return dict(
+        exp_avg={k: rng.normal(0, 1e-3, v.shape).astype(np.float32) for k, v in arrays.items()},
+        exp_avg_sq={k: rng.uniform(1e-8, 1e-6, v.shape).astype(np.float32) for k, v in arrays.items()},
+    )
 
 
 def test_mcmc_relocation_by_hand(device, scene):
@@ -124,7 +142,7 @@ def test_mcmc_relocation_by_hand(device, scene):
     p = got["params"]
     assert trainer.model.n == 2
     o_new = 1 - np.sqrt(0.5)
-    coeff = 0.5 / (2 * o_new - o_new ** 2 / np.sqrt(2))         # i = 1: o'; i = 2: o' - o'^2 / sqrt(2)
+    coeff = 0.5 / (2 * o_new - o_new**2 / np.sqrt(2))  # i = 1: o'; i = 2: o' - o'^2 / sqrt(2)
     assert (o_new, coeff) == pytest.approx((0.2928932, 0.9521520), abs=1e-7)
     np.testing.assert_allclose(sigmoid(p["opacities"]), [o_new, o_new], rtol=1e-6)
     np.testing.assert_allclose(np.exp(p["scales"]), [[0.1 * coeff, 0.05 * coeff, 0.2 * coeff]] * 2, rtol=1e-6)
@@ -153,8 +171,14 @@ def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene, keep_mo
     a = _splats(n, seed=3)
     a["opacities"][:] = np.log(o / (1 - o))
     mom = _moments(a, 5)
-    trainer = _mcmc_trainer(device, scene, a, mom, cap_max=n,    # at the budget: relocation only
-                            mcmc_keep_moments=keep_moments)
+    trainer = _mcmc_trainer(
+        device,
+        scene,
+        a,
+        mom,
+        cap_max=n,  # at the budget: relocation only
+        mcmc_keep_moments=keep_moments,
+    )
     refine(trainer, 600)
     got = trainer.model.download()
     p = got["params"]
@@ -163,7 +187,7 @@ def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene, keep_mo
     src = _groups(a["means"], p["means"])
     assert (src >= 0).all() and not np.isin(src, dead).any()
     alive = np.setdiff1d(np.arange(n), dead)
-    assert (src[alive] == alive).all()                           # live splats stay where they are
+    assert (src[alive] == alive).all()  # live splats stay where they are
     shares = np.bincount(src, minlength=n)
     assert shares[dead].sum() == 0 and (shares[alive] >= 1).all() and (shares > 1).sum() >= 20
     for i in range(n):
@@ -176,9 +200,9 @@ def test_mcmc_relocation_moves_dead_splats_onto_live_ones(device, scene, keep_mo
             np.testing.assert_array_equal(p[name][i], a[name][s])
         for group in ("exp_avg", "exp_avg_sq"):
             for name in PARAMS:
-                if g == 1 or (keep_moments and i != s):   # untouched, or relocated keeping its own
+                if g == 1 or (keep_moments and i != s):  # untouched, or relocated keeping its own
                     np.testing.assert_array_equal(got[group][name][i], mom[group][name][i])
-                else:            # the source drawn from, or relocated from 0
+                else:  # the source drawn from, or relocated from 0
                     assert not got[group][name][i].any(), (i, group, name)
     trainer.free()
 
@@ -234,10 +258,9 @@ def test_mcmc_refine_relocates_then_grows_within_the_budget(device, scene, cap_m
             # relocated splats keep their slot's moments (the default, as gsplat), new ones start at 0
             np.testing.assert_array_equal(got[group][name][dead], mom[group][name][dead], err_msg=name)
             assert not got[group][name][n:].any()
-    out = trainer.train_step()                                   # and training goes on
+    out = trainer.train_step()  # and training goes on
     assert np.isfinite(out["loss"])
     trainer.free()
-
 
 
 def test_mcmc_position_noise_moves_transparent_splats_along_their_covariance(device, scene):
@@ -260,32 +283,37 @@ def test_mcmc_position_noise_moves_transparent_splats_along_their_covariance(dev
     for name in ("quats", "scales", "opacities", "sh"):
         np.testing.assert_allclose(noisy[name], quiet[name], rtol=1e-5, atol=1e-6, err_msg=name)
     step = noisy["means"].astype(np.float64) - quiet["means"]
-    np.testing.assert_allclose(step[:n // 2], 0, atol=1e-6)                 # gate < 1e-12
+    np.testing.assert_allclose(step[: n // 2], 0, atol=1e-6)  # gate < 1e-12
     o_new = sigmoid(noisy["opacities"])
     gate = sigmoid(100 * ((1 - o_new) - 0.995))
     scale = 1.6e-4 * extent * 5e5 * gate
     from reference.projection import quat_to_rotmat
+
     R = quat_to_rotmat(noisy["quats"].astype(np.float64))
     M = R * np.exp(noisy["scales"].astype(np.float64))[:, None, :]
     cov = M @ M.transpose(0, 2, 1)
-    z = np.linalg.solve(cov[n // 2:], (step[n // 2:] / scale[n // 2:, None])[..., None])[..., 0]   # batched: b as [M,3,1] (numpy 2)
+    z = np.linalg.solve(cov[n // 2 :], (step[n // 2 :] / scale[n // 2 :, None])[..., None])[
+        ..., 0
+    ]  # batched: b as [M,3,1] (numpy 2)
     # 450 draws: the mean within 4 sigma (0.19), the spread within ~15%
     assert abs(z.mean()) < 0.19 and 0.85 < z.std() < 1.15, (z.mean(), z.std())
     assert np.abs(z).max() < 6
 
+
 # ---- ADC -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("step", [600, 3100], ids=["before-first-reset", "after-first-reset"])
 def test_adc_refine_clones_splits_and_prunes(device, scene, step):
     cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     ext = trainer.extent
-    big = 0.2 * ext                     # > prune_scale3d x extent, and so are its split children (/ 1.6)
+    big = 0.2 * ext  # > prune_scale3d x extent, and so are its split children (/ 1.6)
     #            clone      split       pruned     kept       unseen     clone+prune  big kept?  big split
     scale = [0.005 * ext, 0.05 * ext, 0.005 * ext, 0.05 * ext, 0.05 * ext, 0.005 * ext, big, big]
     opac = [0.5, 0.6, 0.003, 0.7, 0.4, 0.004, 0.5, 0.5]
     grad = [3e-3, 2e-3, 1e-3, 1e-4, 0.0, 5e-3, 1e-4, 4e-3]
-    vis = [10, 5, 2, 1, 0, 1, 1, 2]     # mean gradients: 3e-4, 4e-4, ... against grow_grad2d 2e-4
+    vis = [10, 5, 2, 1, 0, 1, 1, 2]  # mean gradients: 3e-4, 4e-4, ... against grow_grad2d 2e-4
     a = _splats(8, seed=12)
     a["scales"] = np.log(np.array(scale)[:, None] * [1.0, 0.5, 0.25]).astype(np.float32)
     a["opacities"] = np.log(np.array(opac) / (1 - np.array(opac))).astype(np.float32)
@@ -308,7 +336,8 @@ def test_adc_refine_clones_splits_and_prunes(device, scene, step):
             np.testing.assert_allclose(p["scales"][i], a["scales"][j] - np.log(1.6), atol=1e-6)
             # mean = parent + R (s z), z ~ N(0, I): z back in the parent's frame
             from reference.projection import quat_to_rotmat
-            R = quat_to_rotmat(a["quats"][j:j + 1].astype(np.float64))[0]
+
+            R = quat_to_rotmat(a["quats"][j : j + 1].astype(np.float64))[0]
             z = R.T @ (p["means"][i] - a["means"][j]) / np.exp(a["scales"][j].astype(np.float64))
             assert 0 < np.abs(z).max() < 6, z
         else:
@@ -330,7 +359,6 @@ def test_adc_refine_clones_splits_and_prunes(device, scene, step):
     trainer.free()
 
 
-
 @pytest.mark.parametrize("absgrad", [False, True], ids=["grad", "absgrad"])
 def test_adc_statistics_accumulate_the_screen_space_gradient(device, scene, absgrad):
     """After a step, each visible splat's grad2d_sum holds |dL/d mean2d| scaled
@@ -349,6 +377,7 @@ def test_adc_statistics_accumulate_the_screen_space_gradient(device, scene, absg
     np.testing.assert_array_equal(got_count, visible.astype(np.uint32))
     np.testing.assert_allclose(got_sum, want, rtol=1e-5, atol=1e-12)
     trainer.free()
+
 
 def test_adc_opacity_reset_caps_opacities_at_twice_min_opacity(device, scene):
     cfg = TrainConfig(iterations=100, strategy="adc", sh_degree=1)
@@ -371,9 +400,9 @@ def test_adc_opacity_reset_caps_opacities_at_twice_min_opacity(device, scene):
     trainer.free()
 
 
-
 def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
     from spirula.train import strategy as strategies
+
     calls = []
     monkeypatch.setattr(strategies.MCMC, "refine", lambda self, model, step, device: calls.append(step))
     cfg = TrainConfig(strategy="mcmc", cap_max=100, sh_degree=1, refine_start=5, refine_every=5, refine_stop=31)
@@ -383,22 +412,32 @@ def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
     assert calls == [10, 15, 20, 25, 30]
     trainer.free()
 
+
 def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch):
     """step_post_backward(..., s, ...) with the 0-based index of the step just done, as gsplat."""
     from spirula.train import strategy as strategies
+
     calls = []
+
     def refine(self, model, stats, step, extent, device):
         calls.append(("refine", step))
         return strategies.Changes(model, model.n, model.n)
+
     monkeypatch.setattr(strategies.ADC, "refine", refine)
     monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self, model, device: calls.append(("reset",)))
-    cfg = TrainConfig(strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15,
-                      refine_stop=31)
+    cfg = TrainConfig(strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15, refine_stop=31)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     for s in range(40):
         trainer.strategy.step_post_backward(trainer.model, trainer.stats, s, trainer.extent, device)
-    assert calls == [("refine", 10), ("refine", 15), ("reset",), ("refine", 20), ("refine", 25), ("refine", 30),
-                     ("reset",)]
+    assert calls == [
+        ("refine", 10),
+        ("refine", 15),
+        ("reset",),
+        ("refine", 20),
+        ("refine", 25),
+        ("refine", 30),
+        ("reset",),
+    ]
     trainer.free()
 
 
@@ -427,7 +466,7 @@ def test_mcmc_diverged_splats_are_relocated_never_drawn(device, scene, keep_mome
     got = trainer.model.download()
     p = got["params"]
     assert trainer.strategy.relocated == len(broken)
-    assert trainer.model.n == 210                                   # growth went on, 5%
+    assert trainer.model.n == 210  # growth went on, 5%
     for group in got.values():
         for name, v in group.items():
             assert np.isfinite(v).all(), name

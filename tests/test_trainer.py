@@ -2,17 +2,19 @@
 scenes: one step against the float64 reference, checkpoints and resume,
 intersection overflow, and a short run on the demo scene. Density control
 is in test_strategy.py."""
+
 import json
 
 import numpy as np
 import pytest
-
 from reference.adam import adam
 from reference.loss import WINDOW, loss_terms
 from reference.render import rasterization, rasterization_bwd
+from train_cases import PARAMS, random_init, sigmoid, tiny_scene, write_tiny_mixed_sizes
+
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
-from train_cases import PARAMS, random_init, sigmoid, tiny_scene, write_tiny_mixed_sizes
+
 
 @pytest.fixture(scope="module")
 def scene(tmp_path_factory):
@@ -22,10 +24,12 @@ def scene(tmp_path_factory):
 @pytest.fixture(scope="module")
 def mixed_scene(tmp_path_factory):
     from spirula.data import load_dataset
+
     return load_dataset(write_tiny_mixed_sizes(tmp_path_factory.mktemp("mixed")))
 
 
 # ---- the reference of one step ---------------------------------------------------------
+
 
 def loss_grad(x, y, l1_weight=0.8, ssim_weight=0.2):
     """d loss / d x of reference.loss.loss_terms, analytically: [V,H,W,3].
@@ -39,7 +43,7 @@ def loss_grad(x, y, l1_weight=0.8, ssim_weight=0.2):
     """
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     V, H, W, _ = x.shape
-    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    c1, c2 = 0.01**2, 0.03**2
     n_valid = V * 3 * (H - 10) * (W - 10)
     grad = l1_weight * np.sign(x - y) / x.size
     for v in range(V):
@@ -50,7 +54,7 @@ def loss_grad(x, y, l1_weight=0.8, ssim_weight=0.2):
                 out = np.zeros((H - 10, W - 10))
                 for dy in range(11):
                     for dx in range(11):
-                        out += WINDOW[dy, dx] * img[dy:dy + H - 10, dx:dx + W - 10]
+                        out += WINDOW[dy, dx] * img[dy : dy + H - 10, dx : dx + W - 10]
                 return out
 
             mx, my = means(a), means(b)
@@ -64,9 +68,9 @@ def loss_grad(x, y, l1_weight=0.8, ssim_weight=0.2):
             for dy in range(11):
                 for dx in range(11):
                     w = WINDOW[dy, dx]
-                    g_mu[dy:dy + H - 10, dx:dx + W - 10] += w * d_mu
-                    g_xx[dy:dy + H - 10, dx:dx + W - 10] += w * d_xx
-                    g_xy[dy:dy + H - 10, dx:dx + W - 10] += w * d_xy
+                    g_mu[dy : dy + H - 10, dx : dx + W - 10] += w * d_mu
+                    g_xx[dy : dy + H - 10, dx : dx + W - 10] += w * d_xx
+                    g_xy[dy : dy + H - 10, dx : dx + W - 10] += w * d_xy
             grad[v, ..., ch] -= ssim_weight / n_valid * (g_mu + 2 * a * g_xx + b * g_xy)
     return grad
 
@@ -99,9 +103,13 @@ def training_viewmat(viewmat, world):
 
 
 def activated(raw):
-    return dict(means=raw["means"].astype(np.float64), quats=raw["quats"].astype(np.float64),
-                scales=np.exp(raw["scales"].astype(np.float64)), opacities=sigmoid(raw["opacities"]),
-                sh_coeffs=raw["sh"].astype(np.float64))
+    return dict(
+        means=raw["means"].astype(np.float64),
+        quats=raw["quats"].astype(np.float64),
+        scales=np.exp(raw["scales"].astype(np.float64)),
+        opacities=sigmoid(raw["opacities"]),
+        sh_coeffs=raw["sh"].astype(np.float64),
+    )
 
 
 @pytest.mark.parametrize("case", ["fresh", "resumed", "mixed-sizes"])
@@ -120,8 +128,9 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     resumed = case == "resumed"
     # SH degree at the schedule's boundaries: 0 at step 0 even with a band
     # every step; 1 from step 5 with a band every 5 steps
-    cfg = TrainConfig(iterations=40, strategy="mcmc", noise_lr=0.0, sh_degree=1, sh_every=5 if resumed else 1,
-                      cap_max=n)
+    cfg = TrainConfig(
+        iterations=40, strategy="mcmc", noise_lr=0.0, sh_degree=1, sh_every=5 if resumed else 1, cap_max=n
+    )
     trainer = Trainer(scene, cfg, device, init=random_init(n, 1, seed=11))
     if mixed:
         assert sorted(trainer.sizes) == [(32, 24), (64, 48)]
@@ -150,8 +159,15 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     for i in scene.train:
         f = scene.frames[i]
         vm = training_viewmat(f.viewmat, trainer.world)[None]
-        colors, _, _ = rasterization(**act, viewmats=vm, Ks=f.K[None], width=f.width, height=f.height,
-                                     sh_degree=sh_degree, backgrounds=scene.background[None].astype(np.float64))
+        colors, _, _ = rasterization(
+            **act,
+            viewmats=vm,
+            Ks=f.K[None],
+            width=f.width,
+            height=f.height,
+            sh_degree=sh_degree,
+            backgrounds=scene.background[None].astype(np.float64),
+        )
         gt = (np.rint(scene.load_image(i).astype(np.float64) * 255) / 255)[None]
         cands.append((abs(loss_terms(colors, gt)["loss"] - out["loss"]), i, vm, colors, gt))
     cands.sort(key=lambda c: c[0])
@@ -160,10 +176,14 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     assert (W, H) == ((32, 24) if mixed else (64, 48)) == (trainer.width, trainer.height)
     ref = loss_terms(colors, gt)
     # loss: float32 window sums (test_loss.py: 2e-5 relative); the next best view is far off
-    np.testing.assert_allclose([out["loss"], out["l1"], out["ssim"], out["mse"]],
-                               [ref["loss"], ref["l1"], ref["ssim"], ref["mse"]], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        [out["loss"], out["l1"], out["ssim"], out["mse"]],
+        [ref["loss"], ref["l1"], ref["ssim"], ref["mse"]],
+        rtol=1e-4,
+        atol=1e-6,
+    )
     assert second[0] > 100 * max(err, 1e-6)
-    assert colors.max() < gt.min()               # the L1 sign is the same everywhere (train_cases.py)
+    assert colors.max() < gt.min()  # the L1 sign is the same everywhere (train_cases.py)
 
     # the GPU's own intermediate images, for a readable failure
     got_colors = device.readback(trainer.raster.out_colors)
@@ -172,19 +192,33 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     got_grad = device.readback(trainer.raster.grad_colors)
     np.testing.assert_allclose(got_grad, grad_colors, rtol=1e-3, atol=1e-4 * np.abs(grad_colors).max())
 
-    g = rasterization_bwd(**act, viewmats=vm, Ks=scene.frames[image].K[None], width=W, height=H,
-                          sh_degree=sh_degree, backgrounds=scene.background[None].astype(np.float64),
-                          grad_colors=grad_colors)
+    g = rasterization_bwd(
+        **act,
+        viewmats=vm,
+        Ks=scene.frames[image].K[None],
+        width=W,
+        height=H,
+        sh_degree=sh_degree,
+        backgrounds=scene.background[None].astype(np.float64),
+        grad_colors=grad_colors,
+    )
     sc, op = act["scales"], act["opacities"]
-    grads = dict(means=g["means"], quats=g["quats"], sh=g["sh_coeffs"],
-                 scales=(g["scales"] + cfg.scale_reg / (3 * n)) * sc,
-                 opacities=(g["opacities"] + cfg.opacity_reg / n) * op * (1 - op))
+    grads = dict(
+        means=g["means"],
+        quats=g["quats"],
+        sh=g["sh_coeffs"],
+        scales=(g["scales"] + cfg.scale_reg / (3 * n)) * sc,
+        opacities=(g["opacities"] + cfg.opacity_reg / n) * op * (1 - op),
+    )
 
-    centres = np.stack([-v[:3, :3].T @ v[:3, 3] for v in
-                        (training_viewmat(scene.frames[i].viewmat, trainer.world) for i in scene.train)])
+    centres = np.stack(
+        [
+            -v[:3, :3].T @ v[:3, 3]
+            for v in (training_viewmat(scene.frames[i].viewmat, trainer.world) for i in scene.train)
+        ]
+    )
     extent = 1.1 * np.linalg.norm(centres - centres.mean(0), axis=1).max()
-    lrs = dict(means=1.6e-4 * extent * 0.01 ** (step / cfg.iterations), quats=1e-3, scales=5e-3,
-               opacities=0.05)
+    lrs = dict(means=1.6e-4 * extent * 0.01 ** (step / cfg.iterations), quats=1e-3, scales=5e-3, opacities=0.05)
     for name in PARAMS:
         lr = lrs.get(name)
         if name == "sh":
@@ -197,31 +231,33 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
         # the moments carry the gradient: float32 loss gradient (1e-6 relative),
         # atomics in rasterize_bwd, cancellation in sums over pixels; worst seen
         # 1.4e-5 x max|m| (means) on lavapipe, a seventh of the tolerance
-        np.testing.assert_allclose(got_m, want_m, rtol=1e-3, atol=1e-4 * np.abs(want_m).max() + 1e-20,
-                                   err_msg=name)
-        np.testing.assert_allclose(got_v, want_v, rtol=2e-3, atol=1e-4 * np.abs(want_v).max() + 1e-30,
-                                   err_msg=name)
+        np.testing.assert_allclose(got_m, want_m, rtol=1e-3, atol=1e-4 * np.abs(want_m).max() + 1e-20, err_msg=name)
+        np.testing.assert_allclose(got_v, want_v, rtol=2e-3, atol=1e-4 * np.abs(want_v).max() + 1e-30, err_msg=name)
         # the update: Adam of the GPU's own moments with the reference step, rates
         # and bias corrections; float32 arithmetic, ~1e-6 of lr beyond 1 ulp of p
-        upd = p - lr / (1 - 0.9 ** t) * got_m / (np.sqrt(got_v) / np.sqrt(1 - 0.999 ** t) + 1e-15)
+        upd = p - lr / (1 - 0.9**t) * got_m / (np.sqrt(got_v) / np.sqrt(1 - 0.999**t) + 1e-15)
         err = np.abs(after["params"][name] - upd)
-        assert (err <= 1e-4 * lr + 2 ** -22 * np.abs(upd)).all(), (name, err.max())
+        assert (err <= 1e-4 * lr + 2**-22 * np.abs(upd)).all(), (name, err.max())
         # and the whole reference step, where the gradient is clearly resolved (at
         # Adam step 1 the update is lr x sign(g): a gradient within float error
         # of 0 may flip it); worst seen 1.2e-4 lr, from 1 ulp of p
         err = np.abs(after["params"][name] - want_p)
         sure = np.abs(grads[name]) > 1e-2 * np.abs(grads[name]).max()
-        assert (err[sure] <= 1e-3 * np.broadcast_to(lr, err.shape)[sure] + 2 ** -22 * np.abs(want_p[sure])).all(), \
-            (name, err[sure].max())
+        assert (err[sure] <= 1e-3 * np.broadcast_to(lr, err.shape)[sure] + 2**-22 * np.abs(want_p[sure])).all(), (
+            name,
+            err[sure].max(),
+        )
     trainer.free()
 
 
 # ---- checkpoints ---------------------------------------------------------------------
 
+
 def _resume(scene, cfg, device, path):
     """A fresh Trainer from a checkpoint, as train_run does for --resume."""
     from spirula.train.run import find_checkpoint, load_checkpoint
     from spirula.train.world import WorldTransform
+
     state = load_checkpoint(find_checkpoint(path))
     world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
     trainer = Trainer(scene, cfg, device, init=world.to_dataset(state["model"]["params"]), world=world)
@@ -242,11 +278,17 @@ def same_step(pa, pb):
         m_a, m_b = pa["exp_avg"][name], pb["exp_avg"][name]
         scale = np.abs(m_a).max()
         np.testing.assert_allclose(m_b, m_a, rtol=1e-3, atol=1e-4 * scale + 1e-10, err_msg=name)
-        np.testing.assert_allclose(pb["exp_avg_sq"][name], pa["exp_avg_sq"][name], rtol=2e-3,
-                                   atol=1e-4 * np.abs(pa["exp_avg_sq"][name]).max() + 1e-19, err_msg=name)
+        np.testing.assert_allclose(
+            pb["exp_avg_sq"][name],
+            pa["exp_avg_sq"][name],
+            rtol=2e-3,
+            atol=1e-4 * np.abs(pa["exp_avg_sq"][name]).max() + 1e-19,
+            err_msg=name,
+        )
         sure = np.abs(m_a) > max(1e-2 * scale, 1e-9)
-        np.testing.assert_allclose(pb["params"][name][sure], pa["params"][name][sure], rtol=1e-6, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(
+            pb["params"][name][sure], pa["params"][name][sure], rtol=1e-6, atol=1e-6, err_msg=name
+        )
         assert np.abs(pb["params"][name] - pa["params"][name]).max() <= 2 * 5e-3 + 1e-6, name
 
 
@@ -260,9 +302,19 @@ def _same_state(a, b):
 @pytest.mark.parametrize("strategy", ["mcmc", "adc"])
 def test_checkpoint_resumes_bit_identical(device, scene, tmp_path, strategy):
     from spirula.train.run import save_checkpoint
+
     # two refinements (after steps 5 and 10) before the checkpoint: the count changed
-    cfg = TrainConfig(iterations=40, strategy=strategy, cap_max=800, sh_degree=1, sh_every=6, refine_start=4,
-                      refine_every=5, reset_every=10, grow_grad2d=1e-6)
+    cfg = TrainConfig(
+        iterations=40,
+        strategy=strategy,
+        cap_max=800,
+        sh_degree=1,
+        sh_every=6,
+        refine_start=4,
+        refine_every=5,
+        reset_every=10,
+        grow_grad2d=1e-6,
+    )
     a = Trainer(scene, cfg, device)
     n0 = a.model.n
     for _ in range(12):
@@ -283,7 +335,7 @@ def test_checkpoint_resumes_bit_identical(device, scene, tmp_path, strategy):
         assert sa["vis_count"].sum() > 0
         for k in sa:
             np.testing.assert_array_equal(sb[k], sa[k], err_msg=k)
-    else:   # the relocation record (metrics.json's relocated, relocated_by_step) goes on
+    else:  # the relocation record (metrics.json's relocated, relocated_by_step) goes on
         assert [s for s, _ in a.strategy.history] == [5, 10]
         assert b.strategy.history == a.strategy.history
         assert b.strategy.relocated_total == a.strategy.relocated_total
@@ -302,6 +354,7 @@ def test_checkpoint_resumes_bit_identical(device, scene, tmp_path, strategy):
 
 def test_checkpoint_write_is_atomic(device, scene, tmp_path, monkeypatch):
     from spirula.train.run import load_checkpoint, save_checkpoint
+
     cfg = TrainConfig(iterations=10, cap_max=600)
     trainer = Trainer(scene, cfg, device)
     trainer.train_step()
@@ -313,12 +366,13 @@ def test_checkpoint_write_is_atomic(device, scene, tmp_path, monkeypatch):
     def broken_savez(f, **arrays):
         f.write(b"PK\x03\x04 half a checkpoint")
         raise OSError("disk full")
+
     monkeypatch.setattr(np, "savez", broken_savez)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(trainer, path)
     monkeypatch.undo()
     assert path.read_bytes() == good
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]      # no temporary file left
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left
     assert load_checkpoint(path)["step"] == 1
     trainer.free()
 
@@ -328,6 +382,7 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes(device, scene, tmp_path,
     from there with the same result as a run that was never interrupted."""
     from spirula.data import read_splat_ply
     from spirula.train.run import train_run
+
     cfg = TrainConfig(iterations=8, cap_max=600, sh_degree=1, save_every=0, log_every=100)
     logs = []
     real_step = Trainer.train_step
@@ -336,6 +391,7 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes(device, scene, tmp_path,
         if self.step == 5:
             raise KeyboardInterrupt
         return real_step(self)
+
     monkeypatch.setattr(Trainer, "train_step", interrupting)
     with pytest.raises(KeyboardInterrupt):
         train_run(scene, cfg, device, tmp_path / "run", log=logs.append)
@@ -358,12 +414,12 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes(device, scene, tmp_path,
     assert m["psnr"] == pytest.approx(m2["psnr"], abs=1e-3)
 
 
-
 def test_splats_with_non_finite_parameters_are_left_out_of_the_ply(device, scene, tmp_path, monkeypatch):
     """A diverged splat (NaN or inf anywhere) would break a viewer: splat.ply
     leaves it out, says so in one line and counts it in metrics.json."""
     from spirula.data import read_splat_ply
     from spirula.train.run import train_run
+
     cfg = TrainConfig(iterations=2, cap_max=600, sh_degree=1, save_every=0, log_every=100)
     real = Trainer.splat_arrays
 
@@ -372,6 +428,7 @@ def test_splats_with_non_finite_parameters_are_left_out_of_the_ply(device, scene
         a["means"][3, 1] = np.nan
         a["sh"][7, 0, 2] = np.inf
         return a
+
     monkeypatch.setattr(Trainer, "splat_arrays", diverged)
     logs = []
     m = train_run(scene, cfg, device, tmp_path / "run", log=logs.append)
@@ -380,7 +437,8 @@ def test_splats_with_non_finite_parameters_are_left_out_of_the_ply(device, scene
     assert len(ply["means"]) == m["n_splats"] - 2
     assert all(np.isfinite(v).all() for v in ply.values() if isinstance(v, np.ndarray))
     assert [line for line in logs if "non-finite" in line] == [
-        "spirula: warning: 2 of %d splats have non-finite parameters; splat.ply leaves them out" % m["n_splats"]]
+        "spirula: warning: 2 of %d splats have non-finite parameters; splat.ply leaves them out" % m["n_splats"]
+    ]
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["nonfinite_splats"] == 2 and isinstance(saved["relocated_by_step"], list)
 
@@ -401,12 +459,15 @@ def test_evaluating_between_steps_does_not_change_training(device, scene):
     a.free()
     b.free()
 
+
 # ---- intersection overflow -----------------------------------------------------------
+
 
 def test_intersection_overflow_grows_the_buffers_and_reruns_the_step(device, scene, monkeypatch):
     def sized(capacity):
         def measure(self, views=8):
             self.raster.reserve(self.model.n, capacity)
+
         return measure
 
     cfg = TrainConfig(iterations=10, cap_max=600, sh_degree=1)
@@ -420,7 +481,7 @@ def test_intersection_overflow_grows_the_buffers_and_reruns_the_step(device, sce
     monkeypatch.setattr(tight, "_sequence", lambda deg: runs.append(deg) or record(deg))
 
     a, b = roomy.train_step(), tight.train_step()
-    assert len(runs) == 2                                  # overflowed once, then ran again
+    assert len(runs) == 2  # overflowed once, then ran again
     assert b["n_isects"] == a["n_isects"] > 16
     assert tight.raster.isect_capacity >= b["n_isects"]
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-6)
@@ -434,6 +495,7 @@ def test_intersection_overflow_grows_the_buffers_and_reruns_the_step(device, sce
 
 
 # ---- a short run on the demo scene -----------------------------------------------------
+
 
 def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     """120 steps of train_run on the generated demo scene (42 train / 6 test
@@ -450,6 +512,7 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     from spirula.data.demo import ensure_demo_scene
     from spirula.train.run import evaluate_run, load_checkpoint, train_run
     from spirula.train.world import WorldTransform
+
     scene = load_dataset(ensure_demo_scene())
     cfg = TrainConfig(iterations=120, cap_max=30_000, init_scale=1.0, save_every=50, log_every=1000)
     logs = []
@@ -467,7 +530,7 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     assert TrainConfig.from_dict(json.loads((out / "config.json").read_text())) == cfg
     assert json.loads((out / "config.json").read_text())["dataset"] == str(scene.path)
     ckpts = list((out / "ckpt").iterdir())
-    assert [p.name for p in ckpts] == ["step-0000120.npz"]      # the ones at 50 and 100 were replaced
+    assert [p.name for p in ckpts] == ["step-0000120.npz"]  # the ones at 50 and 100 were replaced
     state = load_checkpoint(ckpts[0])
     assert state["step"] == 120
 
@@ -481,8 +544,13 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     np.testing.assert_array_equal(ply["opacity_logits"], want["opacities"])
     np.testing.assert_array_equal(ply["sh_coeffs"], want["sh"])
     # rendered from the file, the test views score what training reported
-    params = dict(means=ply["means"], quats=ply["quats"], scales=ply["log_scales"],
-                  opacities=ply["opacity_logits"], sh=ply["sh_coeffs"])
+    params = dict(
+        means=ply["means"],
+        quats=ply["quats"],
+        scales=ply["log_scales"],
+        opacities=ply["opacity_logits"],
+        sh=ply["sh_coeffs"],
+    )
     again = evaluate_run(scene, device, params)
     assert again["psnr"] == pytest.approx(m["psnr"], abs=0.01)
 
@@ -507,7 +575,7 @@ def test_training_on_two_image_sizes_learns_and_evaluates_every_size(device, mix
     full = trainer.render(f.viewmat, f.K, size=(64, 48))
     K = f.K.copy()
     K[:2] *= 40 / 64
-    other = trainer.render(f.viewmat, K, size=(40, 30))          # a size no training view has
+    other = trainer.render(f.viewmat, K, size=(40, 30))  # a size no training view has
     assert other.shape == (30, 40, 3)
     assert abs(other.mean() - full.mean()) < 0.02
     trainer.free()

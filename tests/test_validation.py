@@ -5,8 +5,8 @@ fills, scans, growth, async runs, with the profiler off and on.
 The canary proves the check can fail: the same workload with its barriers
 removed is reported as a hazard.
 """
-import pytest
 
+import pytest
 from conftest import run_validated, validation_messages
 
 WORKLOAD = "import tests.workloads as w; w.runtime(steps=2)"
@@ -22,11 +22,13 @@ def test_runtime_sequences_are_clean_under_sync_validation(validation_layer_avai
 
 
 def test_validation_canary_reports_a_missing_barrier(validation_layer_available):
-    script = ("from spirula.runtime import sequence as s\n"
-              "plan = s.Recorder.plan\n"
-              "s.Recorder.plan = lambda self: [op for op in plan(self) if op != 'barrier']\n"
-              "import tests.workloads as w\n"
-              "try:\n    w.runtime(steps=1)\nexcept AssertionError:\n    pass\n")
+    script = (
+        "from spirula.runtime import sequence as s\n"
+        "plan = s.Recorder.plan\n"
+        "s.Recorder.plan = lambda self: [op for op in plan(self) if op != 'barrier']\n"
+        "import tests.workloads as w\n"
+        "try:\n    w.runtime(steps=1)\nexcept AssertionError:\n    pass\n"
+    )
     proc = run_validated(script)
     assert any("SYNC-HAZARD" in m for m in validation_messages(proc)), proc.stdout[-2000:]
 
@@ -34,7 +36,10 @@ def test_validation_canary_reports_a_missing_barrier(validation_layer_available)
 @pytest.mark.parametrize("profile", ["0", "1"], ids=["profiler-off", "profiler-on"])
 @pytest.mark.parametrize("atomics", ["native", "cas"])
 def test_render_forward_and_backward_are_clean_under_sync_validation(validation_layer_available, profile, atomics):
-    proc = run_validated("import tests.workloads as w; w.render()", SS_PROFILE=profile,
-                         SPIRULA_NO_FLOAT_ATOMICS="1" if atomics == "cas" else "0")
+    proc = run_validated(
+        "import tests.workloads as w; w.render()",
+        SS_PROFILE=profile,
+        SPIRULA_NO_FLOAT_ATOMICS="1" if atomics == "cas" else "0",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert validation_messages(proc) == []

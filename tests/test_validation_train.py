@@ -3,8 +3,8 @@ validation layer with synchronization validation, profiler off and on: the
 recorded step (projection to fpbo), its re-recording after intersection
 overflow, MCMC relocation and growth, ADC clone/split/prune and opacity
 reset (workload: tests/workloads.py train())."""
-import pytest
 
+import pytest
 from conftest import run_validated, validation_messages
 
 
@@ -15,8 +15,11 @@ def test_training_with_densification_is_clean_under_sync_validation(validation_l
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert validation_messages(proc) == []
     kernels = ["fpbo", "loss_fwd", "loss_bwd", "rasterize_bwd"]
-    kernels += ["densify_mcmc_weights", "densify_mcmc_sample", "densify_mcmc_relocate", "densify_mcmc_copy"] \
-        if strategy == "mcmc" else ["densify_adc_classify", "densify_adc_write", "densify_adc_reset"]
+    kernels += (
+        ["densify_mcmc_weights", "densify_mcmc_sample", "densify_mcmc_relocate", "densify_mcmc_copy"]
+        if strategy == "mcmc"
+        else ["densify_adc_classify", "densify_adc_write", "densify_adc_reset"]
+    )
     if profile == "1":
         report = proc.stderr.split("[spirula-profile] ---- GPU time by kernel ----")[1]
         report = report.split("[spirula-profile] ----")[0]
@@ -29,10 +32,12 @@ def test_training_with_densification_is_clean_under_sync_validation(validation_l
 def test_validation_reports_a_hazard_in_a_training_step_without_barriers(validation_layer_available):
     """The canary: the same workload with its barriers removed is reported, so
     a clean run above means something."""
-    script = ("from spirula.runtime import sequence as s\n"
-              "plan = s.Recorder.plan\n"
-              "s.Recorder.plan = lambda self: [op for op in plan(self) if op != 'barrier']\n"
-              "import tests.workloads as w\n"
-              "try:\n    w.train('mcmc')\nexcept AssertionError:\n    pass\n")
+    script = (
+        "from spirula.runtime import sequence as s\n"
+        "plan = s.Recorder.plan\n"
+        "s.Recorder.plan = lambda self: [op for op in plan(self) if op != 'barrier']\n"
+        "import tests.workloads as w\n"
+        "try:\n    w.train('mcmc')\nexcept AssertionError:\n    pass\n"
+    )
     proc = run_validated(script)
     assert any("SYNC-HAZARD" in m for m in validation_messages(proc)), proc.stdout[-2000:]

@@ -2,11 +2,12 @@
 uniformly scaled so the cameras sit about one unit from their centre, without
 changing a single pixel of any view: the projection of every point, and the
 2D footprint of every Gaussian, are the same in both coordinate systems."""
+
 import numpy as np
 import pytest
-
 from data_fixtures import look_at
 from reference.projection import projection_fwd
+
 from spirula.train.world import WorldTransform
 
 
@@ -76,21 +77,32 @@ def test_gaussians_project_to_the_same_footprint_in_training_coordinates():
     rng = np.random.default_rng(4)
     n = 40
     # in front of the cameras: around the point they look at
-    params = dict(means=(np.array([40.0, -12.0, 7.0]) + rng.normal(0, 4, (n, 3))).astype(np.float32),
-                  quats=rng.standard_normal((n, 4)).astype(np.float32),
-                  scales=np.log(rng.uniform(0.1, 1.5, (n, 3))).astype(np.float32),
-                  opacities=rng.normal(0, 1, n).astype(np.float32),
-                  sh=rng.normal(0, 0.3, (n, 4, 3)).astype(np.float32))
+    params = dict(
+        means=(np.array([40.0, -12.0, 7.0]) + rng.normal(0, 4, (n, 3))).astype(np.float32),
+        quats=rng.standard_normal((n, 4)).astype(np.float32),
+        scales=np.log(rng.uniform(0.1, 1.5, (n, 3))).astype(np.float32),
+        opacities=rng.normal(0, 1, n).astype(np.float32),
+        sh=rng.normal(0, 0.3, (n, 4, 3)).astype(np.float32),
+    )
     t = w.to_training(params)
     K = np.tile(np.array([[300.0, 0, 160], [0, 300, 120], [0, 0, 1]]), (3, 1, 1))
 
     def project(p, viewmats):
-        return projection_fwd(p["means"], p["quats"], np.exp(p["scales"].astype(np.float64)),
-                              1 / (1 + np.exp(-p["opacities"].astype(np.float64))), p["sh"], viewmats, K,
-                              320, 240, 1)
+        return projection_fwd(
+            p["means"],
+            p["quats"],
+            np.exp(p["scales"].astype(np.float64)),
+            1 / (1 + np.exp(-p["opacities"].astype(np.float64))),
+            p["sh"],
+            viewmats,
+            K,
+            320,
+            240,
+            1,
+        )
 
     a, b = project(params, vms), project(t, w.viewmats(vms))
-    assert (a["radii"] > 0).any(-1).sum() > n      # most Gaussians are seen by some camera
+    assert (a["radii"] > 0).any(-1).sum() > n  # most Gaussians are seen by some camera
     # float32 parameters: ~1e-7 relative, amplified by depth and the conic inverse
     np.testing.assert_allclose(b["means2d"], a["means2d"], rtol=1e-5, atol=1e-3)
     np.testing.assert_allclose(b["conics"], a["conics"], rtol=1e-4, atol=1e-7)
@@ -103,15 +115,17 @@ def test_to_dataset_inverts_to_training():
     w = WorldTransform((3.0, -2.0, 10.0), 0.037)
     rng = np.random.default_rng(5)
     n = 25
-    params = dict(means=rng.normal(0, 30, (n, 3)).astype(np.float32),
-                  quats=rng.standard_normal((n, 4)).astype(np.float32),
-                  scales=rng.normal(-1, 1, (n, 3)).astype(np.float32),
-                  opacities=rng.normal(0, 2, n).astype(np.float32),
-                  sh=rng.normal(0, 1, (n, 9, 3)).astype(np.float32))
+    params = dict(
+        means=rng.normal(0, 30, (n, 3)).astype(np.float32),
+        quats=rng.standard_normal((n, 4)).astype(np.float32),
+        scales=rng.normal(-1, 1, (n, 3)).astype(np.float32),
+        opacities=rng.normal(0, 2, n).astype(np.float32),
+        sh=rng.normal(0, 1, (n, 9, 3)).astype(np.float32),
+    )
     before = {k: v.copy() for k, v in params.items()}
     t = w.to_training(params)
     for k in params:
-        np.testing.assert_array_equal(params[k], before[k])        # inputs untouched
+        np.testing.assert_array_equal(params[k], before[k])  # inputs untouched
     np.testing.assert_allclose(t["means"], (params["means"] - np.array(w.center)) * w.scale, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(np.exp(t["scales"]), w.scale * np.exp(params["scales"]), rtol=1e-6)
     for k in ("quats", "opacities", "sh"):
@@ -137,13 +151,17 @@ def test_focus_centre_is_the_point_the_cameras_look_at():
     'focus' centre is that point (the camera mean is above it), and the scale
     makes their median distance to it one."""
     target = np.array([40.0, -12.0, 7.0])
-    vms = np.stack([look_at(target + [25 * np.cos(a), 25 * np.sin(a), 10 + 3 * np.sin(3 * a)], target)
-                    for a in np.linspace(0, 2 * np.pi, 12, endpoint=False)])
+    vms = np.stack(
+        [
+            look_at(target + [25 * np.cos(a), 25 * np.sin(a), 10 + 3 * np.sin(3 * a)], target)
+            for a in np.linspace(0, 2 * np.pi, 12, endpoint=False)
+        ]
+    )
     w = WorldTransform.from_cameras(vms, center="focus")
     np.testing.assert_allclose(w.center, target, atol=1e-9)
     c = _centres(vms)
     assert w.scale == pytest.approx(1 / np.median(np.linalg.norm(c - target, axis=1)), rel=1e-12)
-    assert np.linalg.norm(c.mean(0) - target) > 5                # the 'cameras' centre differs
+    assert np.linalg.norm(c.mean(0) - target) > 5  # the 'cameras' centre differs
 
 
 def test_focus_centre_falls_back_to_the_cameras_when_axes_do_not_meet():

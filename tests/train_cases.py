@@ -8,15 +8,15 @@ colours stay below 0.7 on the black COLMAP background is then darker than
 the ground truth at every pixel, so the L1 term's sign is never in doubt.
 The default split (every 8th image) leaves 10 training and 2 test views.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-
 from data_fixtures import make_truth, pattern, write_colmap, write_nerfstudio
 
-PARAMS = ("means", "quats", "scales", "opacities", "sh")      # SplatModel's parameter names
+PARAMS = ("means", "quats", "scales", "opacities", "sh")  # SplatModel's parameter names
 
 
 def sigmoid(x):
@@ -39,6 +39,7 @@ def write_tiny_mixed_sizes(root: Path) -> Path:
     import json
 
     from PIL import Image
+
     truth = make_truth()
     images = [bright_image(k) for k in range(len(truth.names))]
     root = write_nerfstudio(Path(root), truth, images=images, per_frame_intrinsics=True)
@@ -55,6 +56,7 @@ def write_tiny_mixed_sizes(root: Path) -> Path:
 
 def tiny_scene(root: Path):
     from spirula.data import load_dataset
+
     return load_dataset(write_tiny_colmap(root))
 
 
@@ -69,10 +71,13 @@ def random_init(n: int, sh_degree: int, seed: int = 0, spread: float = 0.45) -> 
     sh[:, 0] = (rng.uniform(0.1, 0.6, (n, 3)) - 0.5) / 0.28209479177387814
     sh[:, 1:] = rng.uniform(-0.02, 0.02, (n, K - 1, 3))
     o = rng.uniform(0.2, 0.8, n)
-    return dict(means=rng.normal(0, spread, (n, 3)).astype(np.float32),
-                quats=rng.standard_normal((n, 4)).astype(np.float32),
-                scales=np.log(rng.uniform(0.06, 0.2, (n, 3))).astype(np.float32),
-                opacities=np.log(o / (1 - o)).astype(np.float32), sh=sh)
+    return dict(
+        means=rng.normal(0, spread, (n, 3)).astype(np.float32),
+        quats=rng.standard_normal((n, 4)).astype(np.float32),
+        scales=np.log(rng.uniform(0.06, 0.2, (n, 3))).astype(np.float32),
+        opacities=np.log(o / (1 - o)).astype(np.float32),
+        sh=sh,
+    )
 
 
 def refine(trainer, step: int):

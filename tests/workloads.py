@@ -1,5 +1,6 @@
 """Small workloads the tests run in a fresh process (under the validation
 layer, or with SS_PROFILE=1): ``python -c "import tests.workloads as w; w.runtime()"``."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +14,7 @@ TEST_SHADERS = Path(__file__).resolve().parent / "shaders"
 
 def test_kernels():
     from spirula.runtime.kernels import KernelRegistry, shader_dir
+
     return KernelRegistry(source_dir=TEST_SHADERS, include_dirs=[shader_dir() / "include"])
 
 
@@ -21,6 +23,7 @@ def runtime(steps: int = 3):
     dependent kernels, copies and fills, a prefix sum, buffer growth, async runs."""
     from spirula.backends import open_device
     from spirula.render.scan import PrefixSum
+
     dev = open_device("vulkan")
     tk = test_kernels()
     n = 3000
@@ -56,6 +59,7 @@ def runtime(steps: int = 3):
 def spin(n: int = 1 << 14, iters: int = 20000):
     """One long dispatch of the spin kernel (for timestamp vs wall-clock checks)."""
     from spirula.backends import open_device
+
     dev = open_device("vulkan")
     out = dev.pool.alloc("w.spin", (n,), np.uint32)
     rec = dev.recorder("spin")
@@ -68,19 +72,29 @@ def render():
     (two evals, exact intersection count) and as one recorded sequence (the
     training form, intersections read on the GPU), each run twice."""
     import sys
+
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from render_cases import random_scene
+
     from spirula.backends import open_device, set_device
     from spirula.render.api import rasterization, rasterization_backward
     from spirula.render.rasterizer import Rasterizer, Splats
+
     dev = open_device("vulkan")
     set_device(dev)
     s = random_scene(n=120, sh_degree=2)
     colors, alphas, _, meta = rasterization(**s, backgrounds=np.ones((2, 3), np.float32))
     rasterization_backward(meta, np.ones_like(colors), np.ones_like(alphas), absgrad=True)
 
-    splats = Splats.from_numpy(dev, s["means"], s["quats"], np.log(s["scales"]),
-                               np.log(s["opacities"] / (1 - s["opacities"])), s["sh_coeffs"], activated=False)
+    splats = Splats.from_numpy(
+        dev,
+        s["means"],
+        s["quats"],
+        np.log(s["scales"]),
+        np.log(s["opacities"] / (1 - s["opacities"])),
+        s["sh_coeffs"],
+        activated=False,
+    )
     grads = Splats.alloc(dev, splats.n, splats.sh_coeffs, prefix="w.grad")
     raster = Rasterizer(dev, s["width"], s["height"], 2, capacity=splats.n, isect_capacity=4 * meta["n_isects"])
     raster.set_cameras(s["viewmats"], s["Ks"])
@@ -107,20 +121,24 @@ def train(strategy: str = "mcmc"):
     readback."""
     import sys
     import tempfile
+
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from train_cases import random_init, refine, tiny_scene
+
     from spirula.backends import open_device, set_device
     from spirula.train.config import TrainConfig
     from spirula.train.trainer import Trainer
+
     dev = open_device("vulkan")
     set_device(dev)
     with tempfile.TemporaryDirectory() as tmp:
         scene = tiny_scene(Path(tmp))
         init = random_init(300, 1, seed=1)
         if strategy == "mcmc":
-            init["opacities"][::7] = -7.0                      # dead: relocated onto live splats
-        cfg = TrainConfig(iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, sh_every=2,
-                          grow_grad2d=1e-7, refine_start=1000)
+            init["opacities"][::7] = -7.0  # dead: relocated onto live splats
+        cfg = TrainConfig(
+            iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, sh_every=2, grow_grad2d=1e-7, refine_start=1000
+        )
         measure = Trainer._measure_intersections
         Trainer._measure_intersections = lambda self, views=8: self.raster.reserve(self.model.n, 64)
         try:

@@ -9,8 +9,8 @@ namespace spirula {
 #include "finite.glsl"
 
 // splat i of means [N,3], log-scales [N,3] and quats [N] (GLSL: the splat_finite macro)
-__device__ __forceinline__ bool splat_finite(float logit, const float* means, const float* scales,
-                                             const float4* quats, uint32_t i) {
+__device__ __forceinline__ bool splat_finite(float logit, const float* means, const float* scales, const float4* quats,
+                                             uint32_t i) {
     float4 q = quats[i];
     return splat_values_finite(logit, vec4(q.x, q.y, q.z, q.w),
                                vec3(means[3u * i], means[3u * i + 1u], means[3u * i + 2u]),

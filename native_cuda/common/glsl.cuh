@@ -86,8 +86,14 @@ SPIRULA_FN vec3 operator*(float s, vec3 a) { return {s * a.x, s * a.y, s * a.z};
 SPIRULA_FN vec3 operator+(vec3 a, float s) { return {a.x + s, a.y + s, a.z + s}; }
 SPIRULA_FN vec3 operator/(vec3 a, float s) { return {a.x / s, a.y / s, a.z / s}; }
 SPIRULA_FN bvec3 greaterThanEqual(vec3 a, vec3 b) { return {a.x >= b.x, a.y >= b.y, a.z >= b.z}; }
-SPIRULA_FN vec3& operator+=(vec3& a, vec3 b) { a = a + b; return a; }
-SPIRULA_FN vec3& operator*=(vec3& a, float s) { a = a * s; return a; }
+SPIRULA_FN vec3& operator+=(vec3& a, vec3 b) {
+    a = a + b;
+    return a;
+}
+SPIRULA_FN vec3& operator*=(vec3& a, float s) {
+    a = a * s;
+    return a;
+}
 SPIRULA_FN float dot(vec3 a, vec3 b) { return a.x * b.x + a.y * b.y + a.z * b.z; }
 
 // vec4
@@ -96,7 +102,10 @@ SPIRULA_FN vec4 operator-(vec4 a, vec4 b) { return {a.x - b.x, a.y - b.y, a.z - 
 SPIRULA_FN vec4 operator*(vec4 a, float s) { return {a.x * s, a.y * s, a.z * s, a.w * s}; }
 SPIRULA_FN vec4 operator*(float s, vec4 a) { return {s * a.x, s * a.y, s * a.z, s * a.w}; }
 SPIRULA_FN vec4 operator-(vec4 a) { return {-a.x, -a.y, -a.z, -a.w}; }
-SPIRULA_FN vec4& operator+=(vec4& a, vec4 b) { a = a + b; return a; }
+SPIRULA_FN vec4& operator+=(vec4& a, vec4 b) {
+    a = a + b;
+    return a;
+}
 SPIRULA_FN float dot(vec4 a, vec4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
 // mat3, column-major
@@ -111,15 +120,16 @@ struct mat3 {
     SPIRULA_FN const vec3& operator[](int j) const { return c[j]; }
 };
 SPIRULA_FN mat3 mat3_cols(vec3 c0, vec3 c1, vec3 c2) { return mat3(c0, c1, c2); }
-SPIRULA_FN mat3 mat3_scalars(float a0, float a1, float a2, float a3, float a4, float a5, float a6, float a7,
-                             float a8) {
+SPIRULA_FN mat3 mat3_scalars(float a0, float a1, float a2, float a3, float a4, float a5, float a6, float a7, float a8) {
     return mat3(a0, a1, a2, a3, a4, a5, a6, a7, a8);
 }
 SPIRULA_FN vec3 operator*(const mat3& m, vec3 v) { return m.c[0] * v.x + m.c[1] * v.y + m.c[2] * v.z; }
 SPIRULA_FN mat3 operator*(const mat3& a, const mat3& b) { return mat3(a * b.c[0], a * b.c[1], a * b.c[2]); }
 SPIRULA_FN mat3 operator*(float s, const mat3& m) { return mat3(s * m.c[0], s * m.c[1], s * m.c[2]); }
 SPIRULA_FN mat3 operator*(const mat3& m, float s) { return mat3(m.c[0] * s, m.c[1] * s, m.c[2] * s); }
-SPIRULA_FN mat3 operator+(const mat3& a, const mat3& b) { return mat3(a.c[0] + b.c[0], a.c[1] + b.c[1], a.c[2] + b.c[2]); }
+SPIRULA_FN mat3 operator+(const mat3& a, const mat3& b) {
+    return mat3(a.c[0] + b.c[0], a.c[1] + b.c[1], a.c[2] + b.c[2]);
+}
 SPIRULA_FN mat3 transpose(const mat3& m) {
     return mat3(m.c[0].x, m.c[1].x, m.c[2].x, m.c[0].y, m.c[1].y, m.c[2].y, m.c[0].z, m.c[1].z, m.c[2].z);
 }

@@ -24,17 +24,17 @@
 
 extern "C" {
 typedef struct {
-    uint32_t grid[3];        // workgroups, as the Vulkan dispatch
+    uint32_t grid[3];  // workgroups, as the Vulkan dispatch
     uint32_t n_buffers;
-    void*    buffers[32];    // device pointers in binding order (fpbo binds 26)
-    uint64_t sizes[32];      // bytes of each buffer
+    void* buffers[32];   // device pointers in binding order (fpbo binds 26)
+    uint64_t sizes[32];  // bytes of each buffer
     uint32_t n_push;
-    uint32_t push[32];       // push-constant words, block order (floats as their bits)
+    uint32_t push[32];  // push-constant words, block order (floats as their bits)
     uint32_t n_spec;
-    uint32_t spec[16];       // specialization constants by constant_id (bool: 0/1)
-    uint32_t flags;          // compile-time variants of the GLSL kernel, a bit per define
-                             // (spirula/backends/contract.py FLAGS; <kernel>.h names each as <DEFINE>::FLAG)
-    void*    stream;         // cudaStream_t
+    uint32_t spec[16];  // specialization constants by constant_id (bool: 0/1)
+    uint32_t flags;     // compile-time variants of the GLSL kernel, a bit per define
+                        // (spirula/backends/contract.py FLAGS; <kernel>.h names each as <DEFINE>::FLAG)
+    void* stream;       // cudaStream_t
 } SpirulaLaunch;
 }
 
@@ -44,17 +44,11 @@ namespace spirula {
 
 // ---- GLSL built-ins of a dispatch (common.glsl) ------------------------------
 // Workgroup index across a 1D dispatch the runtime folded into (x, y).
-__device__ __forceinline__ uint32_t linear_group_id() {
-    return blockIdx.y * gridDim.x + blockIdx.x;
-}
+__device__ __forceinline__ uint32_t linear_group_id() { return blockIdx.y * gridDim.x + blockIdx.x; }
 // One thread per element across a folded 1D dispatch.
-__device__ __forceinline__ uint32_t global_index() {
-    return linear_group_id() * blockDim.x + threadIdx.x;
-}
+__device__ __forceinline__ uint32_t global_index() { return linear_group_id() * blockDim.x + threadIdx.x; }
 // Total threads of a (possibly folded) 1D dispatch: the grid-stride step.
-__device__ __forceinline__ uint32_t grid_stride() {
-    return gridDim.x * gridDim.y * blockDim.x;
-}
+__device__ __forceinline__ uint32_t grid_stride() { return gridDim.x * gridDim.y * blockDim.x; }
 // gl_LocalInvocationIndex
 __device__ __forceinline__ uint32_t local_index() {
     return (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;

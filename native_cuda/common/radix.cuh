@@ -8,10 +8,10 @@
 namespace spirula {
 
 constexpr uint32_t RADIX_BITS = 8u;
-constexpr uint32_t RADIX = 256u;                          // digits per pass
-constexpr uint32_t SORT_WG = 128u;                        // threads per workgroup
-constexpr uint32_t SORT_CHUNKS = 16u;                     // keys per thread
-constexpr uint32_t SORT_BLOCK = SORT_WG * SORT_CHUNKS;    // keys per workgroup (2048)
+constexpr uint32_t RADIX = 256u;                        // digits per pass
+constexpr uint32_t SORT_WG = 128u;                      // threads per workgroup
+constexpr uint32_t SORT_CHUNKS = 16u;                   // keys per thread
+constexpr uint32_t SORT_BLOCK = SORT_WG * SORT_CHUNKS;  // keys per workgroup (2048)
 
 }  // namespace spirula
 

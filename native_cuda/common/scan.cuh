@@ -14,7 +14,7 @@ namespace spirula {
 
 template <class T>
 struct ScanShared {
-    T subgroup[256 / WARP];           // one slot per warp, workgroups of up to 256 threads
+    T subgroup[256 / WARP];  // one slot per warp, workgroups of up to 256 threads
     T total;
 };
 
@@ -44,7 +44,7 @@ __device__ __forceinline__ T block_exclusive_scan(ScanShared<T>& s, T value, T& 
     __syncthreads();
     total = s.total;
     T result = s.subgroup[warp] + inclusive - value;
-    __syncthreads();   // the shared slots may be reused by the caller's next scan
+    __syncthreads();  // the shared slots may be reused by the caller's next scan
     return result;
 }
 

@@ -34,12 +34,14 @@ __device__ __forceinline__ T warp_inclusive_add(T v) {
 // subgroupAdd
 __device__ __forceinline__ uint32_t warp_add(uint32_t v) {
 #pragma unroll
-    for (uint32_t d = WARP / 2u; d > 0u; d >>= 1u) v += __shfl_xor_sync(FULL_MASK, v, d);
+    for (uint32_t d = WARP / 2u; d > 0u; d >>= 1u)
+        v += __shfl_xor_sync(FULL_MASK, v, d);
     return v;
 }
 __device__ __forceinline__ float warp_add(float v) {
 #pragma unroll
-    for (uint32_t d = WARP / 2u; d > 0u; d >>= 1u) v += __shfl_xor_sync(FULL_MASK, v, d);
+    for (uint32_t d = WARP / 2u; d > 0u; d >>= 1u)
+        v += __shfl_xor_sync(FULL_MASK, v, d);
     return v;
 }
 

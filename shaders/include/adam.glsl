@@ -7,8 +7,8 @@
 #include "dialect.glsl"
 
 // Updates (p, m, v) in place for one value; returns the new parameter.
-FN float adam_update(float p, float g, INOUT(float) m, INOUT(float) v, float lr, float b1, float b2,
-                     float bias1, float bias2, float eps) {
+FN float adam_update(float p, float g, INOUT(float) m, INOUT(float) v, float lr, float b1, float b2, float bias1,
+                     float bias2, float eps) {
     m = b1 * m + (1.0f - b1) * g;
     v = b2 * v + (1.0f - b2) * g * g;
     return p - lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps);

@@ -16,15 +16,16 @@
 #else
 #define GRAD_T uint
 #define GRAD_LOAD(buf, i) uintBitsToFloat(buf[i])
-#define ATOMIC_ADD(buf, idx, val) {                                                    \
-        uint i_ = (idx);                                                               \
-        float v_ = (val);                                                              \
-        uint seen_ = buf[i_];                                                          \
-        uint prev_;                                                                    \
-        do {                                                                           \
-            prev_ = seen_;                                                             \
+#define ATOMIC_ADD(buf, idx, val)                                                                 \
+    {                                                                                             \
+        uint i_ = (idx);                                                                          \
+        float v_ = (val);                                                                         \
+        uint seen_ = buf[i_];                                                                     \
+        uint prev_;                                                                               \
+        do {                                                                                      \
+            prev_ = seen_;                                                                        \
             seen_ = atomicCompSwap(buf[i_], prev_, floatBitsToUint(uintBitsToFloat(prev_) + v_)); \
-        } while (seen_ != prev_);                                                      \
+        } while (seen_ != prev_);                                                                 \
     }
 #endif
 #endif

@@ -4,9 +4,7 @@
 
 // Workgroup index across a 1D dispatch that the runtime folded into (x, y)
 // because it exceeded maxComputeWorkGroupCount[0] (Device.fold_groups).
-uint linear_group_id() {
-    return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-}
+uint linear_group_id() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
 
 // Macros, not functions: gl_WorkGroupSize takes its value from the
 // `layout(local_size_x = ...) in;` declaration only after that declaration,

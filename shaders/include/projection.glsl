@@ -12,22 +12,22 @@
 
 const float ALPHA_THRESHOLD = 1.0f / 255.0f;
 const float RADIUS_SIGMAS = 3.33f;
-const float CLIP_MARGIN = 0.3f;     // Jacobian clamp: 30% past the frustum
+const float CLIP_MARGIN = 0.3f;  // Jacobian clamp: 30% past the frustum
 
 struct Camera {
-    mat3 R;        // world -> camera rotation
-    vec3 t;        // world -> camera translation
-    vec4 f;        // fx, fy, cx, cy
+    mat3 R;  // world -> camera rotation
+    vec3 t;  // world -> camera translation
+    vec4 f;  // fx, fy, cx, cy
 };
 
 // cameras buffer: [C, 20] f32 = viewmat (4x4 row-major) then fx, fy, cx, cy
 #define CAMERA_FLOATS 20u
-#define LOAD_CAMERA(buf, c) CAMERA( \
-    mat3(buf[(c) * 20u + 0u], buf[(c) * 20u + 4u], buf[(c) * 20u + 8u], \
-         buf[(c) * 20u + 1u], buf[(c) * 20u + 5u], buf[(c) * 20u + 9u], \
-         buf[(c) * 20u + 2u], buf[(c) * 20u + 6u], buf[(c) * 20u + 10u]), \
-    vec3(buf[(c) * 20u + 3u], buf[(c) * 20u + 7u], buf[(c) * 20u + 11u]), \
-    vec4(buf[(c) * 20u + 16u], buf[(c) * 20u + 17u], buf[(c) * 20u + 18u], buf[(c) * 20u + 19u]))
+#define LOAD_CAMERA(buf, c)                                                                                           \
+    CAMERA(                                                                                                           \
+        mat3(buf[(c) * 20u + 0u], buf[(c) * 20u + 4u], buf[(c) * 20u + 8u], buf[(c) * 20u + 1u], buf[(c) * 20u + 5u], \
+             buf[(c) * 20u + 9u], buf[(c) * 20u + 2u], buf[(c) * 20u + 6u], buf[(c) * 20u + 10u]),                    \
+        vec3(buf[(c) * 20u + 3u], buf[(c) * 20u + 7u], buf[(c) * 20u + 11u]),                                         \
+        vec4(buf[(c) * 20u + 16u], buf[(c) * 20u + 17u], buf[(c) * 20u + 18u], buf[(c) * 20u + 19u]))
 
 #ifdef __CUDACC__
 // C++17 has no constructor of an aggregate by parentheses: GLSL's Camera(R, t, f)
@@ -43,15 +43,13 @@ FN Camera make_camera(mat3 R, vec3 t, vec4 f) {
 #define CAMERA Camera
 #endif
 
-FN vec3 camera_position(Camera cam) {
-    return -(transpose(cam.R) * cam.t);
-}
+FN vec3 camera_position(Camera cam) { return -(transpose(cam.R) * cam.t); }
 
-FN mat3 quat_to_rotmat(vec4 q) {       // q normalized, wxyz
+FN mat3 quat_to_rotmat(vec4 q) {  // q normalized, wxyz
     float w = q.x, x = q.y, y = q.z, z = q.w;
-    return mat3(1.0f - 2.0f * (y * y + z * z), 2.0f * (x * y + w * z), 2.0f * (x * z - w * y),
-                2.0f * (x * y - w * z), 1.0f - 2.0f * (x * x + z * z), 2.0f * (y * z + w * x),
-                2.0f * (x * z + w * y), 2.0f * (y * z - w * x), 1.0f - 2.0f * (x * x + y * y));
+    return mat3(1.0f - 2.0f * (y * y + z * z), 2.0f * (x * y + w * z), 2.0f * (x * z - w * y), 2.0f * (x * y - w * z),
+                1.0f - 2.0f * (x * x + z * z), 2.0f * (y * z + w * x), 2.0f * (x * z + w * y), 2.0f * (y * z - w * x),
+                1.0f - 2.0f * (x * x + y * y));
 }
 
 // d loss / d q (q normalized, wxyz) from d loss / d R (GLSL layout: G[j][i] = dL/dR_ij).
@@ -60,11 +58,10 @@ FN vec4 quat_to_rotmat_vjp(vec4 q, mat3 G) {
     float g00 = G[0][0], g01 = G[1][0], g02 = G[2][0];
     float g10 = G[0][1], g11 = G[1][1], g12 = G[2][1];
     float g20 = G[0][2], g21 = G[1][2], g22 = G[2][2];
-    return 2.0f * vec4(
-        -z * g01 + y * g02 + z * g10 - x * g12 - y * g20 + x * g21,
-        y * g01 + z * g02 + y * g10 - 2.0f * x * g11 - w * g12 + z * g20 + w * g21 - 2.0f * x * g22,
-        -2.0f * y * g00 + x * g01 + w * g02 + x * g10 + z * g12 - w * g20 + z * g21 - 2.0f * y * g22,
-        -2.0f * z * g00 - w * g01 + x * g02 + w * g10 - 2.0f * z * g11 + y * g12 + x * g20 + y * g21);
+    return 2.0f * vec4(-z * g01 + y * g02 + z * g10 - x * g12 - y * g20 + x * g21,
+                       y * g01 + z * g02 + y * g10 - 2.0f * x * g11 - w * g12 + z * g20 + w * g21 - 2.0f * x * g22,
+                       -2.0f * y * g00 + x * g01 + w * g02 + x * g10 + z * g12 - w * g20 + z * g21 - 2.0f * y * g22,
+                       -2.0f * z * g00 - w * g01 + x * g02 + w * g10 - 2.0f * z * g11 + y * g12 + x * g20 + y * g21);
 }
 
 // The Jacobian's x/z and y/z, clamped to the frustum widened by CLIP_MARGIN.
@@ -82,17 +79,17 @@ FN vec2 clamped_tan(vec3 pc, vec4 f, float W, float H, OUT(vec2) clipped) {
 // Projected 2D covariance (before the eps2d blur): J Sigma_c J^T, as (xx, xy, yy).
 FN vec3 project_cov(mat3 cov_c, vec3 pc, vec2 tanc, vec4 f) {
     float rz = 1.0f / pc.z;
-    vec3 j0 = vec3(f.x * rz, 0.0f, -f.x * tanc.x * rz);     // row 0 of J (tx = z * tanc.x)
+    vec3 j0 = vec3(f.x * rz, 0.0f, -f.x * tanc.x * rz);  // row 0 of J (tx = z * tanc.x)
     vec3 j1 = vec3(0.0f, f.y * rz, -f.y * tanc.y * rz);
-    vec3 s0 = cov_c * j0, s1 = cov_c * j1;                  // cov_c symmetric
+    vec3 s0 = cov_c * j0, s1 = cov_c * j1;  // cov_c symmetric
     return vec3(dot(j0, s0), dot(j0, s1), dot(j1, s1));
 }
 
 // Forward projection of a Gaussian whose mean is pcam in camera space (scale
 // activated, quat as stored): returns its 2D covariance with the eps2d blur,
 // as (xx, xy, yy), its 2D mean in mean2d and that covariance's determinant in det.
-FN vec3 project_gaussian(Camera cam, vec3 pcam, vec4 quat, vec3 scale, float W, float H, float eps2d,
-                         OUT(vec2) mean2d, OUT(float) det) {
+FN vec3 project_gaussian(Camera cam, vec3 pcam, vec4 quat, vec3 scale, float W, float H, float eps2d, OUT(vec2) mean2d,
+                         OUT(float) det) {
     mat3 R = quat_to_rotmat(quat * inversesqrt(dot(quat, quat)));
     mat3 M = mat3(R[0] * scale.x, R[1] * scale.y, R[2] * scale.z);
     mat3 cov_c = cam.R * (M * transpose(M)) * transpose(cam.R);
@@ -106,9 +103,7 @@ FN vec3 project_gaussian(Camera cam, vec3 pcam, vec4 quat, vec3 scale, float W, 
 
 // Extent in standard deviations: 3.33, tightened by the opacity (gsplat 1.5.3):
 // past sqrt(2 ln(255 o)) sigmas alpha < 1/255, which the rasterizer skips anyway.
-FN float opacity_extent(float opacity) {
-    return min(RADIUS_SIGMAS, sqrt(2.0f * log(opacity / ALPHA_THRESHOLD)));
-}
+FN float opacity_extent(float opacity) { return min(RADIUS_SIGMAS, sqrt(2.0f * log(opacity / ALPHA_THRESHOLD))); }
 
 // Half-size in pixels (x, y) of the screen rectangle of a Gaussian of 2D
 // covariance cov2d (xx, xy, yy) and this opacity.
@@ -121,9 +116,8 @@ FN vec2 screen_radius(vec3 cov2d, float opacity) {
 // non-empty rectangle that meets the W x H image. Phrased as what a visible
 // Gaussian satisfies, so that NaN anywhere culls.
 FN bool on_screen(float det, vec2 mean2d, vec2 radius, float W, float H) {
-    return det > 0.0f && (radius.x > 0.0f || radius.y > 0.0f)
-        && mean2d.x + radius.x > 0.0f && mean2d.x - radius.x < W
-        && mean2d.y + radius.y > 0.0f && mean2d.y - radius.y < H;
+    return det > 0.0f && (radius.x > 0.0f || radius.y > 0.0f) && mean2d.x + radius.x > 0.0f &&
+           mean2d.x - radius.x < W && mean2d.y + radius.y > 0.0f && mean2d.y - radius.y < H;
 }
 #endif
 
@@ -160,17 +154,17 @@ FN void projection_geometry_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, fl
     float rz = 1.0f / pcam.z, rz2 = rz * rz;
     vec3 j0 = vec3(cam.f.x * rz, 0.0f, -cam.f.x * tanc.x * rz);
     vec3 j1 = vec3(0.0f, cam.f.y * rz, -cam.f.y * tanc.y * rz);
-    mat3 v_cov_c = g00 * outerProduct(j0, j0) + g01 * (outerProduct(j0, j1) + outerProduct(j1, j0))
-                 + g11 * outerProduct(j1, j1);
-    vec3 vj0 = 2.0f * (g00 * (cov_c * j0) + g01 * (cov_c * j1));    // dL/d row 0 of J
+    mat3 v_cov_c =
+        g00 * outerProduct(j0, j0) + g01 * (outerProduct(j0, j1) + outerProduct(j1, j0)) + g11 * outerProduct(j1, j1);
+    vec3 vj0 = 2.0f * (g00 * (cov_c * j0) + g01 * (cov_c * j1));  // dL/d row 0 of J
     vec3 vj1 = 2.0f * (g01 * (cov_c * j0) + g11 * (cov_c * j1));
 
     vec3 v_pcam = vec3(0.0f);
     v_pcam.z += -cam.f.x * rz2 * vj0.x - cam.f.y * rz2 * vj1.y;
     v_pcam.x += -cam.f.x * rz2 * (1.0f - clipped.x) * vj0.z;
     v_pcam.y += -cam.f.y * rz2 * (1.0f - clipped.y) * vj1.z;
-    v_pcam.z += cam.f.x * tanc.x * rz2 * (2.0f - clipped.x) * vj0.z
-              + cam.f.y * tanc.y * rz2 * (2.0f - clipped.y) * vj1.z;
+    v_pcam.z +=
+        cam.f.x * tanc.x * rz2 * (2.0f - clipped.x) * vj0.z + cam.f.y * tanc.y * rz2 * (2.0f - clipped.y) * vj1.z;
     // mean2d = f * xy / z + c
     v_pcam.x += v_mean2d.x * cam.f.x * rz;
     v_pcam.y += v_mean2d.y * cam.f.y * rz;
@@ -196,10 +190,9 @@ FN void sh_direction_vjp(int degree, vec3 dir, float inv_len, float w[16], INOUT
 }
 
 // Both parts for coefficients held in an array sh[3k + ch] (projection_bwd).
-FN void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, float sh[48],
-                       float W, float H, float eps2d, vec2 v_mean2d, vec3 v_conic, vec3 v_rgb,
-                       INOUT(vec3) v_mean, INOUT(vec4) v_quat, INOUT(vec3) v_scale,
-                       INOUT_ARRAY(float) v_sh[48]) {
+FN void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree, float sh[48], float W, float H,
+                       float eps2d, vec2 v_mean2d, vec3 v_conic, vec3 v_rgb, INOUT(vec3) v_mean, INOUT(vec4) v_quat,
+                       INOUT(vec3) v_scale, INOUT_ARRAY(float) v_sh[48]) {
     projection_geometry_vjp(cam, mean, quat, scale, W, H, eps2d, v_mean2d, v_conic, v_mean, v_quat, v_scale);
     vec3 delta = mean - camera_position(cam);
     float inv_len = inversesqrt(dot(delta, delta));
@@ -208,9 +201,7 @@ FN void projection_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, int degree,
     sh_basis(degree, dir, basis);
     vec3 raw = vec3(0.0f);
     int n_coeffs = (degree + 1) * (degree + 1);
-    UNROLL for (int k = 0; k < n_coeffs; ++k) {
-        raw += basis[k] * vec3(sh[3 * k], sh[3 * k + 1], sh[3 * k + 2]);
-    }
+    UNROLL for (int k = 0; k < n_coeffs; ++k) { raw += basis[k] * vec3(sh[3 * k], sh[3 * k + 1], sh[3 * k + 2]); }
     vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5f, vec3(0.0f)));
     float w[16];
     UNROLL for (int k = 0; k < n_coeffs; ++k) {

@@ -8,7 +8,7 @@
 #define SPIRULA_RANDOM_GLSL
 #include "dialect.glsl"
 
-FN uint pcg_hash(uint v) {          // PCG-RXS-M-XS (Jarzynski & Olano 2020)
+FN uint pcg_hash(uint v) {  // PCG-RXS-M-XS (Jarzynski & Olano 2020)
     uint state = v * 747796405u + 2891336453u;
     uint word = ((state >> ((state >> 28u) + 4u)) ^ state) * 277803737u;
     return (word >> 22u) ^ word;

@@ -41,7 +41,7 @@ SCAN_T workgroup_exclusive_scan(SCAN_T value, out SCAN_T total) {
     barrier();
     total = s_scan_total;
     SCAN_T result = s_scan_subgroup[gl_SubgroupID] + inclusive - value;
-    barrier();   // s_scan_* may be reused by the caller's next scan
+    barrier();  // s_scan_* may be reused by the caller's next scan
     return result;
 }
 #endif

@@ -63,12 +63,12 @@ FN vec3 sh_basis_vjp(int degree, vec3 dir, float w[16]) {
     const float G = -0.5900435899266435f, H = 1.865881662950577f, I = 1.119528997770346f;
     float tC = -D * z * z + E;
     float x2 = x * x, y2 = y * y;
-    g.x += G * 6.0f * x * y * w[9] + 2.0f * F * z * y * w[10] + tC * w[13] + 2.0f * F * z * x * w[14]
-         + G * (3.0f * x2 - 3.0f * y2) * w[15];
-    g.y += G * (3.0f * x2 - 3.0f * y2) * w[9] + 2.0f * F * z * x * w[10] + tC * w[11] - 2.0f * F * z * y * w[14]
-         - G * 6.0f * x * y * w[15];
-    g.z += 2.0f * F * x * y * w[10] - 2.0f * D * z * y * w[11] + (3.0f * H * z * z - I) * w[12]
-         - 2.0f * D * z * x * w[13] + F * (x2 - y2) * w[14];
+    g.x += G * 6.0f * x * y * w[9] + 2.0f * F * z * y * w[10] + tC * w[13] + 2.0f * F * z * x * w[14] +
+           G * (3.0f * x2 - 3.0f * y2) * w[15];
+    g.y += G * (3.0f * x2 - 3.0f * y2) * w[9] + 2.0f * F * z * x * w[10] + tC * w[11] - 2.0f * F * z * y * w[14] -
+           G * 6.0f * x * y * w[15];
+    g.z += 2.0f * F * x * y * w[10] - 2.0f * D * z * y * w[11] + (3.0f * H * z * z - I) * w[12] -
+           2.0f * D * z * x * w[13] + F * (x2 - y2) * w[14];
     return g;
 }
 #endif

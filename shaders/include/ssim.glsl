@@ -7,14 +7,15 @@
 
 const int SSIM_RADIUS = 5;
 const int SSIM_TILE = 16;
-const int SSIM_HALO = SSIM_TILE + 2 * SSIM_RADIUS;     // 26: a tile and its window margins
-const float SSIM_C1 = 0.0001f;                        // (0.01 * 1)^2
-const float SSIM_C2 = 0.0009f;                        // (0.03 * 1)^2
+const int SSIM_HALO = SSIM_TILE + 2 * SSIM_RADIUS;  // 26: a tile and its window margins
+const float SSIM_C1 = 0.0001f;                      // (0.01 * 1)^2
+const float SSIM_C2 = 0.0009f;                      // (0.03 * 1)^2
 
 // exp(-(k - 5)^2 / (2 * 1.5^2)), normalized to sum 1: the window's weight k
 // of 0..10, as ssim_w(k)
-#define SSIM_WEIGHTS 0.0010283801f, 0.0075987581f, 0.0360007721f, 0.1093606895f, 0.2130055377f, \
-    0.2660117249f, 0.2130055377f, 0.1093606895f, 0.0360007721f, 0.0075987581f, 0.0010283801f
+#define SSIM_WEIGHTS                                                                                         \
+    0.0010283801f, 0.0075987581f, 0.0360007721f, 0.1093606895f, 0.2130055377f, 0.2660117249f, 0.2130055377f, \
+        0.1093606895f, 0.0360007721f, 0.0075987581f, 0.0010283801f
 #ifdef __CUDACC__
 FN float ssim_w(int k) {
     constexpr float w[11] = {SSIM_WEIGHTS};
@@ -37,8 +38,7 @@ FN float ssim_and_grads(float mx, float my, float sxx, float syy, float sxy, OUT
     float s = a1 * a2 * inv_b;
     // dS/dmu = s (2 my / a1 - 2 my / a2 - 2 mx / b1 + 2 mx / b2) with s / a1 and
     // s / a2 written out: a2 = 2 cov + C2 can round to exactly 0 (then 0 / 0)
-    grads = vec3(2.0f * my * (a2 - a1) * inv_b + 2.0f * mx * s * (1.0f / b2 - 1.0f / b1), -s / b2,
-                 2.0f * a1 * inv_b);
+    grads = vec3(2.0f * my * (a2 - a1) * inv_b + 2.0f * mx * s * (1.0f / b2 - 1.0f / b1), -s / b2, 2.0f * a1 * inv_b);
     return s;
 }
 

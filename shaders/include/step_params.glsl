@@ -10,28 +10,28 @@
 
 #define MAX_VIEWS 8
 struct StepParams {
-    uint step;                  // Adam step, 1-based
-    uint seed;                  // random stream of this step
-    uint n_views;               // images in this step's batch (cameras of the render)
-    uint n_splats;              // splats alive
-    uint image_index[MAX_VIEWS];    // dataset image of each view
+    uint step;                    // Adam step, 1-based
+    uint seed;                    // random stream of this step
+    uint n_views;                 // images in this step's batch (cameras of the render)
+    uint n_splats;                // splats alive
+    uint image_index[MAX_VIEWS];  // dataset image of each view
     float lr_means;
     float lr_quats;
     float lr_scales;
     float lr_opacities;
     float lr_sh0;
     float lr_shN;
-    float bias1;                // 1 - beta1^step
-    float bias2;                // 1 - beta2^step
+    float bias1;  // 1 - beta1^step
+    float bias2;  // 1 - beta2^step
     float beta1;
     float beta2;
     float adam_eps;
-    float l1_weight;            // loss = l1_weight * L1 + ssim_weight * (1 - SSIM)
+    float l1_weight;  // loss = l1_weight * L1 + ssim_weight * (1 - SSIM)
     float ssim_weight;
-    float opacity_reg;          // + opacity_reg * mean(sigmoid(opacity))
-    float scale_reg;            // + scale_reg * mean(exp(log_scale))
-    float noise_scale;          // MCMC position noise: lr_means * noise_lr (0: none)
-    float grad_norm_scale_x;    // ADC: dL/dmean2d x scale (W / 2 * views)
+    float opacity_reg;        // + opacity_reg * mean(sigmoid(opacity))
+    float scale_reg;          // + scale_reg * mean(exp(log_scale))
+    float noise_scale;        // MCMC position noise: lr_means * noise_lr (0: none)
+    float grad_norm_scale_x;  // ADC: dL/dmean2d x scale (W / 2 * views)
     float grad_norm_scale_y;
     float pad0;
     float pad1;

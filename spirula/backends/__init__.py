@@ -7,6 +7,7 @@ Both implement :class:`spirula.backends.base.Device` and run the same kernel
 names over the same buffer layouts, so the render and training code take
 either device. :func:`open_device` is the one way to open one.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -23,6 +23,7 @@ range checks, waiting for a running sequence, the profiler's transfer rows)
 and calls the backend's primitive (``_write``, ``_read``, ``_copy``,
 ``_fill``) for the data movement itself.
 """
+
 from __future__ import annotations
 
 import abc
@@ -81,11 +82,11 @@ def check_range(buf: Buffer, offset: int, nbytes: int):
     if not buf.alive:
         raise ValueError("buffer %r was freed" % buf.name)
     if offset % 4 or nbytes % 4:
-        raise ValueError("%s: offset and size must be multiples of 4 bytes (got %d, %d)"
-                         % (buf.name, offset, nbytes))
+        raise ValueError("%s: offset and size must be multiples of 4 bytes (got %d, %d)" % (buf.name, offset, nbytes))
     if offset < 0 or nbytes < 0 or offset + nbytes > buf.capacity:
-        raise ValueError("%s: range [%d, %d) outside the buffer's %d bytes"
-                         % (buf.name, offset, offset + nbytes, buf.capacity))
+        raise ValueError(
+            "%s: range [%d, %d) outside the buffer's %d bytes" % (buf.name, offset, offset + nbytes, buf.capacity)
+        )
 
 
 def resolve_index(index, count: int, default: int, error, kind: str, listing: str = "spirula devices") -> int:
@@ -105,8 +106,10 @@ def resolve_index(index, count: int, default: int, error, kind: str, listing: st
     except ValueError:
         raise error("%s %r is not a device index (see `%s`)" % (source, index, listing)) from None
     if not 0 <= index < count:
-        raise error("%s %d does not exist: this machine has %d %s device%s (0..%d; see `%s`)"
-                    % (source, index, count, kind, "s" if count != 1 else "", count - 1, listing))
+        raise error(
+            "%s %d does not exist: this machine has %d %s device%s (0..%d; see `%s`)"
+            % (source, index, count, kind, "s" if count != 1 else "", count - 1, listing)
+        )
     return index
 
 
@@ -118,9 +121,9 @@ class Device(abc.ABC):
     primitives below. Everything else is here.
     """
 
-    backend = ""              # 'vulkan' | 'cuda'
+    backend = ""  # 'vulkan' | 'cuda'
     info: DeviceInfo
-    defines: dict             # compile-time defines every kernel gets (capabilities)
+    defines: dict  # compile-time defines every kernel gets (capabilities)
     float_atomics: bool
 
     def _init_device(self):
@@ -129,7 +132,7 @@ class Device(abc.ABC):
         if self.profiler is not None:
             self.profiler.pools.append(self.pool)
             self.profiler.devices.append(self)
-        self._pending = None      # a Sequence running asynchronously
+        self._pending = None  # a Sequence running asynchronously
 
     def __repr__(self):
         return "%s(%d: %s, %s)" % (type(self).__name__, self.info.index, self.info.name, self.info.driver)
@@ -172,8 +175,9 @@ class Device(abc.ABC):
             y = -(-g[0] // max_x)
             g = (-(-g[0] // y), y, 1)
         if any(v > m for v, m in zip(g, self.info.max_workgroup_count)):
-            raise SpirulaError("dispatch of %s workgroups exceeds %s's limit %s"
-                               % (g, self.info.name, self.info.max_workgroup_count))
+            raise SpirulaError(
+                "dispatch of %s workgroups exceeds %s's limit %s" % (g, self.info.name, self.info.max_workgroup_count)
+            )
         return g
 
     def sync(self):
@@ -234,8 +238,7 @@ class Device(abc.ABC):
         self._transfer("D2H", nbytes, self._read, buf, out.reshape(-1).view(np.uint8), offset)
         return out
 
-    def copy(self, src: Buffer, dst: Buffer, nbytes: int | None = None, src_offset: int = 0,
-             dst_offset: int = 0):
+    def copy(self, src: Buffer, dst: Buffer, nbytes: int | None = None, src_offset: int = 0, dst_offset: int = 0):
         """D2D: copy ``nbytes`` (default: all of ``src`` in use) between buffers now."""
         nbytes = src.nbytes - src_offset if nbytes is None else nbytes
         check_range(src, src_offset, nbytes)

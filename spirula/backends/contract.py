@@ -13,6 +13,7 @@ with the given defines, and object-like macros are expanded in the code
 ``tests/test_cuda_contract.py`` checks the result against glslang's own
 preprocessor for every shader and variant.
 """
+
 from __future__ import annotations
 
 import re
@@ -51,17 +52,24 @@ class _Preprocessor:
             if macro is None or macro[0] is not None or name in seen:
                 return name
             return self.expand(macro[1], seen | {name})
+
         return _RE_IDENT.sub(sub, text)
 
     def evaluate(self, expr: str, where: str) -> bool:
         expr = _RE_DEFINED.sub(lambda m: "1" if (m.group(1) or m.group(2)) in self.macros else "0", expr)
         expr = self.expand(expr)
-        expr = _RE_IDENT.sub("0", expr)                       # undefined names are 0
+        expr = _RE_IDENT.sub("0", expr)  # undefined names are 0
         expr = _RE_INT.sub(lambda m: str(int(m.group(1), 0)), expr)
-        py = (expr.replace("&&", " and ").replace("||", " or ").replace("/", "//")
-              .replace("!=", "\0").replace("!", " not ").replace("\0", "!="))
+        py = (
+            expr.replace("&&", " and ")
+            .replace("||", " or ")
+            .replace("/", "//")
+            .replace("!=", "\0")
+            .replace("!", " not ")
+            .replace("\0", "!=")
+        )
         try:
-            return bool(eval(py, {"__builtins__": {}}, {}))   # digits and operators only
+            return bool(eval(py, {"__builtins__": {}}, {}))  # digits and operators only
         except Exception:
             raise ShaderCompileError("%s: cannot evaluate #if %s" % (where, expr.strip())) from None
 
@@ -71,10 +79,10 @@ class _Preprocessor:
         if self.depth > 32:
             raise ShaderCompileError("%s: #include nested too deeply" % path)
         text = path.read_text()
-        text = text.replace("\\\r\n", "").replace("\\\n", "")          # line continuations
+        text = text.replace("\\\r\n", "").replace("\\\n", "")  # line continuations
         text = _RE_COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
         out = []
-        stack = []          # per open #if: [this branch active, a branch was taken, parent active]
+        stack = []  # per open #if: [this branch active, a branch was taken, parent active]
         for number, line in enumerate(text.split("\n"), 1):
             where = "%s:%d" % (path.name, number)
             active = all(frame[0] for frame in stack)

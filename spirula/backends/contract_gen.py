@@ -30,6 +30,7 @@ function picks the variant by ``L->flags``.
 The shader's header comment (what each binding holds) is copied into the
 header, so the ``.cu`` file needs no copy of it.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -43,8 +44,17 @@ from spirula.runtime.kernels import shader_dir
 
 # GLSL element type -> CUDA type (std430 arrays of these have the CUDA type's
 # size and alignment; vec3/uvec3/ivec3 arrays do not, and are refused)
-TYPES = {"float": "float", "uint": "uint32_t", "int": "int32_t",
-         "vec2": "float2", "vec4": "float4", "uvec2": "uint2", "uvec4": "uint4", "ivec2": "int2", "ivec4": "int4"}
+TYPES = {
+    "float": "float",
+    "uint": "uint32_t",
+    "int": "int32_t",
+    "vec2": "float2",
+    "vec4": "float4",
+    "uvec2": "uint2",
+    "uvec4": "uint4",
+    "ivec2": "int2",
+    "ivec4": "int4",
+}
 # GLSL structs bound as buffers -> (CUDA type, the header defining it)
 STRUCTS = {"StepParams": ("spirula::StepParams", "common/step_params.cuh")}
 SCALARS = {"uint": "uint32_t", "int": "int32_t", "float": "float", "bool": "bool"}
@@ -55,8 +65,10 @@ def _cuda_type(name: str, glsl: str) -> str:
         return TYPES[glsl]
     if glsl in STRUCTS:
         return STRUCTS[glsl][0]
-    raise ShaderCompileError("shaders/%s.comp: no CUDA type for buffer elements of type %s (add it to TYPES or "
-                             "STRUCTS in spirula/backends/contract_gen.py)" % (name, glsl))
+    raise ShaderCompileError(
+        "shaders/%s.comp: no CUDA type for buffer elements of type %s (add it to TYPES or "
+        "STRUCTS in spirula/backends/contract_gen.py)" % (name, glsl)
+    )
 
 
 def header_comment(name: str, source_dir=None) -> list:
@@ -76,7 +88,7 @@ def field_comments(name: str, source_dir=None) -> dict:
     text = (Path(source_dir or shader_dir()) / (name + ".comp")).read_text()
     out = {}
     block = re.search(r"layout\s*\(\s*push_constant\s*\)\s*uniform\s+\w+\s*\{(.*?)\}", text, re.S)
-    for line in (block.group(1).splitlines() if block else []):
+    for line in block.group(1).splitlines() if block else []:
         m = re.match(r"\s*\w+\s+(\w+)\s*;\s*//\s*(.*)$", line)
         if m:
             out[m.group(1)] = m.group(2).strip()
@@ -110,23 +122,30 @@ def _args_struct(name: str, kernel, indent: str) -> list:
 
 def _unpack(kernel, indent: str) -> list:
     i = indent
-    binds = ["spirula::bind(L, %du, a.%s, %s)" % (b.index, b.name, "true" if b.array else "false")
-             for b in kernel.bindings]
+    binds = [
+        "spirula::bind(L, %du, a.%s, %s)" % (b.index, b.name, "true" if b.array else "false") for b in kernel.bindings
+    ]
     cond = ["!spirula::shape_ok(L, %du, sizeof(Push) / 4u, %du)" % (len(kernel.bindings), len(kernel.spec))]
     cond += ["!" + s for s in binds]
-    out = [i + "// Checks L against the contract and reads it: 0, or cudaErrorInvalidValue.",
-           i + "inline int unpack(const SpirulaLaunch* L, Args& a, Push& pc, Spec& sp) {",
-           i + "    if (" + ("\n" + i + "        || ").join(cond) + ") {",
-           i + "        return spirula::INVALID_LAUNCH;",
-           i + "    }"]
+    out = [
+        i + "// Checks L against the contract and reads it: 0, or cudaErrorInvalidValue.",
+        i + "inline int unpack(const SpirulaLaunch* L, Args& a, Push& pc, Spec& sp) {",
+        i + "    if (" + ("\n" + i + "        || ").join(cond) + ") {",
+        i + "        return spirula::INVALID_LAUNCH;",
+        i + "    }",
+    ]
     if kernel.push:
         out.append(i + "    std::memcpy(&pc, L->push, sizeof(Push));")
     else:
         out.append(i + "    (void)pc;")
     for k, c in enumerate(kernel.spec):
         word = "L->spec[%d]" % k
-        value = {"bool": word + " != 0u", "uint": word, "int": "static_cast<int32_t>(%s)" % word,
-                 "float": "spirula::spec_float(%s)" % word}[c.kind]
+        value = {
+            "bool": word + " != 0u",
+            "uint": word,
+            "int": "static_cast<int32_t>(%s)" % word,
+            "float": "spirula::spec_float(%s)" % word,
+        }[c.kind]
         out.append(i + "    sp.%s = %s;" % (c.name, value))
     if not kernel.spec:
         out.append(i + "    (void)sp;")
@@ -151,60 +170,87 @@ def generate(name: str, source_dir=None) -> str:
     base = kernels[0]
     for combo, k in zip(combos[1:], kernels[1:]):
         if (k.push, k.spec, k.local_size) != (base.push, base.spec, base.local_size):
-            raise ShaderCompileError("shaders/%s.comp: %s changes the push constants, specialization constants or "
-                                     "local size; contract_gen.py supports element types only" % (name, combo))
+            raise ShaderCompileError(
+                "shaders/%s.comp: %s changes the push constants, specialization constants or "
+                "local size; contract_gen.py supports element types only" % (name, combo)
+            )
     if 0 in base.local_size:
-        raise ShaderCompileError("shaders/%s.comp: a local size set by a specialization constant "
-                                 "(local_size_x_id) has no CUDA contract yet" % name)
-    includes = ["common/launch.cuh"] + sorted({STRUCTS[b.type][1] for k in kernels for b in k.bindings
-                                               if b.type in STRUCTS})
+        raise ShaderCompileError(
+            "shaders/%s.comp: a local size set by a specialization constant "
+            "(local_size_x_id) has no CUDA contract yet" % name
+        )
+    includes = ["common/launch.cuh"] + sorted(
+        {STRUCTS[b.type][1] for k in kernels for b in k.bindings if b.type in STRUCTS}
+    )
     notes = field_comments(name, source_dir)
     guard = "SPIRULA_CONTRACT_%s_H" % name.upper()
     x, y, z = base.local_size
-    out = ["// Generated by spirula/backends/contract_gen.py from shaders/%s.comp: do not edit." % name,
-           "// The contract of native_cuda/%s.cu (its twin). The shader's description:" % name,
-           "//"]
+    out = [
+        "// Generated by spirula/backends/contract_gen.py from shaders/%s.comp: do not edit." % name,
+        "// The contract of native_cuda/%s.cu (its twin). The shader's description:" % name,
+        "//",
+    ]
     out += header_comment(name, source_dir)
     out += ["#ifndef " + guard, "#define " + guard, ""]
     out += ['#include "%s"' % inc for inc in includes]
-    out += ["", "namespace spirula::contracts::%s {" % name, "",
-            "// layout(local_size_x = %d, local_size_y = %d, local_size_z = %d) in;" % (x, y, z),
-            "constexpr uint32_t LOCAL_SIZE_X = %du;" % x,
-            "constexpr uint32_t LOCAL_SIZE_Y = %du;" % y,
-            "constexpr uint32_t LOCAL_SIZE_Z = %du;" % z,
-            "constexpr uint32_t LOCAL_THREADS = %du;  // threads per workgroup (__launch_bounds__)" % (x * y * z),
-            "constexpr dim3 LOCAL_SIZE{LOCAL_SIZE_X, LOCAL_SIZE_Y, LOCAL_SIZE_Z};  // the block of every launch",
-            "",
-            "// layout(push_constant) uniform Push: 32-bit words in block order",
-            "struct Push {"]
+    out += [
+        "",
+        "namespace spirula::contracts::%s {" % name,
+        "",
+        "// layout(local_size_x = %d, local_size_y = %d, local_size_z = %d) in;" % (x, y, z),
+        "constexpr uint32_t LOCAL_SIZE_X = %du;" % x,
+        "constexpr uint32_t LOCAL_SIZE_Y = %du;" % y,
+        "constexpr uint32_t LOCAL_SIZE_Z = %du;" % z,
+        "constexpr uint32_t LOCAL_THREADS = %du;  // threads per workgroup (__launch_bounds__)" % (x * y * z),
+        "constexpr dim3 LOCAL_SIZE{LOCAL_SIZE_X, LOCAL_SIZE_Y, LOCAL_SIZE_Z};  // the block of every launch",
+        "",
+        "// layout(push_constant) uniform Push: 32-bit words in block order",
+        "struct Push {",
+    ]
     decls = ["%s %s;" % (SCALARS[c.kind], c.name) for c in base.push]
     width = max(map(len, decls), default=0)
-    out += [("    %s  // %s" % (d.ljust(width), notes[c.name]) if c.name in notes else "    " + d)
-            for d, c in zip(decls, base.push)]
-    out += ["};",
-            'static_assert(sizeof(Push) == %du, "the push block is %d words");' % (4 * len(base.push),
-                                                                                 len(base.push)),
-            "",
-            "// layout(constant_id = i) const: by constant_id, with the shader's defaults",
-            "struct Spec {"]
+    out += [
+        ("    %s  // %s" % (d.ljust(width), notes[c.name]) if c.name in notes else "    " + d)
+        for d, c in zip(decls, base.push)
+    ]
+    out += [
+        "};",
+        'static_assert(sizeof(Push) == %du, "the push block is %d words");' % (4 * len(base.push), len(base.push)),
+        "",
+        "// layout(constant_id = i) const: by constant_id, with the shader's defaults",
+        "struct Spec {",
+    ]
     decls = ["%s %s = %s;" % (SCALARS[c.kind], c.name, _literal(c.kind, c.default)) for c in base.spec]
     width = max(map(len, decls), default=0)
-    out += ["    %s  // constant_id %d%s" % (d.ljust(width), i, ": " + notes[c.name] if c.name in notes else "")
-            for i, (d, c) in enumerate(zip(decls, base.spec))]
+    out += [
+        "    %s  // constant_id %d%s" % (d.ljust(width), i, ": " + notes[c.name] if c.name in notes else "")
+        for i, (d, c) in enumerate(zip(decls, base.spec))
+    ]
     out += ["};", "", "// the storage buffers by binding (const: readonly in the shader)"]
     out += _args_struct(name, base, "")
     out += [""] + _unpack(base, "")
     for combo, k in zip(combos[1:], kernels[1:]):
         ns = "__".join(combo)
         flag = sum(FLAGS[d] for d in combo)
-        out += ["", "// compile-time variant %s: SpirulaLaunch.flags & %d" % (", ".join("%s=1" % d for d in combo), flag),
-                "namespace %s {" % ns,
-                "constexpr uint32_t FLAG = %du;" % flag, ""]
+        out += [
+            "",
+            "// compile-time variant %s: SpirulaLaunch.flags & %d" % (", ".join("%s=1" % d for d in combo), flag),
+            "namespace %s {" % ns,
+            "constexpr uint32_t FLAG = %du;" % flag,
+            "",
+        ]
         out += _args_struct(name, k, "")
         out += [""] + _unpack(k, "")
         out += ["}  // namespace %s" % ns]
-    out += ["", "}  // namespace spirula::contracts::%s" % name, "",
-            "namespace contract = spirula::contracts::%s;" % name, "", "#endif", ""]
+    out += [
+        "",
+        "}  // namespace spirula::contracts::%s" % name,
+        "",
+        "namespace contract = spirula::contracts::%s;" % name,
+        "",
+        "#endif",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -216,7 +262,7 @@ def write_all(out_dir, names=None, source_dir=None) -> list:
     if not names:
         names = sorted(p.stem for p in Path(source_dir or shader_dir()).glob("*.comp"))
         for stale in set(p.stem for p in out_dir.glob("*.h")) - set(names):
-            (out_dir / (stale + ".h")).unlink()          # its shader is gone
+            (out_dir / (stale + ".h")).unlink()  # its shader is gone
     written = []
     for name in names:
         text = generate(name, source_dir)

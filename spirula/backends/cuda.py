@@ -17,6 +17,7 @@ accounted as on Vulkan (docs/design.md §5).
 Every library call returns a ``cudaError_t``; :func:`check` raises
 :class:`CudaError` with the driver's message for any that is not 0.
 """
+
 from __future__ import annotations
 
 import ctypes as C
@@ -25,8 +26,19 @@ import numpy as np
 
 from spirula.backends import base, cudart
 from spirula.backends.contract import CUDA_DEFINES, FLAGS, read_kernel
-from spirula.backends.cudart import (BUILD_HINT, RUNTIME_SYMBOLS, CudaError, CudaHostMemory, CudaMemory,  # noqa: F401
-                                     Event, NoCudaError, SpirulaLaunch, check, error_text, load_library)
+from spirula.backends.cudart import (  # noqa: F401
+    BUILD_HINT,
+    RUNTIME_SYMBOLS,
+    CudaError,
+    CudaHostMemory,
+    CudaMemory,
+    Event,
+    NoCudaError,
+    SpirulaLaunch,
+    check,
+    error_text,
+    load_library,
+)
 from spirula.errors import SpirulaError
 from spirula.runtime.buffers import Buffer
 from spirula.runtime.kernels import Kernel, shader_dir
@@ -44,16 +56,18 @@ class _Launch:
     def __init__(self, name, fn, kernel: Kernel, flags: int, tensors, groups, spec_words, stream):
         s = SpirulaLaunch()
         if len(tensors) > len(s.buffers):
-            raise SpirulaError("%s binds %d buffers; SpirulaLaunch holds %d (native_cuda/common/launch.cuh)"
-                               % (name, len(tensors), len(s.buffers)))
+            raise SpirulaError(
+                "%s binds %d buffers; SpirulaLaunch holds %d (native_cuda/common/launch.cuh)"
+                % (name, len(tensors), len(s.buffers))
+            )
         s.grid[:] = groups
         s.n_buffers = len(tensors)
-        s.buffers[:len(tensors)] = [t.ptr for t in tensors]
-        s.sizes[:len(tensors)] = [t.nbytes for t in tensors]
+        s.buffers[: len(tensors)] = [t.ptr for t in tensors]
+        s.sizes[: len(tensors)] = [t.nbytes for t in tensors]
         s.n_push = len(kernel.push)
         words = np.asarray(spec_words).view(np.uint32)
         s.n_spec = len(words)
-        s.spec[:len(words)] = [int(w) for w in words]
+        s.spec[: len(words)] = [int(w) for w in words]
         s.flags = flags
         s.stream = stream
         self.name, self.fn, self.struct, self.address = name, fn, s, C.addressof(s)
@@ -68,13 +82,16 @@ class _Launch:
             hint = ""
             if code == _ERR_INVALID_VALUE:
                 s = self.struct
-                hint = (" (does native_cuda/%s.cu still match shaders/%s.comp? this launch has %d buffers of %s "
-                        "bytes, %d push words, %d spec constants)"
-                        % (self.name, self.name, s.n_buffers, list(s.sizes[:s.n_buffers]), s.n_push, s.n_spec))
+                hint = (
+                    " (does native_cuda/%s.cu still match shaders/%s.comp? this launch has %d buffers of %s "
+                    "bytes, %d push words, %d spec constants)"
+                    % (self.name, self.name, s.n_buffers, list(s.sizes[: s.n_buffers]), s.n_push, s.n_spec)
+                )
             raise CudaError("CUDA error launching %s: %s%s" % (self.name, error_text(code), hint))
 
 
 # ---- the device -------------------------------------------------------------------
+
 
 def list_devices() -> list:
     """Every CUDA GPU (:class:`~spirula.backends.cudart.CudaDeviceInfo`), in
@@ -86,8 +103,7 @@ def list_devices() -> list:
 def resolve_index(index=None) -> int:
     """The device index to use: the argument, else $SPIRULA_DEVICE, else 0
     (NoCudaError with one line where CUDA cannot run or it does not exist)."""
-    return base.resolve_index(index, cudart.available_count(), 0, NoCudaError, "CUDA",
-                              "spirula devices --backend cuda")
+    return base.resolve_index(index, cudart.available_count(), 0, NoCudaError, "CUDA", "spirula devices --backend cuda")
 
 
 def unavailable_reason(index=None):
@@ -114,11 +130,11 @@ class CudaDevice(base.Device):
         self.lib = load_library()
         self.info = cudart.open_info(resolve_index(index))
         self.defines = dict(CUDA_DEFINES)
-        self._kernels = {}        # (name, defines) -> (Kernel, launch function, flags)
+        self._kernels = {}  # (name, defines) -> (Kernel, launch function, flags)
         stream = C.c_void_p()
         check(self.lib.spirula_cuda_stream_create(C.byref(stream)), "cudaStreamCreate")
         self.stream = stream.value
-        self._events = None       # the event pair for immediate operations
+        self._events = None  # the event pair for immediate operations
         self._init_device()
 
     # -- kernels ----------------------------------------------------------------------
@@ -127,7 +143,7 @@ class CudaDevice(base.Device):
         return self._kernel_entry(name, defines)[0]
 
     def _kernel_entry(self, name: str, defines: dict):
-        merged = {**defines, **self.defines}      # float atomics are always native here
+        merged = {**defines, **self.defines}  # float atomics are always native here
         key = (name, tuple(sorted((k, str(v)) for k, v in merged.items())))
         entry = self._kernels.get(key)
         if entry is None:
@@ -136,13 +152,17 @@ class CudaDevice(base.Device):
                 if k in FLAGS:
                     flags |= FLAGS[k] if int(v) else 0
                 elif k not in CUDA_DEFINES:
-                    raise SpirulaError("%s: the CUDA backend has no variant for the define %s=%s "
-                                       "(add a flag bit to SpirulaLaunch)" % (name, k, v))
+                    raise SpirulaError(
+                        "%s: the CUDA backend has no variant for the define %s=%s "
+                        "(add a flag bit to SpirulaLaunch)" % (name, k, v)
+                    )
             try:
                 fn = getattr(self.lib, name)
             except AttributeError:
-                raise SpirulaError("kernel %s has no CUDA port yet (native_cuda/%s.cu), or the library is "
-                                   "older than it: %s" % (name, name, BUILD_HINT)) from None
+                raise SpirulaError(
+                    "kernel %s has no CUDA port yet (native_cuda/%s.cu), or the library is "
+                    "older than it: %s" % (name, name, BUILD_HINT)
+                ) from None
             fn.restype, fn.argtypes = C.c_int, [C.c_void_p]
             entry = (read_kernel(name, merged), fn, flags)
             self._kernels[key] = entry
@@ -157,7 +177,7 @@ class CudaDevice(base.Device):
         _, fn, flags = self._kernel_entry(kernel.name, dict(kernel.defines))
         return _Launch(kernel.name, fn, kernel, flags, tensors, groups, spec_words, self.stream)
 
-    def sequence(self, plan: list, buffers: list, label: str = "") -> "CudaSequence":
+    def sequence(self, plan: list, buffers: list, label: str = "") -> CudaSequence:
         return CudaSequence(self, plan, buffers, label)
 
     # -- memory (what BufferPool calls) ----------------------------------------------------
@@ -174,8 +194,7 @@ class CudaDevice(base.Device):
 
     def copy_tensors(self, src_tensor: CudaMemory, dst_tensor: CudaMemory, nbytes: int):
         self.sync()
-        check(self.lib.spirula_cuda_memcpy_dtod(dst_tensor.ptr, src_tensor.ptr, nbytes, self.stream),
-              "cudaMemcpy D2D")
+        check(self.lib.spirula_cuda_memcpy_dtod(dst_tensor.ptr, src_tensor.ptr, nbytes, self.stream), "cudaMemcpy D2D")
 
     def process_memory_used(self):
         """Bytes in use on this GPU as cudaMemGetInfo reports them (total - free:
@@ -210,21 +229,36 @@ class CudaDevice(base.Device):
         prof.kernel(row, stop.since(start))
 
     def _write(self, buf: Buffer, data: np.ndarray, offset: int):
-        check(self.lib.spirula_cuda_memcpy_htod(buf.tensor.ptr + offset, data.ctypes.data, data.nbytes, self.stream),
-              "upload to %s" % buf.name)
+        check(
+            self.lib.spirula_cuda_memcpy_htod(buf.tensor.ptr + offset, data.ctypes.data, data.nbytes, self.stream),
+            "upload to %s" % buf.name,
+        )
 
     def _read(self, buf: Buffer, out: np.ndarray, offset: int):
         if out.nbytes:
-            check(self.lib.spirula_cuda_memcpy_dtoh(out.ctypes.data, buf.tensor.ptr + offset, out.nbytes, self.stream),
-                  "readback of %s" % buf.name)
+            check(
+                self.lib.spirula_cuda_memcpy_dtoh(out.ctypes.data, buf.tensor.ptr + offset, out.nbytes, self.stream),
+                "readback of %s" % buf.name,
+            )
 
     def _copy(self, src: Buffer, dst: Buffer, nbytes: int, src_offset: int, dst_offset: int):
-        self._timed_now("copy", lambda: check(self.lib.spirula_cuda_memcpy_dtod(
-            dst.tensor.ptr + dst_offset, src.tensor.ptr + src_offset, nbytes, self.stream), "copy"))
+        self._timed_now(
+            "copy",
+            lambda: check(
+                self.lib.spirula_cuda_memcpy_dtod(
+                    dst.tensor.ptr + dst_offset, src.tensor.ptr + src_offset, nbytes, self.stream
+                ),
+                "copy",
+            ),
+        )
 
     def _fill(self, buf: Buffer, word: int, nbytes: int, offset: int):
-        self._timed_now("fill", lambda: check(self.lib.spirula_cuda_memset32(
-            buf.tensor.ptr + offset, word, nbytes // 4, self.stream), "fill"))
+        self._timed_now(
+            "fill",
+            lambda: check(
+                self.lib.spirula_cuda_memset32(buf.tensor.ptr + offset, word, nbytes // 4, self.stream), "fill"
+            ),
+        )
 
     def close(self):
         """Free every pool buffer and the stream (the device is unusable afterwards)."""
@@ -242,6 +276,7 @@ def ported_kernels(lib) -> list:
 
 
 # ---- running a recorded sequence ----------------------------------------------------------
+
 
 class CudaSequence(Sequence):
     """A recorded sequence of launches on the device's stream (the CUDA

@@ -8,6 +8,7 @@ the C structs (``SpirulaLaunch``, the device properties), device discovery,
 device memory, mapped host memory and events. :mod:`spirula.backends.cuda`
 builds the device on top.
 """
+
 from __future__ import annotations
 
 import ctypes as C
@@ -39,20 +40,42 @@ class CudaError(SpirulaError):
 
 # ---- the library ---------------------------------------------------------------------
 
+
 class SpirulaLaunch(C.Structure):
     """Mirror of ``SpirulaLaunch`` in native_cuda/common/launch.cuh."""
-    _fields_ = [("grid", C.c_uint32 * 3), ("n_buffers", C.c_uint32), ("buffers", C.c_void_p * 32),
-                ("sizes", C.c_uint64 * 32), ("n_push", C.c_uint32), ("push", C.c_uint32 * 32),
-                ("n_spec", C.c_uint32), ("spec", C.c_uint32 * 16), ("flags", C.c_uint32), ("stream", C.c_void_p)]
+
+    _fields_ = [
+        ("grid", C.c_uint32 * 3),
+        ("n_buffers", C.c_uint32),
+        ("buffers", C.c_void_p * 32),
+        ("sizes", C.c_uint64 * 32),
+        ("n_push", C.c_uint32),
+        ("push", C.c_uint32 * 32),
+        ("n_spec", C.c_uint32),
+        ("spec", C.c_uint32 * 16),
+        ("flags", C.c_uint32),
+        ("stream", C.c_void_p),
+    ]
 
 
 class _Properties(C.Structure):
     """Mirror of ``SpirulaDeviceProperties`` in native_cuda/runtime.cu."""
-    _fields_ = [("name", C.c_char * 256), ("total_memory", C.c_uint64), ("sm_count", C.c_int32),
-                ("cc_major", C.c_int32), ("cc_minor", C.c_int32), ("warp_size", C.c_int32),
-                ("max_threads_per_block", C.c_int32), ("max_grid", C.c_int32 * 3),
-                ("shared_memory_per_block", C.c_uint64), ("driver_version", C.c_int32),
-                ("runtime_version", C.c_int32), ("pci_bus_id", C.c_int32), ("pad", C.c_int32)]
+
+    _fields_ = [
+        ("name", C.c_char * 256),
+        ("total_memory", C.c_uint64),
+        ("sm_count", C.c_int32),
+        ("cc_major", C.c_int32),
+        ("cc_minor", C.c_int32),
+        ("warp_size", C.c_int32),
+        ("max_threads_per_block", C.c_int32),
+        ("max_grid", C.c_int32 * 3),
+        ("shared_memory_per_block", C.c_uint64),
+        ("driver_version", C.c_int32),
+        ("runtime_version", C.c_int32),
+        ("pci_bus_id", C.c_int32),
+        ("pad", C.c_int32),
+    ]
 
 
 _P, _I, _U32, _SZ = C.c_void_p, C.c_int, C.c_uint32, C.c_size_t
@@ -117,9 +140,10 @@ def load_library():
     launch, props = _SZ(), _SZ()
     lib.spirula_cuda_abi_sizes(C.byref(launch), C.byref(props))
     if (launch.value, props.value) != (C.sizeof(SpirulaLaunch), C.sizeof(_Properties)):
-        raise NoCudaError("%s was built for another ABI (struct sizes %d/%d, expected %d/%d): %s"
-                          % (path, launch.value, props.value, C.sizeof(SpirulaLaunch), C.sizeof(_Properties),
-                             BUILD_HINT))
+        raise NoCudaError(
+            "%s was built for another ABI (struct sizes %d/%d, expected %d/%d): %s"
+            % (path, launch.value, props.value, C.sizeof(SpirulaLaunch), C.sizeof(_Properties), BUILD_HINT)
+        )
     _lib = lib
     return lib
 
@@ -136,6 +160,7 @@ def check(code: int, what: str):
 
 
 # ---- device info ----------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class CudaDeviceInfo(DeviceInfo):
@@ -165,8 +190,9 @@ def available_count() -> int:
     n = _I(0)
     code = lib.spirula_cuda_device_count(C.byref(n))
     if code == _ERR_INSUFFICIENT_DRIVER:
-        raise NoCudaError("no usable NVIDIA driver for the CUDA backend (%s); the Vulkan backend does "
-                          "not need one" % error_text(code))
+        raise NoCudaError(
+            "no usable NVIDIA driver for the CUDA backend (%s); the Vulkan backend does not need one" % error_text(code)
+        )
     if code == _ERR_NO_DEVICE or (code == 0 and n.value == 0):
         raise NoCudaError("no CUDA GPU on this machine; use the Vulkan backend")
     if code:
@@ -179,8 +205,10 @@ def open_info(index: int) -> CudaDeviceInfo:
     lib = load_library()
     n = available_count()
     if not 0 <= index < n:
-        raise NoCudaError("CUDA device %d does not exist: this machine has %d CUDA GPU%s (0..%d)"
-                          % (index, n, "s" if n != 1 else "", n - 1))
+        raise NoCudaError(
+            "CUDA device %d does not exist: this machine has %d CUDA GPU%s (0..%d)"
+            % (index, n, "s" if n != 1 else "", n - 1)
+        )
     info = _device_info(index)
     check(lib.spirula_cuda_set_device(index), "cudaSetDevice(%d)" % index)
     return info
@@ -201,17 +229,30 @@ def _device_info(index: int) -> CudaDeviceInfo:
     p = _Properties()
     check(lib.spirula_cuda_device_properties(index, C.byref(p)), "cudaGetDeviceProperties(%d)" % index)
     return CudaDeviceInfo(
-        index=index, name=p.name.decode(errors="replace"), device_type="discrete",
+        index=index,
+        name=p.name.decode(errors="replace"),
+        device_type="discrete",
         driver="CUDA driver %s, runtime %s" % (_version(p.driver_version), _version(p.runtime_version)),
-        api_version="sm_%d%d" % (p.cc_major, p.cc_minor), subgroup_size=p.warp_size, timestamps=True,
-        timestamp_period_ns=1.0, timestamp_valid_bits=64, device_local_bytes=int(p.total_memory),
-        max_storage_buffer_range=2 ** 62, max_shared_memory=int(p.shared_memory_per_block),
-        max_workgroup_count=(2 ** 31 - 1, 65535, 65535), max_workgroup_invocations=p.max_threads_per_block,
-        shader_int64=True, atomic_float_add=True, extensions=frozenset(), sm_count=p.sm_count,
-        compute_capability=(p.cc_major, p.cc_minor))
+        api_version="sm_%d%d" % (p.cc_major, p.cc_minor),
+        subgroup_size=p.warp_size,
+        timestamps=True,
+        timestamp_period_ns=1.0,
+        timestamp_valid_bits=64,
+        device_local_bytes=int(p.total_memory),
+        max_storage_buffer_range=2**62,
+        max_shared_memory=int(p.shared_memory_per_block),
+        max_workgroup_count=(2**31 - 1, 65535, 65535),
+        max_workgroup_invocations=p.max_threads_per_block,
+        shader_int64=True,
+        atomic_float_add=True,
+        extensions=frozenset(),
+        sm_count=p.sm_count,
+        compute_capability=(p.cc_major, p.cc_minor),
+    )
 
 
 # ---- memory ---------------------------------------------------------------------
+
 
 class CudaMemory:
     """One cudaMalloc'd block: a pool buffer's ``tensor`` on this backend."""
@@ -283,7 +324,7 @@ class Event:
     def record(self, stream):
         check(_lib.spirula_cuda_event_record(self.handle, stream), "cudaEventRecord")
 
-    def since(self, start: "Event") -> int:
+    def since(self, start: Event) -> int:
         """Nanoseconds from ``start`` to this event (both completed)."""
         ms = C.c_float()
         check(_lib.spirula_cuda_event_elapsed(C.byref(ms), start.handle, self.handle), "cudaEventElapsedTime")

@@ -13,6 +13,7 @@ else a discrete GPU before an integrated one before the CPU driver (lavapipe).
 The Vulkan runtime pieces it builds on stay in :mod:`spirula.runtime`
 (vkinfo, kernels, buffers, sequence, profiler).
 """
+
 from __future__ import annotations
 
 import collections
@@ -27,7 +28,7 @@ from spirula.runtime.buffers import Buffer
 from spirula.runtime.kernels import Kernel, KernelRegistry
 from spirula.runtime.sequence import RecordedSequence, grid_stride_groups
 
-STAGING_MAX_BYTES = 64 << 20     # transfers larger than this go in chunks
+STAGING_MAX_BYTES = 64 << 20  # transfers larger than this go in chunks
 
 
 def _import_kp():
@@ -36,11 +37,11 @@ def _import_kp():
     except ImportError as exc:
         if "libvulkan" in str(exc):
             raise NoVulkanError("no Vulkan loader (libvulkan.so.1): " + vkinfo.INSTALL_HINT) from None
-        raise SpirulaError("Kompute's Python module `kp` is not installed: run `make install` "
-                           "(%s)" % exc) from None
+        raise SpirulaError("Kompute's Python module `kp` is not installed: run `make install` (%s)" % exc) from None
     if not hasattr(kp, "OpBarrier"):
-        raise SpirulaError("this `kp` lacks Spirula's patch (kp.OpBarrier): run `make install`, "
-                           "which builds it (docs/kompute.md)")
+        raise SpirulaError(
+            "this `kp` lacks Spirula's patch (kp.OpBarrier): run `make install`, which builds it (docs/kompute.md)"
+        )
     return kp
 
 
@@ -92,8 +93,7 @@ class VulkanDevice(base.Device):
             try:
                 self.mgr = kp.Manager(index, [], exts)
             except Exception as exc:
-                raise NoVulkanError("cannot open Vulkan device %d (%s): %s"
-                                    % (index, self.info.name, exc)) from None
+                raise NoVulkanError("cannot open Vulkan device %d (%s): %s" % (index, self.info.name, exc)) from None
         else:
             self.mgr = manager
             name = manager.get_device_properties()["device_name"]
@@ -194,8 +194,12 @@ class VulkanDevice(base.Device):
         vec4 = nwords % 4 == 0 and src_off % 4 == 0 and dst_off % 4 == 0
         k = 4 if vec4 else 1
         kernel = self.kernel("copy", VEC4=int(vec4))
-        self._run_now(kernel, (src_tensor, dst_tensor), nwords // k,
-                      dict(src_offset=src_off // k, dst_offset=dst_off // k, count=nwords // k))
+        self._run_now(
+            kernel,
+            (src_tensor, dst_tensor),
+            nwords // k,
+            dict(src_offset=src_off // k, dst_offset=dst_off // k, count=nwords // k),
+        )
 
     def copy_tensors(self, src_tensor, dst_tensor, nbytes: int):
         """Copy the first ``nbytes`` (a multiple of 4) between raw Kompute tensors."""
@@ -206,9 +210,9 @@ class VulkanDevice(base.Device):
         words = data.view(np.uint32)
         chunk = STAGING_MAX_BYTES // 4
         for start in range(0, words.size, chunk):
-            part = words[start:start + chunk]
+            part = words[start : start + chunk]
             staging = self._staging_array(part.size)
-            staging[:part.size] = part
+            staging[: part.size] = part
             self._copy_words(self._staging, buf.tensor, part.size, 0, offset // 4 + start)
 
     def _read(self, buf: Buffer, out: np.ndarray, offset: int):
@@ -218,7 +222,7 @@ class VulkanDevice(base.Device):
             n = min(chunk, out.size - start)
             staging = self._staging_array(n)
             self._copy_words(buf.tensor, self._staging, n, offset // 4 + start, 0)
-            out[start:start + n] = staging[:n]
+            out[start : start + n] = staging[:n]
 
     def _copy(self, src: Buffer, dst: Buffer, nbytes: int, src_offset: int, dst_offset: int):
         self._copy_words(src.tensor, dst.tensor, nbytes // 4, src_offset // 4, dst_offset // 4)
@@ -228,5 +232,4 @@ class VulkanDevice(base.Device):
         vec4 = nwords % 4 == 0 and off % 4 == 0
         k = 4 if vec4 else 1
         kernel = self.kernel("fill", VEC4=int(vec4))
-        self._run_now(kernel, (buf.tensor,), nwords // k,
-                      dict(offset=off // k, count=nwords // k, value=word))
+        self._run_now(kernel, (buf.tensor,), nwords // k, dict(offset=off // k, count=nwords // k, value=word))

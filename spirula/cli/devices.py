@@ -1,5 +1,6 @@
 """``spirula devices``: the Vulkan devices Spirula can use, and the CUDA GPUs
 of the optional CUDA backend (``--backend cuda``) where it is usable."""
+
 from __future__ import annotations
 
 import click
@@ -32,22 +33,41 @@ def _cuda_devices() -> list:
 
 def _vulkan_table():
     from spirula.backends import vulkan
+
     devs = vulkan.list_devices()
     chosen = vulkan.resolve_index(None, devs)
     rows = [("", "#", "name", "type", "driver", "subgroup", "memory", "timestamps", "float atomics")]
     for d in devs:
         ts = "yes (%.2f ns/tick)" % d.timestamp_period_ns if d.timestamps else "no"
-        rows.append(("*" if d.index == chosen else "", str(d.index), d.name, d.device_type, d.driver,
-                     str(d.subgroup_size), _gib(d.device_local_bytes), ts,
-                     "yes" if d.atomic_float_add else "no (CAS fallback)"))
+        rows.append(
+            (
+                "*" if d.index == chosen else "",
+                str(d.index),
+                d.name,
+                d.device_type,
+                d.driver,
+                str(d.subgroup_size),
+                _gib(d.device_local_bytes),
+                ts,
+                "yes" if d.atomic_float_add else "no (CAS fallback)",
+            )
+        )
     _table(rows)
 
 
 def _cuda_table(devs, chosen=None):
     rows = [("#", "name", "compute", "SMs", "memory", "driver")]
     for d in devs:
-        rows.append((str(d.index), d.name, "sm_%d%d" % d.compute_capability, str(d.sm_count),
-                     _gib(d.device_local_bytes), d.driver))
+        rows.append(
+            (
+                str(d.index),
+                d.name,
+                "sm_%d%d" % d.compute_capability,
+                str(d.sm_count),
+                _gib(d.device_local_bytes),
+                d.driver,
+            )
+        )
     if chosen is not None:
         rows = [("",) + rows[0]] + [("*" if d.index == chosen else "",) + r for d, r in zip(devs, rows[1:])]
     _table(rows)
@@ -67,6 +87,7 @@ def devices():
     backend = chosen_backend(None)
     if backend == "cuda":
         from spirula.backends import cuda
+
         devs = cuda.list_devices()
         _cuda_table(devs, cuda.resolve_index(None))
         return

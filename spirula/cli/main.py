@@ -7,6 +7,7 @@ subcommand. A command opens its device with :func:`open_cli_device`. A
 :class:`~spirula.errors.SpirulaError` ends the command with one line on
 stderr (``spirula: error: ...``) and its exit code, never a traceback.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,12 +29,13 @@ def _set_device(ctx, param, value):
         os.environ["SPIRULA_DEVICE"] = str(value)
 
 
-_BACKEND = "spirula.backend"      # ctx.meta key: shared by the group's context and the command's
+_BACKEND = "spirula.backend"  # ctx.meta key: shared by the group's context and the command's
 
 
 def _set_backend(ctx, param, value):
     if value is not None:
         from spirula.backends import check_backend
+
         ctx.meta[_BACKEND] = check_backend(value)
 
 
@@ -47,6 +49,7 @@ def open_cli_device():
     """The device of the chosen backend (--device / SPIRULA_DEVICE index that
     backend's devices), made the process default for the command."""
     from spirula.backends import open_device, set_device
+
     device = open_device(chosen_backend())
     set_device(device)
     return device
@@ -54,13 +57,33 @@ def open_cli_device():
 
 def common_options(fn):
     """--backend, --device and --profile on a command (they act as soon as they are parsed)."""
-    fn = click.option("--profile", is_flag=True, expose_value=False, is_eager=True, callback=_set_profile,
-                      help="Print the [spirula-profile] reports on stderr at exit (SS_PROFILE=1).")(fn)
-    fn = click.option("--device", "device", type=int, default=None, expose_value=False, is_eager=True,
-                      callback=_set_device, help="Device index within the backend (see `spirula devices`).")(fn)
-    fn = click.option("--backend", metavar="[vulkan|cuda]", default=None, expose_value=False, is_eager=True,
-                      callback=_set_backend,
-                      help="GPU backend: vulkan (the default) or cuda (NVIDIA, `make cuda`).")(fn)
+    fn = click.option(
+        "--profile",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_profile,
+        help="Print the [spirula-profile] reports on stderr at exit (SS_PROFILE=1).",
+    )(fn)
+    fn = click.option(
+        "--device",
+        "device",
+        type=int,
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_device,
+        help="Device index within the backend (see `spirula devices`).",
+    )(fn)
+    fn = click.option(
+        "--backend",
+        metavar="[vulkan|cuda]",
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_backend,
+        help="GPU backend: vulkan (the default) or cuda (NVIDIA, `make cuda`).",
+    )(fn)
     return fn
 
 

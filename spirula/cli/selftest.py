@@ -1,4 +1,5 @@
 """``spirula selftest``: check that the GPU runs Spirula's kernels correctly."""
+
 from __future__ import annotations
 
 import time
@@ -43,5 +44,7 @@ def selftest(size):
     dt = time.perf_counter() - t0
     if not ok:
         raise SpirulaError("selftest FAILED on %s: GPU results differ from numpy" % dev.info.name)
-    click.echo("selftest passed: transfers, fill, copy, prefix sum of %d values (%d dependent "
-               "dispatches) in %.3f s" % (size, seq.dispatches, dt))
+    click.echo(
+        "selftest passed: transfers, fill, copy, prefix sum of %d values (%d dependent "
+        "dispatches) in %.3f s" % (size, seq.dispatches, dt)
+    )

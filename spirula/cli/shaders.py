@@ -1,4 +1,5 @@
 """``spirula shaders``: compile every kernel (make install runs it)."""
+
 from __future__ import annotations
 
 import click
@@ -19,14 +20,17 @@ def shaders(define):
     names = reg.names()
     if chosen_backend() == "cuda":
         from spirula.backends import cuda, cudart
+
         ported = cuda.ported_kernels(cudart.load_library())
         missing = [n for n in names if n not in ported]
         if missing:
-            raise SpirulaError("%s lacks the kernels %s: %s" % (cudart.library_path(), ", ".join(missing),
-                                                                 cudart.BUILD_HINT))
+            raise SpirulaError(
+                "%s lacks the kernels %s: %s" % (cudart.library_path(), ", ".join(missing), cudart.BUILD_HINT)
+            )
         click.echo("spirula: %d kernels in %s" % (len(names), cudart.library_path()))
         return
     from spirula.progress import track
+
     for name in track(names, "compiling shaders", unit="kernel"):
         reg.get(name, **defines)
     click.echo("spirula: %d kernels compiled (cache: %s)" % (len(names), reg.cache))

@@ -1,9 +1,9 @@
 """``spirula train``, ``spirula eval`` and ``spirula render``."""
+
 from __future__ import annotations
 
 import collections
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -31,27 +31,63 @@ def _default(field: str) -> str:
 @common_options
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--iterations", type=int, default=None, help="Training steps %s." % _default("iterations"))
-@click.option("--strategy", type=click.Choice(["mcmc", "adc"]), default=None,
-              help="Densification: MCMC (budget --cap-max) or classic adaptive density control %s."
-                   % _default("strategy"))
+@click.option(
+    "--strategy",
+    type=click.Choice(["mcmc", "adc"]),
+    default=None,
+    help="Densification: MCMC (budget --cap-max) or classic adaptive density control %s." % _default("strategy"),
+)
 @click.option("--cap-max", type=int, default=None, help="MCMC splat budget %s." % _default("cap_max"))
 @click.option("--sh-degree", type=click.IntRange(0, 3), default=None, help=_default("sh_degree"))
 @click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
 @click.option("--eval-split", default=None, help="interval:N or none %s." % _default("eval_split"))
-@click.option("--background", type=click.Choice(["white", "black"]), default=None,
-              help="Background colour [default: white for Blender scenes, black otherwise].")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
-              help="Run folder [default: outputs/<dataset>-<timestamp>].")
-@click.option("--resume", type=click.Path(path_type=Path), default=None,
-              help="Continue a run (its folder or a ckpt/step-*.npz).")
-@click.option("--eval-every", type=int, default=None,
-              help="Evaluate on the test images every N steps (0: never) %s." % _default("eval_every"))
+@click.option(
+    "--background",
+    type=click.Choice(["white", "black"]),
+    default=None,
+    help="Background colour [default: white for Blender scenes, black otherwise].",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run folder [default: outputs/<dataset>-<timestamp>].",
+)
+@click.option(
+    "--resume", type=click.Path(path_type=Path), default=None, help="Continue a run (its folder or a ckpt/step-*.npz)."
+)
+@click.option(
+    "--eval-every",
+    type=int,
+    default=None,
+    help="Evaluate on the test images every N steps (0: never) %s." % _default("eval_every"),
+)
 @click.option("--save-every", type=int, default=None, help="Checkpoint every N steps %s." % _default("save_every"))
 @click.option("--seed", type=int, default=None, help=_default("seed"))
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).")
-def train(dataset, iterations, strategy, cap_max, sh_degree, downscale, eval_split, background, output,
-          resume, eval_every, save_every, seed, overrides):
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).",
+)
+def train(
+    dataset,
+    iterations,
+    strategy,
+    cap_max,
+    sh_degree,
+    downscale,
+    eval_split,
+    background,
+    output,
+    resume,
+    eval_every,
+    save_every,
+    seed,
+    overrides,
+):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json) or a nerfstudio
     transforms.json. Without DATASET, trains the built-in demo scene.
@@ -62,10 +98,20 @@ def train(dataset, iterations, strategy, cap_max, sh_degree, downscale, eval_spl
     from spirula.data import load_dataset
     from spirula.train.run import default_output_dir, train_run
 
-    explicit = _explicit_options(dict(iterations=iterations, strategy=strategy, cap_max=cap_max,
-                                      sh_degree=sh_degree, downscale=downscale, eval_split=eval_split,
-                                      background=background, eval_every=eval_every, save_every=save_every,
-                                      seed=seed))
+    explicit = _explicit_options(
+        dict(
+            iterations=iterations,
+            strategy=strategy,
+            cap_max=cap_max,
+            sh_degree=sh_degree,
+            downscale=downscale,
+            eval_split=eval_split,
+            background=background,
+            eval_every=eval_every,
+            save_every=save_every,
+            seed=seed,
+        )
+    )
     explicit.update(_parse_overrides(overrides))
     if resume is not None:
         # a resumed run keeps its own configuration; options given now override it
@@ -75,33 +121,49 @@ def train(dataset, iterations, strategy, cap_max, sh_degree, downscale, eval_spl
     else:
         if dataset is None:
             from spirula.data.demo import ensure_demo_scene
+
             dataset = ensure_demo_scene(log=_log)
             cfg = TrainConfig.demo(**explicit)
         else:
             cfg = TrainConfig(**explicit)
-    scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split,
-                         background=cfg.background or "auto", seed=cfg.seed)
+    scene = load_dataset(
+        dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
+    )
     device = open_cli_device()
     if output is None:
-        output = _run_folder(resume) if resume is not None else \
-            default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
+        output = (
+            _run_folder(resume)
+            if resume is not None
+            else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
+        )
     sizes = collections.Counter("%dx%d" % (scene.frames[i].width, scene.frames[i].height) for i in scene.train)
-    _log("spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
-         % (dataset, scene.source, len(scene.train), len(scene.test), ", ".join(s for s, _ in sizes.most_common()),
-            device.info.name, cfg.iterations,
-            "MCMC, cap %s" % "{:,}".format(cfg.cap_max) if cfg.strategy == "mcmc" else "ADC"))
+    _log(
+        "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
+        % (
+            dataset,
+            scene.source,
+            len(scene.train),
+            len(scene.test),
+            ", ".join(s for s, _ in sizes.most_common()),
+            device.info.name,
+            cfg.iterations,
+            "MCMC, cap %s" % f"{cfg.cap_max:,}" if cfg.strategy == "mcmc" else "ADC",
+        )
+    )
     train_run(scene, cfg, device, output, resume=resume, log=_log)
 
 
 def _explicit_options(values: dict) -> dict:
     """The options the user typed (not click's defaults)."""
     from click.core import ParameterSource
+
     ctx = click.get_current_context()
     return {k: v for k, v in values.items() if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE}
 
 
 def _demo_path():
     from spirula.data.demo import demo_path
+
     return demo_path()
 
 
@@ -114,6 +176,7 @@ def _parse_overrides(items) -> dict:
     import dataclasses
 
     from spirula.train.config import TrainConfig
+
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     out = {}
     for item in items:
@@ -139,10 +202,16 @@ def _saved_config(run) -> dict:
 def _open_run(run: Path):
     from spirula.data import load_dataset
     from spirula.train.run import load_run
+
     cfg, params, ckpt, state = load_run(run)
     saved = _saved_config(run if Path(run).is_dir() else ckpt)
-    scene = load_dataset(saved["dataset"], downscale=cfg.downscale, eval_split=cfg.eval_split,
-                         background=cfg.background or "auto", seed=cfg.seed)
+    scene = load_dataset(
+        saved["dataset"],
+        downscale=cfg.downscale,
+        eval_split=cfg.eval_split,
+        background=cfg.background or "auto",
+        seed=cfg.seed,
+    )
     return cfg, params, ckpt, scene
 
 
@@ -153,6 +222,7 @@ def eval_command(run):
     """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
     image and mean, written to RUN/metrics-eval.json."""
     from spirula.train.run import evaluate_run
+
     cfg, params, ckpt, scene = _open_run(run)
     if not scene.test:
         raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
@@ -161,8 +231,10 @@ def eval_command(run):
     metrics.update(checkpoint=str(ckpt), n_splats=len(params["means"]))
     for p in metrics["per_image"]:
         click.echo("%-32s PSNR %7.3f  SSIM %.4f" % (p["image"], p["psnr"], p["ssim"]))
-    click.echo("mean %-27s PSNR %7.3f  SSIM %.4f" % ("(%d images)" % len(metrics["per_image"]),
-                                                     metrics["psnr"], metrics["ssim"]))
+    click.echo(
+        "mean %-27s PSNR %7.3f  SSIM %.4f"
+        % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"])
+    )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
     (folder / "metrics-eval.json").write_text(json.dumps(metrics, indent=1))
 
@@ -170,9 +242,12 @@ def eval_command(run):
 @cli.command("render")
 @common_options
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
-@click.option("--camera", "cameras", multiple=True,
-              help="A dataset view: its index, 'test:K', 'train:K' or its image name (repeatable) "
-                   "[default: every test view].")
+@click.option(
+    "--camera",
+    "cameras",
+    multiple=True,
+    help="A dataset view: its index, 'test:K', 'train:K' or its image name (repeatable) [default: every test view].",
+)
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder [default: RUN/renders].")
 def render_command(run, cameras, out):
     """Render a trained run from dataset cameras to PNG files."""
@@ -180,6 +255,7 @@ def render_command(run, cameras, out):
 
     from spirula.progress import track, write
     from spirula.train.run import SplatRenderer
+
     cfg, params, ckpt, scene = _open_run(run)
     indices = [_camera_index(scene, c) for c in cameras] if cameras else list(scene.test)
     if not indices:
@@ -210,5 +286,6 @@ def _camera_index(scene, spec: str) -> int:
             return i
     except (KeyError, ValueError, IndexError):
         pass
-    raise SpirulaError("--camera %s: no such view (an index 0..%d, test:K, train:K or an image name)"
-                       % (spec, len(names) - 1))
+    raise SpirulaError(
+        "--camera %s: no such view (an index 0..%d, test:K, train:K or an image name)" % (spec, len(names) - 1)
+    )

@@ -9,6 +9,7 @@ K: ``fx = fy = W / (2 tan(camera_angle_x / 2))`` (``fy`` from
 ``transforms_val.json`` is ignored. Seed points: ``points3d.ply`` when present,
 else 100,000 points uniform in [-1.3, 1.3]^3 with random colours (3DGS).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ def read_json(path: Path, root: Path):
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpirulaError("%s: malformed JSON (line %d, column %d: %s)"
-                           % (label, exc.lineno, exc.colno, exc.msg)) from None
+        raise SpirulaError(
+            "%s: malformed JSON (line %d, column %d: %s)" % (label, exc.lineno, exc.colno, exc.msg)
+        ) from None
 
 
 def pose_matrix(value, label: str, what: str) -> np.ndarray:
@@ -85,8 +87,18 @@ def _frames(root: Path, split: str) -> list:
         fx = 0.5 * w / math.tan(0.5 * fov_x)
         fy = 0.5 * h / math.tan(0.5 * fov_y) if isinstance(fov_y, (int, float)) else fx
         K = np.array([[fx, 0, 0.5 * w], [0, fy, 0.5 * h], [0, 0, 1]], dtype=np.float64)
-        views.append(View(name=rel(p, root), width=w, height=h, K=K, viewmat=opengl_c2w_to_viewmat(c2w),
-                          dist=np.zeros(6), model="PINHOLE", image_path=p))
+        views.append(
+            View(
+                name=rel(p, root),
+                width=w,
+                height=h,
+                K=K,
+                viewmat=opengl_c2w_to_viewmat(c2w),
+                dist=np.zeros(6),
+                model="PINHOLE",
+                image_path=p,
+            )
+        )
     if not views:
         raise SpirulaError("%s: no frames" % label)
     return views

@@ -7,6 +7,7 @@ see :mod:`spirula.data.undistort`). An image's ``qvec`` (wxyz) and ``tvec`` are
 already world->camera in the OpenCV frame, and COLMAP's pixel convention
 (centre of the top-left pixel at (0.5, 0.5)) is Spirula's, so K is used as is.
 """
+
 from __future__ import annotations
 
 import struct
@@ -20,10 +21,20 @@ from spirula.errors import SpirulaError
 
 # model id -> (name, number of params); the full COLMAP list, so files with any
 # camera parse, and only an image that *uses* an unsupported one is an error.
-MODELS = {0: ("SIMPLE_PINHOLE", 3), 1: ("PINHOLE", 4), 2: ("SIMPLE_RADIAL", 4), 3: ("RADIAL", 5),
-          4: ("OPENCV", 8), 5: ("OPENCV_FISHEYE", 8), 6: ("FULL_OPENCV", 12), 7: ("FOV", 5),
-          8: ("SIMPLE_RADIAL_FISHEYE", 4), 9: ("RADIAL_FISHEYE", 5), 10: ("THIN_PRISM_FISHEYE", 12),
-          11: ("RAD_TAN_THIN_PRISM_FISHEYE", 16)}
+MODELS = {
+    0: ("SIMPLE_PINHOLE", 3),
+    1: ("PINHOLE", 4),
+    2: ("SIMPLE_RADIAL", 4),
+    3: ("RADIAL", 5),
+    4: ("OPENCV", 8),
+    5: ("OPENCV_FISHEYE", 8),
+    6: ("FULL_OPENCV", 12),
+    7: ("FOV", 5),
+    8: ("SIMPLE_RADIAL_FISHEYE", 4),
+    9: ("RADIAL_FISHEYE", 5),
+    10: ("THIN_PRISM_FISHEYE", 12),
+    11: ("RAD_TAN_THIN_PRISM_FISHEYE", 16),
+}
 NUM_PARAMS = {name: n for name, n in MODELS.values()}
 SUPPORTED = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
 
@@ -41,15 +52,22 @@ def camera_intrinsics(model: str, params) -> tuple:
     p = [float(x) for x in params]
     dist = np.zeros(6)
     if model == "SIMPLE_PINHOLE":
-        fx = fy = p[0]; cx, cy = p[1], p[2]
+        fx = fy = p[0]
+        cx, cy = p[1], p[2]
     elif model == "PINHOLE":
         fx, fy, cx, cy = p[:4]
     elif model == "SIMPLE_RADIAL":
-        fx = fy = p[0]; cx, cy = p[1], p[2]; dist[0] = p[3]
+        fx = fy = p[0]
+        cx, cy = p[1], p[2]
+        dist[0] = p[3]
     elif model == "RADIAL":
-        fx = fy = p[0]; cx, cy = p[1], p[2]; dist[0:2] = p[3:5]
+        fx = fy = p[0]
+        cx, cy = p[1], p[2]
+        dist[0:2] = p[3:5]
     elif model == "OPENCV":
-        fx, fy, cx, cy = p[:4]; dist[0:2] = p[4:6]; dist[4:6] = p[6:8]
+        fx, fy, cx, cy = p[:4]
+        dist[0:2] = p[4:6]
+        dist[4:6] = p[6:8]
     else:
         raise ValueError(model)
     return np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=np.float64), dist
@@ -65,8 +83,10 @@ class _Reader:
 
     def need(self, n: int) -> None:
         if self.pos + n > len(self.data):
-            raise SpirulaError("%s: truncated (expected %d bytes at offset %d, file has %d)"
-                               % (self.label, n, self.pos, len(self.data)))
+            raise SpirulaError(
+                "%s: truncated (expected %d bytes at offset %d, file has %d)"
+                % (self.label, n, self.pos, len(self.data))
+            )
 
     def read(self, fmt: str) -> tuple:
         s = struct.Struct("<" + fmt)
@@ -82,16 +102,20 @@ class _Reader:
     def cstring(self) -> str:
         end = self.data.find(b"\0", self.pos)
         if end < 0:
-            raise SpirulaError("%s: truncated (unterminated image name at offset %d, file has %d)"
-                               % (self.label, self.pos, len(self.data)))
-        raw = self.data[self.pos:end]
+            raise SpirulaError(
+                "%s: truncated (unterminated image name at offset %d, file has %d)"
+                % (self.label, self.pos, len(self.data))
+            )
+        raw = self.data[self.pos : end]
         self.pos = end + 1
         return raw.decode("utf-8", errors="surrogateescape")
 
     def done(self, what: str) -> None:
         if self.pos != len(self.data):
-            raise SpirulaError("%s: %d unexpected bytes after the last %s (offset %d)"
-                               % (self.label, len(self.data) - self.pos, what, self.pos))
+            raise SpirulaError(
+                "%s: %d unexpected bytes after the last %s (offset %d)"
+                % (self.label, len(self.data) - self.pos, what, self.pos)
+            )
 
 
 def _read_cameras_bin(path, root) -> dict:
@@ -113,7 +137,7 @@ def _read_images_bin(path, root) -> list:
     for _ in range(r.read("Q")[0]):
         iid, qw, qx, qy, qz, tx, ty, tz, cid = r.read("i7di")
         name = r.cstring()
-        r.skip(24 * r.read("Q")[0])                 # points2D: x, y (double), point3D id (int64)
+        r.skip(24 * r.read("Q")[0])  # points2D: x, y (double), point3D id (int64)
         out.append((iid, (qw, qx, qy, qz), (tx, ty, tz), cid, name))
     r.done("image")
     return out
@@ -129,7 +153,7 @@ def _read_points_bin(path, root) -> tuple:
         r.need(head.size)
         _, x, y, z, cr, cg, cb, _, track = head.unpack_from(data, r.pos)
         r.pos += head.size
-        r.skip(8 * track)                            # (image id, point2D index) int32 pairs
+        r.skip(8 * track)  # (image id, point2D index) int32 pairs
         xyz.append((x, y, z))
         rgb.append((cr, cg, cb))
     r.done("point")
@@ -155,11 +179,14 @@ def _read_cameras_txt(path, root) -> dict:
             cid, model, w, h = int(tok[0]), tok[1], int(tok[2]), int(tok[3])
             params = tuple(float(t) for t in tok[4:])
         except (ValueError, IndexError):
-            raise SpirulaError("%s: line %d: expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS..., got %r"
-                               % (rel(path, root), no, ln[:80])) from None
+            raise SpirulaError(
+                "%s: line %d: expected CAMERA_ID MODEL WIDTH HEIGHT PARAMS..., got %r" % (rel(path, root), no, ln[:80])
+            ) from None
         if model in NUM_PARAMS and len(params) != NUM_PARAMS[model]:
-            raise SpirulaError("%s: line %d: camera %d (%s) has %d parameters, expected %d"
-                               % (rel(path, root), no, cid, model, len(params), NUM_PARAMS[model]))
+            raise SpirulaError(
+                "%s: line %d: camera %d (%s) has %d parameters, expected %d"
+                % (rel(path, root), no, cid, model, len(params), NUM_PARAMS[model])
+            )
         cams[cid] = (model, w, h, params)
     return cams
 
@@ -177,10 +204,12 @@ def _read_images_txt(path, root) -> list:
                 raise ValueError
             iid, q, t, cid = int(tok[0]), tuple(map(float, tok[1:5])), tuple(map(float, tok[5:8])), int(tok[8])
         except ValueError:
-            raise SpirulaError("%s: line %d: expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME, got %r"
-                               % (rel(path, root), no, ln[:80])) from None
+            raise SpirulaError(
+                "%s: line %d: expected IMAGE_ID QW QX QY QZ TX TY TZ CAMERA_ID NAME, got %r"
+                % (rel(path, root), no, ln[:80])
+            ) from None
         out.append((iid, q, t, cid, tok[9]))
-        i += 1                                       # the POINTS2D line, possibly empty
+        i += 1  # the POINTS2D line, possibly empty
     return out
 
 
@@ -194,10 +223,13 @@ def _read_points_txt(path, root) -> tuple:
             xyz.append((float(tok[1]), float(tok[2]), float(tok[3])))
             rgb.append((int(tok[4]), int(tok[5]), int(tok[6])))
         except (ValueError, IndexError):
-            raise SpirulaError("%s: line %d: expected POINT3D_ID X Y Z R G B ERROR TRACK..., got %r"
-                               % (rel(path, root), no, ln[:80])) from None
-    return (np.array(xyz, dtype=np.float32).reshape(-1, 3),
-            np.clip(np.array(rgb, dtype=np.int64), 0, 255).astype(np.uint8).reshape(-1, 3))
+            raise SpirulaError(
+                "%s: line %d: expected POINT3D_ID X Y Z R G B ERROR TRACK..., got %r" % (rel(path, root), no, ln[:80])
+            ) from None
+    return (
+        np.array(xyz, dtype=np.float32).reshape(-1, 3),
+        np.clip(np.array(rgb, dtype=np.int64), 0, 255).astype(np.uint8).reshape(-1, 3),
+    )
 
 
 def read_model(model_dir: Path, root: Path) -> tuple:
@@ -209,8 +241,7 @@ def read_model(model_dir: Path, root: Path) -> tuple:
     ext = ".bin" if (model_dir / "cameras.bin").is_file() else ".txt"
     files = {k: model_dir / (k + ext) for k in ("cameras", "images", "points3D")}
     if not files["images"].is_file():
-        raise SpirulaError("%s: missing (the model has %s)" % (rel(files["images"], root),
-                                                              rel(files["cameras"], root)))
+        raise SpirulaError("%s: missing (the model has %s)" % (rel(files["images"], root), rel(files["cameras"], root)))
     if ext == ".bin":
         cams = _read_cameras_bin(files["cameras"], root)
         imgs = _read_images_bin(files["images"], root)
@@ -233,13 +264,17 @@ def load_colmap(root: Path, model_dir: Path) -> tuple:
     views = []
     for iid, q, t, cid, name in imgs:
         if cid not in cams:
-            raise SpirulaError("%s: image %d uses camera %d, which %s does not define"
-                               % (rel(files["images"], root), iid, cid, files["cameras"].name))
+            raise SpirulaError(
+                "%s: image %d uses camera %d, which %s does not define"
+                % (rel(files["images"], root), iid, cid, files["cameras"].name)
+            )
         model, w, h, params = cams[cid]
         if model not in SUPPORTED:
-            raise SpirulaError("%s: camera %d has model %s, which Spirula does not support (supported: %s;"
-                               " run COLMAP's image_undistorter first)"
-                               % (rel(files["cameras"], root), cid, model, ", ".join(SUPPORTED)))
+            raise SpirulaError(
+                "%s: camera %d has model %s, which Spirula does not support (supported: %s;"
+                " run COLMAP's image_undistorter first)"
+                % (rel(files["cameras"], root), cid, model, ", ".join(SUPPORTED))
+            )
         if w <= 0 or h <= 0:
             raise SpirulaError("%s: camera %d has size %dx%d" % (rel(files["cameras"], root), cid, w, h))
         if not np.all(np.isfinite(q)) or np.linalg.norm(q) < 1e-12 or not np.all(np.isfinite(t)):

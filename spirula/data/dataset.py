@@ -8,6 +8,7 @@ Then, for every format: ``images_N`` downscale (:mod:`spirula.data.images`),
 undistortion of distorted cameras (:mod:`spirula.data.undistort`), the eval
 split, seed points (random when the dataset has none) and the scene extent.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,7 +34,7 @@ def parse_eval_split(eval_split) -> int:
     s = str(eval_split).strip().lower()
     if s.startswith("interval:"):
         try:
-            n = int(s[len("interval:"):])
+            n = int(s[len("interval:") :])
         except ValueError:
             n = 0
         if n >= 2:
@@ -90,8 +91,10 @@ def detect_format(path) -> tuple:
     model_dir = find_model_dir(p)
     if model_dir is not None:
         return "colmap", p, model_dir
-    raise SpirulaError("%s: not a dataset (no transforms.json, transforms_train.json, sparse/0/ or sparse/ "
-                       "with cameras.bin or cameras.txt)" % p)
+    raise SpirulaError(
+        "%s: not a dataset (no transforms.json, transforms_train.json, sparse/0/ or sparse/ "
+        "with cameras.bin or cameras.txt)" % p
+    )
 
 
 def load_dataset(path, downscale=None, eval_split="interval:8", background="auto", seed=0) -> Scene:
@@ -135,9 +138,17 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
     src_dir = image_dir if n == 1 else downscale_dir(root, image_dir, n)
     undistort_views(root, views, "images" if src_dir == root else src_dir.name)
 
-    frames = [Frame(name=v.name, image_path=v.image_path, width=v.width, height=v.height,
-                    K=np.asarray(v.K, dtype=np.float64), viewmat=np.asarray(v.viewmat, dtype=np.float64))
-              for v in views]
+    frames = [
+        Frame(
+            name=v.name,
+            image_path=v.image_path,
+            width=v.width,
+            height=v.height,
+            K=np.asarray(v.K, dtype=np.float64),
+            viewmat=np.asarray(v.viewmat, dtype=np.float64),
+        )
+        for v in views
+    ]
     all_idx = list(range(len(frames)))
     if fmt == "blender":
         train, test = (all_idx, []) if interval == 0 else (all_idx[:n_train_blender], all_idx[n_train_blender:])
@@ -147,8 +158,10 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
         test = all_idx[::interval]
         train = [i for i in all_idx if i % interval]
         if not train:
-            raise SpirulaError("%s: %d image(s); eval split interval:%d leaves none to train on (use 'none')"
-                               % (referenced_by, len(frames), interval))
+            raise SpirulaError(
+                "%s: %d image(s); eval split interval:%d leaves none to train on (use 'none')"
+                % (referenced_by, len(frames), interval)
+            )
 
     extent = scene_extent([frames[i].camera_center for i in train])
     points_random = points is None or len(points) == 0
@@ -158,8 +171,19 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
         else:
             centre = np.mean([frames[i].camera_center for i in train], axis=0)
             points, colors = random_points(RANDOM_POINTS, centre - extent, centre + extent, seed)
-            note("%s has no seed points: starting from %d random points within %.3g of the cameras' centre"
-                 % (root, RANDOM_POINTS, extent))
-    return Scene(frames=frames, train=train, test=test, points=np.ascontiguousarray(points, dtype=np.float32),
-                 point_colors=np.ascontiguousarray(colors, dtype=np.uint8), points_random=points_random,
-                 background=bg, source=fmt, path=root, extent=float(extent))
+            note(
+                "%s has no seed points: starting from %d random points within %.3g of the cameras' centre"
+                % (root, RANDOM_POINTS, extent)
+            )
+    return Scene(
+        frames=frames,
+        train=train,
+        test=test,
+        points=np.ascontiguousarray(points, dtype=np.float32),
+        point_colors=np.ascontiguousarray(colors, dtype=np.uint8),
+        points_random=points_random,
+        background=bg,
+        source=fmt,
+        path=root,
+        extent=float(extent),
+    )

@@ -7,6 +7,7 @@ points with the colours a camera saw, plus noise, as SfM would give) with PNG
 images, into ``$SPIRULA_CACHE_DIR`` (default ``~/.cache/spirula``)/demo-v2.
 Nothing is shipped; the same bytes come out on every machine.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,6 +59,7 @@ def ensure_demo_scene(log=None) -> Path:
 
 # ---- the world -------------------------------------------------------------------
 
+
 def _sky(d):
     t = np.clip(d[..., 2], 0, 1)[..., None]
     return (1 - t) * np.array([0.92, 0.94, 0.97]) + t * np.array([0.35, 0.55, 0.9])
@@ -66,7 +68,7 @@ def _sky(d):
 def _sphere_hit(o, d, centre, radius):
     oc = o - np.asarray(centre)
     b = (oc * d).sum(-1)
-    c = (oc * oc).sum(-1) - radius ** 2
+    c = (oc * oc).sum(-1) - radius**2
     disc = b * b - c
     t = -b - np.sqrt(np.maximum(disc, 0))
     return np.where((disc > 0) & (t > 1e-4), t, np.inf)
@@ -75,7 +77,7 @@ def _sphere_hit(o, d, centre, radius):
 def _shade_sphere(p, i):
     centre, radius, c0, c1 = SPHERES[i]
     n = (p - np.asarray(centre)) / radius
-    stripes = (np.floor((np.arctan2(n[..., 1], n[..., 0]) / np.pi * 6 + n[..., 2] * 3)) % 2)[..., None]
+    stripes = (np.floor(np.arctan2(n[..., 1], n[..., 0]) / np.pi * 6 + n[..., 2] * 3) % 2)[..., None]
     albedo = np.where(stripes > 0, np.asarray(c1), np.asarray(c0))
     return albedo * (0.35 + 0.65 * np.clip((n * LIGHT).sum(-1), 0, 1))[..., None]
 
@@ -84,7 +86,7 @@ def _shade_floor(p):
     checker = ((np.floor(p[..., 0] * 2) + np.floor(p[..., 1] * 2)) % 2)[..., None]
     albedo = np.where(checker > 0, np.array([0.82, 0.8, 0.75]), np.array([0.3, 0.28, 0.32]))
     lit = np.ones(p.shape[:-1])
-    for centre, radius, _, _ in SPHERES:                 # shadows of the spheres
+    for centre, radius, _, _ in SPHERES:  # shadows of the spheres
         lit = np.where(np.isfinite(_sphere_hit(p, np.broadcast_to(LIGHT, p.shape), centre, radius)), 0.0, lit)
     return albedo * (0.35 + 0.65 * LIGHT[2] * lit)[..., None]
 
@@ -95,7 +97,7 @@ def trace(o, d) -> np.ndarray:
     colour = _sky(d)
     t_floor = np.where(d[..., 2] < -1e-6, -o[..., 2] / np.where(d[..., 2] < -1e-6, d[..., 2], -1), np.inf)
     p = o + d * np.where(np.isfinite(t_floor), t_floor, 0)[..., None]
-    t_floor = np.where((p[..., :2] ** 2).sum(-1) < FLOOR_RADIUS ** 2, t_floor, np.inf)
+    t_floor = np.where((p[..., :2] ** 2).sum(-1) < FLOOR_RADIUS**2, t_floor, np.inf)
     hit = t_floor < t_best
     colour = np.where(hit[..., None], _shade_floor(p), colour)
     t_best = np.minimum(t_best, t_floor)
@@ -139,10 +141,10 @@ def render_view(viewmat, K, width=WIDTH, height=HEIGHT, supersample=2) -> np.nda
         for dx in offsets:
             ys, xs = np.mgrid[0:height, 0:width]
             cam = np.stack([(xs + dx - K[0, 2]) / K[0, 0], (ys + dy - K[1, 2]) / K[1, 1], np.ones_like(xs, float)], -1)
-            d = cam @ R            # camera -> world: R^T x, applied row-wise
+            d = cam @ R  # camera -> world: R^T x, applied row-wise
             d /= np.linalg.norm(d, axis=-1, keepdims=True)
             acc += trace(np.broadcast_to(eye, d.shape), d)
-    return np.clip(acc / supersample ** 2, 0, 1)
+    return np.clip(acc / supersample**2, 0, 1)
 
 
 def seed_points(rng, density: float = 1.0) -> tuple:
@@ -153,7 +155,7 @@ def seed_points(rng, density: float = 1.0) -> tuple:
         n = rng.standard_normal((int(900 * density), 3))
         n /= np.linalg.norm(n, axis=1, keepdims=True)
         p = np.asarray(centre) + radius * n
-        p = p[p[:, 2] > 0.02]                              # under the floor: never seen
+        p = p[p[:, 2] > 0.02]  # under the floor: never seen
         pts.append(p)
         cols.append(_shade_sphere(p, i))
     r = FLOOR_RADIUS * np.sqrt(rng.random(int(2500 * density)))
@@ -174,12 +176,14 @@ def _qvec(R):
     """COLMAP quaternion (w, x, y, z) of a rotation matrix (any rotation: scipy
     picks the numerically stable branch, where 1 + trace alone fails near half turns)."""
     from scipy.spatial.transform import Rotation
+
     x, y, z, w = Rotation.from_matrix(R).as_quat()
     return np.array([w, x, y, z])
 
 
 def _write(root: Path):
     from PIL import Image
+
     rng = np.random.default_rng(7)
     viewmats, K = cameras()
     (root / "images").mkdir(parents=True)
@@ -191,8 +195,10 @@ def _write(root: Path):
         q, t = _qvec(vm[:3, :3]), vm[:3, 3]
         lines.append("%d %s 1 %s\n\n" % (v + 1, " ".join("%.12g" % x for x in list(q) + list(t)), name))
     sp = root / "sparse" / "0"
-    (sp / "cameras.txt").write_text("# Spirula demo scene\n1 PINHOLE %d %d %.12g %.12g %.12g %.12g\n"
-                                    % (WIDTH, HEIGHT, K[0, 0], K[1, 1], K[0, 2], K[1, 2]))
+    (sp / "cameras.txt").write_text(
+        "# Spirula demo scene\n1 PINHOLE %d %d %.12g %.12g %.12g %.12g\n"
+        % (WIDTH, HEIGHT, K[0, 0], K[1, 1], K[0, 2], K[1, 2])
+    )
     (sp / "images.txt").write_text("# Spirula demo scene\n" + "".join(lines))
     pts, cols = seed_points(rng)
     with open(sp / "points3D.txt", "w") as f:

@@ -12,6 +12,7 @@
   ``fx/N`` when N divides the size), which is exact for a whole-image resize
   under the pixel-centre-at-half-integer convention.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -159,8 +160,7 @@ def _check_originals(views, image_dir, root, referenced_by) -> None:
             raise SpirulaError("%s: missing (referenced by %s)" % (rel(p, root), referenced_by))
         w, h = image_size(p, root)
         if (w, h) != (v.width, v.height):
-            raise SpirulaError("%s: %dx%d, but its camera says %dx%d"
-                               % (rel(p, root), w, h, v.width, v.height))
+            raise SpirulaError("%s: %dx%d, but its camera says %dx%d" % (rel(p, root), w, h, v.width, v.height))
         v.image_path = p
 
 
@@ -186,13 +186,16 @@ def resolve_images(root, image_dir, views, downscale, referenced_by: str) -> Non
         for v in views:
             p = ddir / v.name
             if not p.is_file():
-                raise SpirulaError("%s: missing (%s/ exists but lacks it; delete that folder to have "
-                                   "spirula recompute it)" % (rel(p, root), rel(ddir, root)))
+                raise SpirulaError(
+                    "%s: missing (%s/ exists but lacks it; delete that folder to have "
+                    "spirula recompute it)" % (rel(p, root), rel(ddir, root))
+                )
             w, h = image_size(p, root)
             if abs(w - v.width / n) >= 1 or abs(h - v.height / n) >= 1:
-                raise SpirulaError("%s: %dx%d, but its camera says %dx%d, so %dx%d at downscale %d"
-                                   % (rel(p, root), w, h, v.width, v.height,
-                                      round(v.width / n), round(v.height / n), n))
+                raise SpirulaError(
+                    "%s: %dx%d, but its camera says %dx%d, so %dx%d at downscale %d"
+                    % (rel(p, root), w, h, v.width, v.height, round(v.width / n), round(v.height / n), n)
+                )
             _scale_view(v, w, h)
             v.image_path = p
         return
@@ -202,17 +205,19 @@ def resolve_images(root, image_dir, views, downscale, referenced_by: str) -> Non
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="." + target.name + ".tmp-", dir=target.parent))
     try:
+
         def work(v):
             with Image.open(v.image_path) as im:
                 if im.mode not in ("RGB", "RGBA", "L", "LA"):
                     im = im.convert("RGBA" if ("A" in im.mode or "transparency" in im.info) else "RGB")
                 size = (max(1, round(v.width / n)), max(1, round(v.height / n)))
                 _save_pil(im.resize(size, Image.BOX), tmp / v.name)
+
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
             list(track(ex.map(work, views), "downscaling", total=len(views), unit="image"))
         try:
             os.replace(tmp, target)
-        except OSError:              # another process finished it first
+        except OSError:  # another process finished it first
             if not target.is_dir():
                 raise
     finally:

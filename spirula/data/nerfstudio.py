@@ -13,6 +13,7 @@ by it (poses and the ``ply_file_path`` points alike); Spirula undoes it, so
 the world frame is the original one (the COLMAP model's, for data processed
 from COLMAP) and exported splats line up with it.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,6 +61,7 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
     the file describes; seed points from ``ply_file_path`` (None, None when
     absent), in the same (un-transformed) world as the views."""
     from spirula.data.ply import read_points_ply
+
     label = rel(json_path, root)
     meta = read_json(json_path, root)
     if not isinstance(meta, dict) or not isinstance(meta.get("frames"), list):
@@ -77,12 +79,14 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
         what = "frame %d (%s)" % (i, fr["file_path"])
         model = fr.get("camera_model", meta.get("camera_model", "OPENCV"))
         if model not in PERSPECTIVE:
-            raise SpirulaError("%s: %s: camera_model %s is not supported (supported: %s)"
-                               % (label, what, model, ", ".join(PERSPECTIVE)))
+            raise SpirulaError(
+                "%s: %s: camera_model %s is not supported (supported: %s)"
+                % (label, what, model, ", ".join(PERSPECTIVE))
+            )
         c2w = pose_matrix(fr.get("transform_matrix"), label, what)
         if inv_applied is not None:
             c2w = inv_applied @ c2w
-            c2w[:3, :3] /= np.linalg.norm(c2w[:3, :3], axis=0, keepdims=True)   # drop any scale
+            c2w[:3, :3] /= np.linalg.norm(c2w[:3, :3], axis=0, keepdims=True)  # drop any scale
         p = image_file(root, fr["file_path"])
         if not p.is_file():
             raise SpirulaError("%s: missing (referenced by %s)" % (rel(p, root), label))
@@ -104,8 +108,17 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
         cy = 0.5 * h if cy is None else cy
         dist = np.array([_number(fr, meta, k, label, what) or 0.0 for k in DIST_KEYS])
         K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=np.float64)
-        views.append(View(name="", width=w, height=h, K=K, viewmat=opengl_c2w_to_viewmat(c2w), dist=dist,
-                          model=model if np.any(dist) or model != "OPENCV" else "PINHOLE"))
+        views.append(
+            View(
+                name="",
+                width=w,
+                height=h,
+                K=K,
+                viewmat=opengl_c2w_to_viewmat(c2w),
+                dist=dist,
+                model=model if np.any(dist) or model != "OPENCV" else "PINHOLE",
+            )
+        )
         paths.append(p)
     image_dir = Path(os.path.commonpath([str(p.parent) for p in paths]))
     for v, p in zip(views, paths):

@@ -11,6 +11,7 @@ element of float32 properties, in this order::
 coefficients, then green, then blue). ``opacity`` is the logit, ``scale_*``
 the log, ``rot`` the quaternion wxyz (not necessarily normalized); normals are 0.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,16 +22,33 @@ import numpy as np
 
 from spirula.errors import SpirulaError
 
-_TYPES = {"char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1", "short": "i2", "int16": "i2",
-          "ushort": "u2", "uint16": "u2", "int": "i4", "int32": "i4", "uint": "u4", "uint32": "u4",
-          "float": "f4", "float32": "f4", "double": "f8", "float64": "f8"}
+_TYPES = {
+    "char": "i1",
+    "int8": "i1",
+    "uchar": "u1",
+    "uint8": "u1",
+    "short": "i2",
+    "int16": "i2",
+    "ushort": "u2",
+    "uint16": "u2",
+    "int": "i4",
+    "int32": "i4",
+    "uint": "u4",
+    "uint32": "u4",
+    "float": "f4",
+    "float32": "f4",
+    "double": "f8",
+    "float64": "f8",
+}
 
 
 def splat_property_names(K: int) -> list:
     """The property names of a splat.ply with ``K`` SH coefficients per channel."""
-    return (["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
-            + ["f_rest_%d" % i for i in range(3 * (K - 1))]
-            + ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"])
+    return (
+        ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
+        + ["f_rest_%d" % i for i in range(3 * (K - 1))]
+        + ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
+    )
 
 
 def write_splat_ply(path, means, quats, log_scales, opacity_logits, sh_coeffs) -> None:
@@ -49,24 +67,29 @@ def write_splat_ply(path, means, quats, log_scales, opacity_logits, sh_coeffs) -
     sh = np.asarray(sh_coeffs, dtype=np.float32)
     if opac.ndim == 2 and opac.shape[1:] == (1,):
         opac = opac[:, 0]
-    for name, a, shape in (("means", means, (n, 3)), ("quats", quats, (n, 4)),
-                           ("log_scales", log_scales, (n, 3)), ("opacity_logits", opac, (n,))):
+    for name, a, shape in (
+        ("means", means, (n, 3)),
+        ("quats", quats, (n, 4)),
+        ("log_scales", log_scales, (n, 3)),
+        ("opacity_logits", opac, (n,)),
+    ):
         if n < 0 or a.shape != shape:
             raise ValueError("write_splat_ply: %s has shape %s, expected %s" % (name, a.shape, shape))
     K = sh.shape[1] if sh.ndim == 3 else 0
-    if sh.ndim != 3 or sh.shape[0] != n or sh.shape[2] != 3 or K < 1 or int(round(K ** 0.5)) ** 2 != K:
-        raise ValueError("write_splat_ply: sh_coeffs has shape %s, expected [%d,K,3] with K in 1, 4, 9, 16..."
-                         % (sh.shape, n))
+    if sh.ndim != 3 or sh.shape[0] != n or sh.shape[2] != 3 or K < 1 or int(round(K**0.5)) ** 2 != K:
+        raise ValueError(
+            "write_splat_ply: sh_coeffs has shape %s, expected [%d,K,3] with K in 1, 4, 9, 16..." % (sh.shape, n)
+        )
     names = splat_property_names(K)
     cols = np.empty((n, len(names)), dtype="<f4")
     cols[:, 0:3] = means
     cols[:, 3:6] = 0.0
     cols[:, 6:9] = sh[:, 0, :]
     r = 3 * (K - 1)
-    cols[:, 9:9 + r] = sh[:, 1:, :].transpose(0, 2, 1).reshape(n, r)
+    cols[:, 9 : 9 + r] = sh[:, 1:, :].transpose(0, 2, 1).reshape(n, r)
     cols[:, 9 + r] = opac
-    cols[:, 10 + r:13 + r] = log_scales
-    cols[:, 13 + r:17 + r] = quats
+    cols[:, 10 + r : 13 + r] = log_scales
+    cols[:, 13 + r : 17 + r] = quats
     header = ["ply", "format binary_little_endian 1.0", "element vertex %d" % n]
     header += ["property float %s" % nm for nm in names]
     header += ["end_header"]
@@ -104,7 +127,7 @@ def read_ply_vertices(path) -> np.ndarray:
     if not data.startswith(b"ply") or end < 0:
         raise SpirulaError("%s: not a PLY file (no 'ply' ... 'end_header' header)" % path)
     nl = data.find(b"\n", end)
-    body = data[nl + 1:] if nl >= 0 else b""
+    body = data[nl + 1 :] if nl >= 0 else b""
     fmt, elements = None, []
     for ln in data[:end].decode("ascii", errors="replace").splitlines():
         tok = ln.split()
@@ -135,12 +158,12 @@ def read_ply_vertices(path) -> np.ndarray:
         dt = np.dtype([(p, (order if fmt != "ascii" else "<") + t) for p, t in props])
         if fmt == "ascii":
             lines = body.decode("ascii", errors="replace").splitlines()
-            rows = [ln.split() for ln in lines[offset:offset + count]]
+            rows = [ln.split() for ln in lines[offset : offset + count]]
             if len(rows) < count or any(len(r) < len(props) for r in rows):
                 raise SpirulaError("%s: truncated (element %s needs %d rows)" % (path, name, count))
             if name == "vertex":
                 out = np.zeros(count, dtype=dt)
-                arr = np.array([r[:len(props)] for r in rows], dtype=np.float64).reshape(count, len(props))
+                arr = np.array([r[: len(props)] for r in rows], dtype=np.float64).reshape(count, len(props))
                 for j, (p, _) in enumerate(props):
                     out[p] = arr[:, j]
                 return out
@@ -149,8 +172,9 @@ def read_ply_vertices(path) -> np.ndarray:
         size = dt.itemsize * count
         if name == "vertex":
             if offset + size > len(body):
-                raise SpirulaError("%s: truncated (expected %d bytes of vertex data, file has %d)"
-                                   % (path, size, len(body) - offset))
+                raise SpirulaError(
+                    "%s: truncated (expected %d bytes of vertex data, file has %d)" % (path, size, len(body) - offset)
+                )
             return np.frombuffer(body, dtype=dt, count=count, offset=offset).copy()
         offset += size
     raise SpirulaError("%s: no vertex element" % path)
@@ -159,10 +183,8 @@ def read_ply_vertices(path) -> np.ndarray:
 def _fields(v: np.ndarray, names, path) -> np.ndarray:
     missing = [n for n in names if n not in v.dtype.names]
     if missing:
-        raise SpirulaError("%s: missing propert%s %s" % (path, "y" if len(missing) == 1 else "ies",
-                                                         " ".join(missing)))
-    return np.stack([v[n].astype(np.float32) for n in names], axis=1) if names else np.zeros((len(v), 0),
-                                                                                            np.float32)
+        raise SpirulaError("%s: missing propert%s %s" % (path, "y" if len(missing) == 1 else "ies", " ".join(missing)))
+    return np.stack([v[n].astype(np.float32) for n in names], axis=1) if names else np.zeros((len(v), 0), np.float32)
 
 
 def read_splat_ply(path) -> dict:
@@ -175,18 +197,21 @@ def read_splat_ply(path) -> dict:
     rest = sorted((nm for nm in v.dtype.names if nm.startswith("f_rest_")), key=lambda s: int(s[7:]))
     r = len(rest)
     K = r // 3 + 1
-    if r % 3 or int(round(K ** 0.5)) ** 2 != K or rest != ["f_rest_%d" % i for i in range(r)]:
-        raise SpirulaError("%s: %d f_rest properties, expected 3*(K-1) numbered from 0 with K in 1, 4, 9, 16"
-                           % (path, r))
+    if r % 3 or int(round(K**0.5)) ** 2 != K or rest != ["f_rest_%d" % i for i in range(r)]:
+        raise SpirulaError(
+            "%s: %d f_rest properties, expected 3*(K-1) numbered from 0 with K in 1, 4, 9, 16" % (path, r)
+        )
     sh = np.empty((n, K, 3), dtype=np.float32)
     sh[:, 0, :] = _fields(v, ["f_dc_0", "f_dc_1", "f_dc_2"], path)
     sh[:, 1:, :] = _fields(v, rest, path).reshape(n, 3, K - 1).transpose(0, 2, 1)
-    return {"means": _fields(v, ["x", "y", "z"], path),
-            "quats": _fields(v, ["rot_0", "rot_1", "rot_2", "rot_3"], path),
-            "log_scales": _fields(v, ["scale_0", "scale_1", "scale_2"], path),
-            "opacity_logits": _fields(v, ["opacity"], path)[:, 0],
-            "sh_coeffs": sh,
-            "sh_degree": int(round(K ** 0.5)) - 1}
+    return {
+        "means": _fields(v, ["x", "y", "z"], path),
+        "quats": _fields(v, ["rot_0", "rot_1", "rot_2", "rot_3"], path),
+        "log_scales": _fields(v, ["scale_0", "scale_1", "scale_2"], path),
+        "opacity_logits": _fields(v, ["opacity"], path)[:, 0],
+        "sh_coeffs": sh,
+        "sh_degree": int(round(K**0.5)) - 1,
+    }
 
 
 def read_points_ply(path) -> tuple:

@@ -10,6 +10,7 @@ Conventions (docs/design.md §2.1, the same as gsplat):
 - Images are distortion-free: distorted cameras were undistorted at load into
   a cache folder with the same K, and ``Frame.image_path`` points there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -109,14 +110,23 @@ class Scene:
         ``sizes [C,2] int64`` as (width, height)."""
         idx = range(len(self.frames)) if indices is None else indices
         fr = [self.frames[i] for i in idx]
-        return (np.stack([f.viewmat for f in fr]) if fr else np.zeros((0, 4, 4)),
-                np.stack([f.K for f in fr]) if fr else np.zeros((0, 3, 3)),
-                np.array([[f.width, f.height] for f in fr], dtype=np.int64).reshape(-1, 2))
+        return (
+            np.stack([f.viewmat for f in fr]) if fr else np.zeros((0, 4, 4)),
+            np.stack([f.K for f in fr]) if fr else np.zeros((0, 3, 3)),
+            np.array([[f.width, f.height] for f in fr], dtype=np.int64).reshape(-1, 2),
+        )
 
     def __repr__(self) -> str:
-        return ("Scene(%s %s: %d frames (%d train, %d test), %d %s points, extent %.4g)"
-                % (self.source, self.path, len(self.frames), len(self.train), len(self.test),
-                   len(self.points), "random" if self.points_random else "seed", self.extent))
+        return "Scene(%s %s: %d frames (%d train, %d test), %d %s points, extent %.4g)" % (
+            self.source,
+            self.path,
+            len(self.frames),
+            len(self.train),
+            len(self.test),
+            len(self.points),
+            "random" if self.points_random else "seed",
+            self.extent,
+        )
 
 
 def scene_extent(centers: np.ndarray) -> float:
@@ -132,17 +142,20 @@ def scene_extent(centers: np.ndarray) -> float:
 def qvec_to_rotmat(q) -> np.ndarray:
     """``[3,3] float64`` rotation of a quaternion given wxyz (normalized here)."""
     w, x, y, z = np.asarray(q, dtype=np.float64) / np.linalg.norm(q)
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def opengl_c2w_to_viewmat(c2w: np.ndarray) -> np.ndarray:
     """World->camera (OpenCV) ``[4,4]`` from a camera->world ``[4,4]`` in the
     OpenGL/Blender camera convention (x right, y up, +z backward)."""
     m = np.array(c2w, dtype=np.float64)
-    m[:3, 1:3] *= -1.0                       # flip y and z axes: OpenGL -> OpenCV
+    m[:3, 1:3] *= -1.0  # flip y and z axes: OpenGL -> OpenCV
     R, c = m[:3, :3], m[:3, 3]
     v = np.eye(4)
     v[:3, :3] = R.T

@@ -20,6 +20,7 @@ Undistorted copies are PNGs in ``spirula_undistorted/<tag>/`` in the dataset
 folder (or the home cache when it is read-only), with a ``manifest.json`` that
 records each source file and camera, so later loads reuse them silently.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,12 +56,12 @@ def undistort_points(xd: np.ndarray, yd: np.ndarray, dist, iters: int = 20) -> t
     for _ in range(iters):
         r2 = x * x + y * y
         d = 1.0 + r2 * (k1 + r2 * (k2 + r2 * (k3 + r2 * k4)))
-        dr = k1 + r2 * (2 * k2 + r2 * (3 * k3 + r2 * 4 * k4))     # dd/dr2
+        dr = k1 + r2 * (2 * k2 + r2 * (3 * k3 + r2 * 4 * k4))  # dd/dr2
         fx = d * x + 2 * p1 * x * y + p2 * (r2 + 2 * x * x) - xd
         fy = d * y + 2 * p2 * x * y + p1 * (r2 + 2 * y * y) - yd
-        a = d + 2 * x * x * dr + 2 * p1 * y + 6 * p2 * x          # dfx/dx
-        b = 2 * x * y * dr + 2 * p1 * x + 2 * p2 * y              # dfx/dy = dfy/dx
-        c = d + 2 * y * y * dr + 2 * p2 * x + 6 * p1 * y          # dfy/dy
+        a = d + 2 * x * x * dr + 2 * p1 * y + 6 * p2 * x  # dfx/dx
+        b = 2 * x * y * dr + 2 * p1 * x + 2 * p2 * y  # dfx/dy = dfy/dx
+        c = d + 2 * y * y * dr + 2 * p2 * x + 6 * p1 * y  # dfy/dy
         det = a * c - b * b
         det = np.where(np.abs(det) < 1e-12, 1e-12, det)
         x = x - (c * fx - b * fy) / det
@@ -142,9 +143,13 @@ def undistort_views(root, views, tag: str) -> None:
     entries, stale = {}, []
     for v in todo:
         out_name = v.name if v.name.lower().endswith(".png") else v.name + ".png"
-        entry = {"out": out_name, "source": _source_stamp(v.image_path), "size": [v.width, v.height],
-                 "K": np.asarray(v.K, dtype=np.float64).ravel().tolist(),
-                 "dist": np.asarray(v.dist, dtype=np.float64).tolist()}
+        entry = {
+            "out": out_name,
+            "source": _source_stamp(v.image_path),
+            "size": [v.width, v.height],
+            "K": np.asarray(v.K, dtype=np.float64).ravel().tolist(),
+            "dist": np.asarray(v.dist, dtype=np.float64).tolist(),
+        }
         entries[v.name] = entry
         if manifest.get(v.name) != entry or not (out_dir / out_name).is_file():
             stale.append(v)
@@ -159,15 +164,16 @@ def undistort_views(root, views, tag: str) -> None:
         worst = max(s.outside for s in samplers.values())
         msg = "undistorting %d images (%s) into %s" % (len(stale), ", ".join(models), out_dir)
         if worst > 0:
-            msg += " (up to %.1f%% of an image's pixels lie outside the source and repeat its edge)" % (
-                100 * worst)
+            msg += " (up to %.1f%% of an image's pixels lie outside the source and repeat its edge)" % (100 * worst)
         note(msg)
         for v in track(stale, "undistorting", unit="image"):
             key = (v.width, v.height, tuple(np.ravel(v.K)), tuple(np.ravel(v.dist)))
             img = read_image(v.image_path)
             if img.shape[:2] != (v.height, v.width):
-                raise SpirulaError("%s: %dx%d, but its camera says %dx%d" % (
-                    rel(v.image_path, root), img.shape[1], img.shape[0], v.width, v.height))
+                raise SpirulaError(
+                    "%s: %dx%d, but its camera says %dx%d"
+                    % (rel(v.image_path, root), img.shape[1], img.shape[0], v.width, v.height)
+                )
             out = samplers[key](img)
             arr = np.clip(np.rint(out * 255.0), 0, 255).astype(np.uint8)
             dst = out_dir / entries[v.name]["out"]

@@ -6,6 +6,7 @@ the device-resident form directly. Conventions follow gsplat's
 ``rasterization()`` (docs/design.md §2): activated scales and opacities,
 quaternions wxyz, OpenCV world->camera view matrices, pixel centres at +0.5.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -20,13 +21,15 @@ def _check(name: str, arr, shape: tuple) -> np.ndarray:
     """float32 array of ``shape`` (None entries: any size, checked across inputs)."""
     a = np.asarray(arr, dtype=np.float32)
     if a.ndim != len(shape) or any(s is not None and s != d for s, d in zip(shape, a.shape)):
-        raise ValueError("%s: expected shape %s, got %s" % (name, tuple("*" if s is None else s for s in shape),
-                                                             a.shape))
+        raise ValueError(
+            "%s: expected shape %s, got %s" % (name, tuple("*" if s is None else s for s in shape), a.shape)
+        )
     bad = ~np.isfinite(a)
     if bad.any():
         row = np.argwhere(bad)[0]
-        raise SpirulaError("%s holds a non-finite value (%s at index %s)"
-                           % (name, float(a[tuple(row)]), tuple(int(i) for i in row)))
+        raise SpirulaError(
+            "%s holds a non-finite value (%s at index %s)" % (name, float(a[tuple(row)]), tuple(int(i) for i in row))
+        )
     return np.ascontiguousarray(a)
 
 
@@ -44,8 +47,22 @@ def _release(raster, splats, device):
     splats.free(device)
 
 
-def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width: int, height: int,
-                  sh_degree: int | None = None, backgrounds=None, *, max_alpha: float = MAX_ALPHA, device=None):
+def rasterization(
+    means,
+    quats,
+    scales,
+    opacities,
+    sh_coeffs,
+    viewmats,
+    Ks,
+    width: int,
+    height: int,
+    sh_degree: int | None = None,
+    backgrounds=None,
+    *,
+    max_alpha: float = MAX_ALPHA,
+    device=None,
+):
     """Render N Gaussians into C images on the GPU.
 
     Args:
@@ -74,6 +91,7 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
         :func:`rasterization_backward`.
     """
     from spirula.backends import get_device
+
     device = device or get_device()
     means = _check("means", means, (None, 3))
     N = len(means)
@@ -94,10 +112,8 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
     if backgrounds is not None:
         backgrounds = _check("backgrounds", backgrounds, (C, 3))
 
-    raster = Rasterizer(device, width, height, C, capacity=max(N, 1), name="api.raster",
-                        max_alpha=max_alpha)
-    splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True,
-                               prefix="api.splat")
+    raster = Rasterizer(device, width, height, C, capacity=max(N, 1), name="api.raster", max_alpha=max_alpha)
+    splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True, prefix="api.splat")
     raster.set_cameras(viewmats, Ks)
     raster.set_backgrounds(backgrounds)
     m = raster.forward(splats, sh_degree)
@@ -124,7 +140,9 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
         "opacities": np.where(visible, xyop[..., 2], 0).astype(np.float32),
         "tiles_touched": tiles.astype(np.int32),
         "n_isects": m,
-        "width": width, "height": height, "sh_degree": sh_degree,
+        "width": width,
+        "height": height,
+        "sh_degree": sh_degree,
         "_context": _Context(device, raster, splats, sh_degree),
     }
     return colors, alphas, depths, meta
@@ -150,8 +168,11 @@ def rasterization_backward(meta: dict, grad_colors, grad_alphas=None, *, absgrad
     device, raster, splats = ctx.device, ctx.raster, ctx.splats
     C, H, W = raster.n_cameras, raster.height, raster.width
     grad_colors = _check("grad_colors", grad_colors, (C, H, W, 3))
-    ga = np.zeros((C, H, W), np.float32) if grad_alphas is None else \
-        _check("grad_alphas", grad_alphas, (C, H, W, 1))[..., 0]
+    ga = (
+        np.zeros((C, H, W), np.float32)
+        if grad_alphas is None
+        else _check("grad_alphas", grad_alphas, (C, H, W, 1))[..., 0]
+    )
     device.upload(raster.grad_colors, grad_colors)
     device.upload(raster.grad_alphas, np.ascontiguousarray(ga))
     grads = Splats.alloc(device, splats.n, splats.sh_coeffs, prefix="api.grad")

@@ -21,6 +21,7 @@ The intersection buffers have a capacity; phase 2 is recorded for it and
 reads the true count on the GPU. :meth:`forward` (used by the numpy API)
 runs phase 1, reads the count back and sizes phase 2 exactly.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ from spirula.runtime.sequence import Threads
 
 TILE = 16
 EPS2D = 0.3
-MAX_ALPHA = 0.99        # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
+MAX_ALPHA = 0.99  # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
 FAR_PLANE = 1e10
 
@@ -66,19 +67,23 @@ class Splats:
         return self.sh.shape[1]
 
     @classmethod
-    def alloc(cls, device, n: int, sh_coeffs: int, activated: bool = True, prefix: str = "splat",
-              category: str = "splat") -> "Splats":
+    def alloc(
+        cls, device, n: int, sh_coeffs: int, activated: bool = True, prefix: str = "splat", category: str = "splat"
+    ) -> Splats:
         pool = device.pool
-        return cls(pool.alloc(prefix + ".means", (n, 3), np.float32, category),
-                   pool.alloc(prefix + ".quats", (n, 4), np.float32, category),
-                   pool.alloc(prefix + ".scales", (n, 3), np.float32, category),
-                   pool.alloc(prefix + ".opacities", (n,), np.float32, category),
-                   pool.alloc(prefix + ".sh", (n, sh_coeffs, 3), np.float32, category),
-                   activated)
+        return cls(
+            pool.alloc(prefix + ".means", (n, 3), np.float32, category),
+            pool.alloc(prefix + ".quats", (n, 4), np.float32, category),
+            pool.alloc(prefix + ".scales", (n, 3), np.float32, category),
+            pool.alloc(prefix + ".opacities", (n,), np.float32, category),
+            pool.alloc(prefix + ".sh", (n, sh_coeffs, 3), np.float32, category),
+            activated,
+        )
 
     @classmethod
-    def from_numpy(cls, device, means, quats, scales, opacities, sh, activated: bool = True,
-                   prefix: str = "splat") -> "Splats":
+    def from_numpy(
+        cls, device, means, quats, scales, opacities, sh, activated: bool = True, prefix: str = "splat"
+    ) -> Splats:
         sh = np.asarray(sh, np.float32)
         s = cls.alloc(device, len(means), sh.shape[1], activated, prefix)
         for buf, arr in zip(s.buffers(), (means, quats, scales, opacities, sh)):
@@ -89,8 +94,10 @@ class Splats:
         return (self.means, self.quats, self.scales, self.opacities, self.sh)
 
     def to_numpy(self, device) -> dict:
-        return {name: device.readback(buf) for name, buf in
-                zip(("means", "quats", "scales", "opacities", "sh"), self.buffers())}
+        return {
+            name: device.readback(buf)
+            for name, buf in zip(("means", "quats", "scales", "opacities", "sh"), self.buffers())
+        }
 
     def free(self, device):
         for b in self.buffers():
@@ -127,8 +134,17 @@ class Rasterizer:
             gsplat 1.5.3 uses 0.999).
     """
 
-    def __init__(self, device, width: int, height: int, n_cameras: int = 1, capacity: int = 1,
-                 isect_capacity: int = 1, name: str = "raster", max_alpha: float = MAX_ALPHA):
+    def __init__(
+        self,
+        device,
+        width: int,
+        height: int,
+        n_cameras: int = 1,
+        capacity: int = 1,
+        isect_capacity: int = 1,
+        name: str = "raster",
+        max_alpha: float = MAX_ALPHA,
+    ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
         self.device = device
@@ -159,12 +175,23 @@ class Rasterizer:
         self.reserve(capacity, isect_capacity)
 
     # -- buffers ------------------------------------------------------------------
-    _PER_VIEW = (("xyop", 4, np.float32), ("conics", 4, np.float32), ("rgb", 4, np.float32),
-                 ("radii", 2, np.int32), ("tile_counts", 1, np.uint32), ("depth_keys", 1, np.uint32),
-                 ("depth_ids", 1, np.uint32), ("depth_keys_tmp", 1, np.uint32),
-                 ("depth_ids_tmp", 1, np.uint32), ("offsets", 1, np.uint32),
-                 ("grad_xy", 2, np.float32), ("grad_conics", 3, np.float32), ("grad_rgb", 3, np.float32),
-                 ("grad_opacity", 1, np.float32), ("grad_xy_abs", 2, np.float32))
+    _PER_VIEW = (
+        ("xyop", 4, np.float32),
+        ("conics", 4, np.float32),
+        ("rgb", 4, np.float32),
+        ("radii", 2, np.int32),
+        ("tile_counts", 1, np.uint32),
+        ("depth_keys", 1, np.uint32),
+        ("depth_ids", 1, np.uint32),
+        ("depth_keys_tmp", 1, np.uint32),
+        ("depth_ids_tmp", 1, np.uint32),
+        ("offsets", 1, np.uint32),
+        ("grad_xy", 2, np.float32),
+        ("grad_conics", 3, np.float32),
+        ("grad_rgb", 3, np.float32),
+        ("grad_opacity", 1, np.float32),
+        ("grad_xy_abs", 2, np.float32),
+    )
     _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
 
     def reserve(self, n_gaussians: int, n_isects: int = 0) -> bool:
@@ -180,8 +207,9 @@ class Rasterizer:
                 shape = (rows, width) if width > 1 else (rows,)
                 buf = self._per_view.get(name)
                 if buf is None:
-                    self._per_view[name] = pool.alloc("%s.%s" % (self.name, name), shape, dtype,
-                                                      "splat x img", scratch=name in self._SCRATCH)
+                    self._per_view[name] = pool.alloc(
+                        "%s.%s" % (self.name, name), shape, dtype, "splat x img", scratch=name in self._SCRATCH
+                    )
                 else:
                     pool.resize(buf, shape, keep=False, headroom=1.0)
             self.capacity = cap
@@ -193,8 +221,9 @@ class Rasterizer:
             for name in ("isect_keys", "isect_ids", "isect_keys_tmp", "isect_ids_tmp"):
                 buf = self._isect.get(name)
                 if buf is None:
-                    self._isect[name] = pool.alloc("%s.%s" % (self.name, name), (cap,), np.uint32,
-                                                   "splat x img", scratch=name in self._SCRATCH)
+                    self._isect[name] = pool.alloc(
+                        "%s.%s" % (self.name, name), (cap,), np.uint32, "splat x img", scratch=name in self._SCRATCH
+                    )
                 else:
                     pool.resize(buf, (cap,), keep=False, headroom=1.0)
             self.isect_capacity = cap
@@ -220,8 +249,11 @@ class Rasterizer:
 
     def set_backgrounds(self, backgrounds):
         """Upload background colours [C,3] (None: black)."""
-        bg = np.zeros((self.n_cameras, 3), np.float32) if backgrounds is None else \
-            np.broadcast_to(np.asarray(backgrounds, np.float32), (self.n_cameras, 3))
+        bg = (
+            np.zeros((self.n_cameras, 3), np.float32)
+            if backgrounds is None
+            else np.broadcast_to(np.asarray(backgrounds, np.float32), (self.n_cameras, 3))
+        )
         self.device.upload(self.backgrounds, np.ascontiguousarray(bg))
 
     @property
@@ -231,14 +263,19 @@ class Rasterizer:
 
     def num_intersections(self) -> int:
         """The intersection count of the last phase 1 run (a readback)."""
-        return int(self.device.readback(self.offsets_scan.scratch, shape=(1,), dtype=np.uint32,
-                                        offset=4 * self.total_offset)[0])
+        return int(
+            self.device.readback(self.offsets_scan.scratch, shape=(1,), dtype=np.uint32, offset=4 * self.total_offset)[
+                0
+            ]
+        )
 
     # -- recording ----------------------------------------------------------------
     def _spec(self, splats: Splats, sh_degree: int) -> dict:
         if (sh_degree + 1) ** 2 > splats.sh_coeffs:
-            raise ValueError("sh_degree %d needs %d SH coefficients, the splats have %d"
-                             % (sh_degree, (sh_degree + 1) ** 2, splats.sh_coeffs))
+            raise ValueError(
+                "sh_degree %d needs %d SH coefficients, the splats have %d"
+                % (sh_degree, (sh_degree + 1) ** 2, splats.sh_coeffs)
+            )
         return dict(SH_DEGREE=sh_degree, SH_COEFFS=splats.sh_coeffs, ACTIVATED=int(splats.activated))
 
     def record_project(self, rec, splats: Splats, sh_degree: int):
@@ -250,20 +287,55 @@ class Rasterizer:
         rows = self.n_cameras * n
         self.device.upload(self.counts, np.array([rows, 0, 0, 0], np.uint32))
         v = self._per_view
-        rec.dispatch("projection_fwd", Threads(rows),
-                     dict(means=splats.means, quats=splats.quats, scales=splats.scales,
-                          opacities=splats.opacities, sh=splats.sh, cameras=self.cameras,
-                          xyop=v["xyop"], conics=v["conics"], rgb=v["rgb"], radii=v["radii"],
-                          tile_counts=v["tile_counts"], depth_keys=v["depth_keys"], depth_ids=v["depth_ids"]),
-                     push=dict(n=n, n_cameras=self.n_cameras, width=self.width, height=self.height,
-                               tile_width=self.tile_width, tile_height=self.tile_height, eps2d=EPS2D,
-                               near_plane=NEAR_PLANE, far_plane=FAR_PLANE),
-                     spec=self._spec(splats, sh_degree))
-        keys, ids = self.depth_sort.record(rec, v["depth_keys"], v["depth_ids"], v["depth_keys_tmp"],
-                                           v["depth_ids_tmp"], max(rows, 1), 32, self.counts, 0)
+        rec.dispatch(
+            "projection_fwd",
+            Threads(rows),
+            dict(
+                means=splats.means,
+                quats=splats.quats,
+                scales=splats.scales,
+                opacities=splats.opacities,
+                sh=splats.sh,
+                cameras=self.cameras,
+                xyop=v["xyop"],
+                conics=v["conics"],
+                rgb=v["rgb"],
+                radii=v["radii"],
+                tile_counts=v["tile_counts"],
+                depth_keys=v["depth_keys"],
+                depth_ids=v["depth_ids"],
+            ),
+            push=dict(
+                n=n,
+                n_cameras=self.n_cameras,
+                width=self.width,
+                height=self.height,
+                tile_width=self.tile_width,
+                tile_height=self.tile_height,
+                eps2d=EPS2D,
+                near_plane=NEAR_PLANE,
+                far_plane=FAR_PLANE,
+            ),
+            spec=self._spec(splats, sh_degree),
+        )
+        keys, ids = self.depth_sort.record(
+            rec,
+            v["depth_keys"],
+            v["depth_ids"],
+            v["depth_keys_tmp"],
+            v["depth_ids_tmp"],
+            max(rows, 1),
+            32,
+            self.counts,
+            0,
+        )
         self._sorted_ids = ids
-        rec.dispatch("intersect_tile_count", Threads(rows),
-                     dict(sorted_ids=ids, tile_counts=v["tile_counts"], offsets=v["offsets"]), push=dict(n=rows))
+        rec.dispatch(
+            "intersect_tile_count",
+            Threads(rows),
+            dict(sorted_ids=ids, tile_counts=v["tile_counts"], offsets=v["offsets"]),
+            push=dict(n=rows),
+        )
         self.offsets_scan.record(rec, v["offsets"], rows)
 
     def record_raster(self, rec, isect_capacity: int | None = None):
@@ -277,26 +349,70 @@ class Rasterizer:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
         rows = self.n_cameras * self._n
         v, x = self._per_view, self._isect
-        rec.dispatch("intersect_tile_write", Threads(cap),
-                     dict(sorted_ids=self._sorted_ids, offsets=v["offsets"], totals=self.offsets_scan.scratch,
-                          xyop=v["xyop"], radii=v["radii"], isect_keys=x["isect_keys"], isect_ids=x["isect_ids"]),
-                     push=dict(n=rows, n_gaussians=self._n, tile_width=self.tile_width,
-                               tile_height=self.tile_height, capacity=cap, count_offset=self.total_offset))
+        rec.dispatch(
+            "intersect_tile_write",
+            Threads(cap),
+            dict(
+                sorted_ids=self._sorted_ids,
+                offsets=v["offsets"],
+                totals=self.offsets_scan.scratch,
+                xyop=v["xyop"],
+                radii=v["radii"],
+                isect_keys=x["isect_keys"],
+                isect_ids=x["isect_ids"],
+            ),
+            push=dict(
+                n=rows,
+                n_gaussians=self._n,
+                tile_width=self.tile_width,
+                tile_height=self.tile_height,
+                capacity=cap,
+                count_offset=self.total_offset,
+            ),
+        )
         bits = max(1, math.ceil(math.log2(max(self.n_cameras * self.tiles, 2))))
-        keys, ids = self.tile_sort.record(rec, x["isect_keys"], x["isect_ids"], x["isect_keys_tmp"],
-                                          x["isect_ids_tmp"], cap, bits, self.offsets_scan.scratch,
-                                          self.total_offset)
+        keys, ids = self.tile_sort.record(
+            rec,
+            x["isect_keys"],
+            x["isect_ids"],
+            x["isect_keys_tmp"],
+            x["isect_ids_tmp"],
+            cap,
+            bits,
+            self.offsets_scan.scratch,
+            self.total_offset,
+        )
         self._isect_ids = ids
         rec.fill(self.ranges, 0)
-        rec.dispatch("tile_ranges", Threads(cap),
-                     dict(isect_keys=keys, num_isects=self.offsets_scan.scratch, ranges=self.ranges),
-                     push=dict(m_max=cap, count_offset=self.total_offset))
-        rec.dispatch("rasterize_fwd", (self.tile_width, self.tile_height, self.n_cameras),
-                     dict(ranges=self.ranges, isect_ids=ids, xyop=v["xyop"], conics=v["conics"], rgb=v["rgb"],
-                          backgrounds=self.backgrounds, out_colors=self.out_colors, out_alphas=self.out_alphas,
-                          out_depths=self.out_depths, out_last=self.out_last),
-                     push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
-                               tile_height=self.tile_height, max_alpha=self.max_alpha))
+        rec.dispatch(
+            "tile_ranges",
+            Threads(cap),
+            dict(isect_keys=keys, num_isects=self.offsets_scan.scratch, ranges=self.ranges),
+            push=dict(m_max=cap, count_offset=self.total_offset),
+        )
+        rec.dispatch(
+            "rasterize_fwd",
+            (self.tile_width, self.tile_height, self.n_cameras),
+            dict(
+                ranges=self.ranges,
+                isect_ids=ids,
+                xyop=v["xyop"],
+                conics=v["conics"],
+                rgb=v["rgb"],
+                backgrounds=self.backgrounds,
+                out_colors=self.out_colors,
+                out_alphas=self.out_alphas,
+                out_depths=self.out_depths,
+                out_last=self.out_last,
+            ),
+            push=dict(
+                width=self.width,
+                height=self.height,
+                tile_width=self.tile_width,
+                tile_height=self.tile_height,
+                max_alpha=self.max_alpha,
+            ),
+        )
 
     def record_backward(self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
@@ -304,15 +420,30 @@ class Rasterizer:
         Record after :meth:`record_raster` (it uses that forward's buffers)."""
         self.record_raster_backward(rec, absgrad)
         v = self._per_view
-        rec.dispatch("projection_bwd", Threads(self._n),
-                     dict(means=splats.means, quats=splats.quats, scales=splats.scales, opacities=splats.opacities,
-                          sh=splats.sh, cameras=self.cameras, radii=v["radii"], grad_xy=v["grad_xy"],
-                          grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"], grad_opacity=v["grad_opacity"],
-                          grad_means=grads.means, grad_quats=grads.quats, grad_scales=grads.scales,
-                          grad_opacities=grads.opacities, grad_sh=grads.sh),
-                     push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height,
-                               eps2d=EPS2D),
-                     spec=self._spec(splats, sh_degree))
+        rec.dispatch(
+            "projection_bwd",
+            Threads(self._n),
+            dict(
+                means=splats.means,
+                quats=splats.quats,
+                scales=splats.scales,
+                opacities=splats.opacities,
+                sh=splats.sh,
+                cameras=self.cameras,
+                radii=v["radii"],
+                grad_xy=v["grad_xy"],
+                grad_conics=v["grad_conics"],
+                grad_rgb=v["grad_rgb"],
+                grad_opacity=v["grad_opacity"],
+                grad_means=grads.means,
+                grad_quats=grads.quats,
+                grad_scales=grads.scales,
+                grad_opacities=grads.opacities,
+                grad_sh=grads.sh,
+            ),
+            push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height, eps2d=EPS2D),
+            spec=self._spec(splats, sh_degree),
+        )
 
     def record_raster_backward(self, rec, absgrad: bool = False):
         """``rasterize_bwd`` alone: per (camera, Gaussian) gradients of the 2D
@@ -322,32 +453,69 @@ class Rasterizer:
         widths = {name: width for name, width, _ in self._PER_VIEW}
         for name in ("grad_xy", "grad_conics", "grad_rgb", "grad_opacity") + (("grad_xy_abs",) if absgrad else ()):
             rec.fill(v[name], 0, nbytes=4 * widths[name] * max(rows, 1))
-        rec.dispatch("rasterize_bwd", (self.tile_width, self.tile_height, self.n_cameras),
-                     dict(ranges=self.ranges, isect_ids=self._isect_ids, xyop=v["xyop"], conics=v["conics"],
-                          rgb=v["rgb"], backgrounds=self.backgrounds, out_alphas=self.out_alphas,
-                          out_last=self.out_last, grad_colors=self.grad_colors, grad_alphas=self.grad_alphas,
-                          grad_xy=v["grad_xy"], grad_conics=v["grad_conics"], grad_rgb=v["grad_rgb"],
-                          grad_opacity=v["grad_opacity"], grad_xy_abs=v["grad_xy_abs"]),
-                     push=dict(width=self.width, height=self.height, tile_width=self.tile_width,
-                               tile_height=self.tile_height, max_alpha=self.max_alpha),
-                     spec=dict(ABSGRAD=int(absgrad)))
+        rec.dispatch(
+            "rasterize_bwd",
+            (self.tile_width, self.tile_height, self.n_cameras),
+            dict(
+                ranges=self.ranges,
+                isect_ids=self._isect_ids,
+                xyop=v["xyop"],
+                conics=v["conics"],
+                rgb=v["rgb"],
+                backgrounds=self.backgrounds,
+                out_alphas=self.out_alphas,
+                out_last=self.out_last,
+                grad_colors=self.grad_colors,
+                grad_alphas=self.grad_alphas,
+                grad_xy=v["grad_xy"],
+                grad_conics=v["grad_conics"],
+                grad_rgb=v["grad_rgb"],
+                grad_opacity=v["grad_opacity"],
+                grad_xy_abs=v["grad_xy_abs"],
+            ),
+            push=dict(
+                width=self.width,
+                height=self.height,
+                tile_width=self.tile_width,
+                tile_height=self.tile_height,
+                max_alpha=self.max_alpha,
+            ),
+            spec=dict(ABSGRAD=int(absgrad)),
+        )
 
     def intersections(self) -> tuple:
         """The last forward's tile-sorted intersections, read back: (tile keys
         [M] = camera * tiles + tile, ids [M] = camera * N + Gaussian), uint32."""
         m = min(self.num_intersections(), self.isect_capacity)
-        keys = self._isect["isect_keys"] if self._isect_ids is self._isect["isect_ids"] \
-            else self._isect["isect_keys_tmp"]
+        keys = (
+            self._isect["isect_keys"] if self._isect_ids is self._isect["isect_ids"] else self._isect["isect_keys_tmp"]
+        )
         return (self.device.readback(keys, shape=(m,)), self.device.readback(self._isect_ids, shape=(m,)))
 
     def free(self):
         """Return every buffer of this rasterizer to the pool."""
         pool = self.device.pool
-        for buf in list(self._per_view.values()) + list(self._isect.values()) + [
-                self.cameras, self.backgrounds, self.counts, self.ranges, self.out_colors, self.out_alphas,
-                self.out_depths, self.out_last, self.grad_colors, self.grad_alphas,
-                self.depth_sort.hist, self.depth_sort.scan.scratch, self.tile_sort.hist,
-                self.tile_sort.scan.scratch, self.offsets_scan.scratch]:
+        for buf in (
+            list(self._per_view.values())
+            + list(self._isect.values())
+            + [
+                self.cameras,
+                self.backgrounds,
+                self.counts,
+                self.ranges,
+                self.out_colors,
+                self.out_alphas,
+                self.out_depths,
+                self.out_last,
+                self.grad_colors,
+                self.grad_alphas,
+                self.depth_sort.hist,
+                self.depth_sort.scan.scratch,
+                self.tile_sort.hist,
+                self.tile_sort.scan.scratch,
+                self.offsets_scan.scratch,
+            ]
+        ):
             pool.free(buf)
 
     # -- whole passes ---------------------------------------------------------------

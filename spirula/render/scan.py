@@ -6,11 +6,12 @@ level, until one block remains; then each level's scanned totals are added
 back to the level below. For n = 2^24 that is 3 scan and 2 add dispatches,
 each depending on the one before. The grand total ends in ``total_offset``.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
-BLOCK = 1024          # values per workgroup (shaders/prefix_sum.comp)
+BLOCK = 1024  # values per workgroup (shaders/prefix_sum.comp)
 
 
 def level_sizes(n: int) -> list:
@@ -66,10 +67,20 @@ class PrefixSum:
             o += size
         bufs = [data] + [self.scratch] * (len(sizes) - 1)
         for k in range(len(sizes) - 1):
-            rec.dispatch("prefix_sum", groups=sizes[k + 1], buffers=dict(data=bufs[k], sums=self.scratch),
-                         push=dict(n=sizes[k] if k else n, data_offset=offsets[k], sums_offset=offsets[k + 1]),
-                         spec=dict(PHASE=0), defines=dict(FLOAT=int(self.float)))
+            rec.dispatch(
+                "prefix_sum",
+                groups=sizes[k + 1],
+                buffers=dict(data=bufs[k], sums=self.scratch),
+                push=dict(n=sizes[k] if k else n, data_offset=offsets[k], sums_offset=offsets[k + 1]),
+                spec=dict(PHASE=0),
+                defines=dict(FLOAT=int(self.float)),
+            )
         for k in range(len(sizes) - 3, -1, -1):
-            rec.dispatch("prefix_sum", groups=sizes[k + 1], buffers=dict(data=bufs[k], sums=self.scratch),
-                         push=dict(n=sizes[k] if k else n, data_offset=offsets[k], sums_offset=offsets[k + 1]),
-                         spec=dict(PHASE=1), defines=dict(FLOAT=int(self.float)))
+            rec.dispatch(
+                "prefix_sum",
+                groups=sizes[k + 1],
+                buffers=dict(data=bufs[k], sums=self.scratch),
+                push=dict(n=sizes[k] if k else n, data_offset=offsets[k], sums_offset=offsets[k + 1]),
+                spec=dict(PHASE=1),
+                defines=dict(FLOAT=int(self.float)),
+            )

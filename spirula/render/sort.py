@@ -9,6 +9,7 @@ takes 2 passes and the depth sort 4. The number of keys is read on the GPU
 count is known; dispatches are sized for ``capacity`` keys and surplus blocks
 return at once. No 64-bit integers, no float atomics, any subgroup size.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from spirula.render.scan import PrefixSum
 
 RADIX_BITS = 8
-BLOCK = 2048          # keys per workgroup (shaders/include/radix.glsl)
+BLOCK = 2048  # keys per workgroup (shaders/include/radix.glsl)
 
 
 def num_blocks(capacity: int) -> int:
@@ -48,8 +49,9 @@ class RadixSort:
         grew |= self.scan.reserve(256 * blocks)
         return grew
 
-    def record(self, rec, keys, values, keys_tmp, values_tmp, capacity: int, bits: int,
-               count_buf, count_offset: int = 0):
+    def record(
+        self, rec, keys, values, keys_tmp, values_tmp, capacity: int, bits: int, count_buf, count_offset: int = 0
+    ):
         """Record the sort of the first n = min(count_buf[count_offset], capacity)
         pairs of (keys, values) by the low ``bits`` bits of the keys.
 
@@ -64,11 +66,15 @@ class RadixSort:
         dst = (keys_tmp, values_tmp)
         for p in range(passes):
             push = dict(n_max=capacity, count_offset=count_offset, shift=RADIX_BITS * p, num_blocks=blocks)
-            rec.dispatch("radix_sort_count", blocks, dict(keys=src[0], num_keys=count_buf, hist=self.hist),
-                         push=push)
+            rec.dispatch("radix_sort_count", blocks, dict(keys=src[0], num_keys=count_buf, hist=self.hist), push=push)
             self.scan.record(rec, self.hist, 256 * blocks)
-            rec.dispatch("radix_sort_scatter", blocks,
-                         dict(keys_in=src[0], vals_in=src[1], hist=self.hist, num_keys=count_buf,
-                              keys_out=dst[0], vals_out=dst[1]), push=push)
+            rec.dispatch(
+                "radix_sort_scatter",
+                blocks,
+                dict(
+                    keys_in=src[0], vals_in=src[1], hist=self.hist, num_keys=count_buf, keys_out=dst[0], vals_out=dst[1]
+                ),
+                push=push,
+            )
             src, dst = dst, src
         return src

@@ -11,6 +11,7 @@ dropped, so a recorded sequence that used it must be recorded again
 On the GPU a buffer is a Kompute ``storage`` tensor of 32-bit words (no host
 copy); shaders see it as whatever array type they declare.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,7 +22,7 @@ import numpy as np
 from spirula.errors import OutOfMemoryError
 
 CATEGORIES = ("splat", "splat x img", "image", "appearance", "viewer", "other")
-ALIGN = 16          # bytes: every capacity is a whole number of uvec4s
+ALIGN = 16  # bytes: every capacity is a whole number of uvec4s
 NAN_WORD = 0x7FC00000
 
 
@@ -33,8 +34,19 @@ class Buffer:
     """A pool buffer. ``shape``/``dtype`` describe the used part; ``capacity``
     (bytes) is what is allocated. ``version`` changes when it is reallocated."""
 
-    __slots__ = ("pool", "name", "category", "dtype", "shape", "capacity", "tensor",
-                 "version", "scratch", "host", "__weakref__")
+    __slots__ = (
+        "pool",
+        "name",
+        "category",
+        "dtype",
+        "shape",
+        "capacity",
+        "tensor",
+        "version",
+        "scratch",
+        "host",
+        "__weakref__",
+    )
 
     def __init__(self, pool, name, category, dtype, shape, capacity, tensor, scratch, host=False):
         self.pool = pool
@@ -69,11 +81,17 @@ class Buffer:
         if not self.host:
             raise ValueError("%s is not host-visible" % self.name)
         words = self.tensor.data()
-        return words.view(np.uint8)[:self.nbytes].view(self.dtype).reshape(self.shape)
+        return words.view(np.uint8)[: self.nbytes].view(self.dtype).reshape(self.shape)
 
     def __repr__(self):
-        return "Buffer(%r, %s, %s%s, %d/%d B)" % (self.name, self.category, self.dtype.name,
-                                                   list(self.shape), self.nbytes, self.capacity)
+        return "Buffer(%r, %s, %s%s, %d/%d B)" % (
+            self.name,
+            self.category,
+            self.dtype.name,
+            list(self.shape),
+            self.nbytes,
+            self.capacity,
+        )
 
 
 def _round_capacity(nbytes: int) -> int:
@@ -85,15 +103,24 @@ class BufferPool:
 
     def __init__(self, device):
         self.device = device
-        self.buffers = {}              # id -> Buffer
+        self.buffers = {}  # id -> Buffer
         self.poison = _poison_default()
         self._high_total = -1
         self.high_water = {"categories": {}, "scratch": 0, "largest": []}
 
     # -- allocation -------------------------------------------------------------
-    def alloc(self, name: str, shape, dtype=np.float32, category: str = "other", *,
-              scratch: bool = False, capacity: int | None = None, zero: bool = False,
-              host: bool = False) -> Buffer:
+    def alloc(
+        self,
+        name: str,
+        shape,
+        dtype=np.float32,
+        category: str = "other",
+        *,
+        scratch: bool = False,
+        capacity: int | None = None,
+        zero: bool = False,
+        host: bool = False,
+    ) -> Buffer:
         """A new buffer of ``shape`` and ``dtype`` (contents undefined unless ``zero``;
         NaN-filled when ``SPIRULA_POISON_BUFFERS=1``, as the tests run).
 
@@ -107,8 +134,9 @@ class BufferPool:
         nbytes = int(math.prod(shape)) * np.dtype(dtype).itemsize
         cap = _round_capacity(max(nbytes, capacity or 0))
         if host:
-            buf = Buffer(self, name, category, dtype, shape, cap, self.device.new_host_tensor(cap // 4),
-                         scratch, host=True)
+            buf = Buffer(
+                self, name, category, dtype, shape, cap, self.device.new_host_tensor(cap // 4), scratch, host=True
+            )
             buf.host_view()[...] = 0
             return buf
         buf = Buffer(self, name, category, dtype, shape, cap, self._tensor(name, cap), scratch)
@@ -164,15 +192,17 @@ class BufferPool:
         if info is not None and capacity > info.max_storage_buffer_range:
             raise OutOfMemoryError(
                 "buffer %r needs %s but %s binds at most %s per buffer"
-                % (name, _fmt_bytes(capacity), info.name, _fmt_bytes(info.max_storage_buffer_range)))
+                % (name, _fmt_bytes(capacity), info.name, _fmt_bytes(info.max_storage_buffer_range))
+            )
         try:
             return self.device.new_storage_tensor(capacity // 4)
-        except Exception as exc:   # kp raises RuntimeError / vk::SystemError text
+        except Exception as exc:  # kp raises RuntimeError / vk::SystemError text
             msg = str(exc)
             if "memory" in msg.lower() or "OutOf" in msg:
                 raise OutOfMemoryError(
                     "out of GPU memory allocating buffer %r (%s; the pool already holds %s)"
-                    % (name, _fmt_bytes(capacity), _fmt_bytes(self.total_capacity()))) from None
+                    % (name, _fmt_bytes(capacity), _fmt_bytes(self.total_capacity()))
+                ) from None
             raise
 
     # -- statistics -------------------------------------------------------------
@@ -200,8 +230,10 @@ class BufferPool:
         self.high_water = {
             "categories": self.usage(),
             "scratch": sum(b.capacity for b in self.buffers.values() if b.scratch),
-            "largest": [(b.name, b.category, b.nbytes, b.capacity)
-                        for b in sorted(self.buffers.values(), key=lambda b: -b.capacity)[:8]],
+            "largest": [
+                (b.name, b.category, b.nbytes, b.capacity)
+                for b in sorted(self.buffers.values(), key=lambda b: -b.capacity)[:8]
+            ],
         }
 
 

@@ -19,6 +19,7 @@ tree. The binding contract is parsed from the preprocessed source:
 - specialization constants ``layout(constant_id = i) const T NAME = v;`` must
   use ids 0..n-1 (Kompute numbers them by position).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,7 @@ import numpy as np
 from spirula.errors import ShaderCompileError
 
 GLSLANG = "glslangValidator"
-TARGET_ENV = "vulkan1.1"   # SPIR-V 1.3: subgroup operations are core
+TARGET_ENV = "vulkan1.1"  # SPIR-V 1.3: subgroup operations are core
 
 
 def shader_dir() -> Path:
@@ -62,15 +63,15 @@ class Binding:
     name: str
     reads: bool
     writes: bool
-    restrict: bool = False   # the shader assumes no other binding aliases it
-    type: str = ""           # GLSL type of the member: 'float', 'uvec2', 'StepParams', ...
-    array: bool = True       # the member is an unsized array (else one value of ``type``)
+    restrict: bool = False  # the shader assumes no other binding aliases it
+    type: str = ""  # GLSL type of the member: 'float', 'uvec2', 'StepParams', ...
+    array: bool = True  # the member is an unsized array (else one value of ``type``)
 
 
 @dataclasses.dataclass(frozen=True)
 class Constant:
     name: str
-    kind: str            # 'uint' | 'int' | 'float' | 'bool'
+    kind: str  # 'uint' | 'int' | 'float' | 'bool'
     default: float = 0
 
 
@@ -89,10 +90,10 @@ class Kernel:
     name: str
     defines: tuple
     spirv: bytes
-    bindings: tuple          # Binding, by index
-    push: tuple              # Constant, in block order
-    spec: tuple              # Constant, by constant_id
-    local_size: tuple        # (x, y, z); 0 where set by a spec constant
+    bindings: tuple  # Binding, by index
+    push: tuple  # Constant, in block order
+    spec: tuple  # Constant, by constant_id
+    local_size: tuple  # (x, y, z); 0 where set by a spec constant
 
     def __post_init__(self):
         self.key = (self.name, self.defines)
@@ -108,8 +109,9 @@ class Kernel:
             t = tuple(int(v) for v in threads) + (1,) * (3 - len(threads))
             return tuple(-(-n // s) for n, s in zip(t, self.local_size))
         if self.local_size[1:] != (1, 1):
-            raise ValueError("%s: a %dx%dx%d workgroup needs (x, y, z) threads"
-                             % ((self.name,) + tuple(self.local_size)))
+            raise ValueError(
+                "%s: a %dx%dx%d workgroup needs (x, y, z) threads" % ((self.name,) + tuple(self.local_size))
+            )
         return -(-int(threads) // self.local_size[0])
 
     def pack_push(self, values: dict | None) -> np.ndarray:
@@ -137,11 +139,14 @@ class Kernel:
 
 _RE_BUFFER = re.compile(
     r"layout\s*\(([^)]*)\)\s*((?:(?:readonly|writeonly|restrict|coherent|volatile)\s+)*)"
-    r"buffer\s+\w+\s*\{\s*([^}]*)\}", re.S)
+    r"buffer\s+\w+\s*\{\s*([^}]*)\}",
+    re.S,
+)
 _RE_MEMBER = re.compile(r"(?:\w+\s+)*?(\w+)\s+(\w+)\s*(\[[^\]]*\])?\s*;")
 _RE_PUSH = re.compile(r"layout\s*\(\s*push_constant\s*\)\s*uniform\s+\w+\s*\{([^}]*)\}", re.S)
 _RE_SPEC = re.compile(
-    r"layout\s*\(\s*constant_id\s*=\s*(\d+)\s*\)\s*const\s+(uint|int|float|bool)\s+(\w+)\s*=\s*([^;]+);")
+    r"layout\s*\(\s*constant_id\s*=\s*(\d+)\s*\)\s*const\s+(uint|int|float|bool)\s+(\w+)\s*=\s*([^;]+);"
+)
 _RE_LOCAL = re.compile(r"layout\s*\(([^)]*local_size[^)]*)\)\s*in\s*;")
 
 
@@ -176,14 +181,22 @@ def parse_contract(name: str, source: str):
         member = _RE_MEMBER.search(m.group(3))
         if not member:
             raise ShaderCompileError("shaders/%s.comp: cannot read the member of a buffer block" % name)
-        bindings.append(Binding(int(args["binding"]), member.group(2),
-                                reads="writeonly" not in quals, writes="readonly" not in quals,
-                                restrict="restrict" in quals, type=member.group(1),
-                                array=member.group(3) is not None))
+        bindings.append(
+            Binding(
+                int(args["binding"]),
+                member.group(2),
+                reads="writeonly" not in quals,
+                writes="readonly" not in quals,
+                restrict="restrict" in quals,
+                type=member.group(1),
+                array=member.group(3) is not None,
+            )
+        )
     bindings.sort(key=lambda b: b.index)
     if [b.index for b in bindings] != list(range(len(bindings))):
-        raise ShaderCompileError("shaders/%s.comp: buffer bindings must be 0..n-1, got %s"
-                                 % (name, [b.index for b in bindings]))
+        raise ShaderCompileError(
+            "shaders/%s.comp: buffer bindings must be 0..n-1, got %s" % (name, [b.index for b in bindings])
+        )
 
     push = []
     pm = _RE_PUSH.search(source)
@@ -194,12 +207,12 @@ def parse_contract(name: str, source: str):
                 continue
             kind, fname = decl.split()[-2:]
             if kind not in ("uint", "int", "float"):
-                raise ShaderCompileError("shaders/%s.comp: push constant %s must be a 32-bit scalar"
-                                         % (name, fname))
+                raise ShaderCompileError("shaders/%s.comp: push constant %s must be a 32-bit scalar" % (name, fname))
             push.append(Constant(fname, kind))
 
-    spec = sorted(((int(i), Constant(n, k, _parse_default(k, d)))
-                   for i, k, n, d in _RE_SPEC.findall(source)), key=lambda t: t[0])
+    spec = sorted(
+        ((int(i), Constant(n, k, _parse_default(k, d))) for i, k, n, d in _RE_SPEC.findall(source)), key=lambda t: t[0]
+    )
     if [i for i, _ in spec] != list(range(len(spec))):
         raise ShaderCompileError("shaders/%s.comp: constant_id values must be 0..n-1" % name)
 
@@ -217,6 +230,7 @@ def parse_contract(name: str, source: str):
 
 # ---- compiling -----------------------------------------------------------------
 
+
 def _compiler_version() -> str:
     exe = shutil.which(GLSLANG)
     if exe is None:
@@ -227,8 +241,11 @@ def _compiler_version() -> str:
 
 def _clean_errors(text: str, root: Path) -> str:
     """glslang's ERROR lines, with paths relative to the project root."""
-    lines = [ln.replace("ERROR: ", "", 1) for ln in text.splitlines() if ln.startswith("ERROR: ")
-             and "compilation terminated" not in ln and "compilation errors" not in ln]
+    lines = [
+        ln.replace("ERROR: ", "", 1)
+        for ln in text.splitlines()
+        if ln.startswith("ERROR: ") and "compilation terminated" not in ln and "compilation errors" not in ln
+    ]
     if lines:
         msg = "; ".join(ln.strip() for ln in lines)
     else:
@@ -239,8 +256,7 @@ def _clean_errors(text: str, root: Path) -> str:
 class KernelRegistry:
     """Compiles and caches kernels by (name, defines)."""
 
-    def __init__(self, source_dir: Path | None = None, cache: Path | None = None,
-                 include_dirs=None):
+    def __init__(self, source_dir: Path | None = None, cache: Path | None = None, include_dirs=None):
         self.source_dir = Path(source_dir) if source_dir else shader_dir()
         self.cache = Path(cache) if cache else cache_dir()
         self.include_dirs = [Path(p) for p in include_dirs] if include_dirs else [shader_dir() / "include"]
@@ -286,21 +302,24 @@ class KernelRegistry:
         args = ["-I%s" % d for d in self.include_dirs] + ["-D%s=%s" % kv for kv in defines]
         exe = shutil.which(GLSLANG)
         if exe is None:
-            _compiler_version()   # raises with the install hint
+            _compiler_version()  # raises with the install hint
         # Write to unique temporary names, then rename: parallel processes never
         # see a half-written file, and a failed compile leaves no stale output.
         fd, tmp_spv = tempfile.mkstemp(dir=self.cache, suffix=".spv")
         os.close(fd)
         try:
-            r = subprocess.run([exe, "-V", "--target-env", TARGET_ENV, *args, "-o", tmp_spv, str(src)],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [exe, "-V", "--target-env", TARGET_ENV, *args, "-o", tmp_spv, str(src)], capture_output=True, text=True
+            )
             if r.returncode != 0:
-                raise ShaderCompileError("shader compile failed: %s"
-                                         % _clean_errors(r.stdout + r.stderr, self.source_dir))
+                raise ShaderCompileError(
+                    "shader compile failed: %s" % _clean_errors(r.stdout + r.stderr, self.source_dir)
+                )
             r = subprocess.run([exe, "-E", *args, str(src)], capture_output=True, text=True)
             if r.returncode != 0:
-                raise ShaderCompileError("shader preprocess failed: %s"
-                                         % _clean_errors(r.stdout + r.stderr, self.source_dir))
+                raise ShaderCompileError(
+                    "shader preprocess failed: %s" % _clean_errors(r.stdout + r.stderr, self.source_dir)
+                )
             fd, tmp_pre = tempfile.mkstemp(dir=self.cache, suffix=".glsl")
             with os.fdopen(fd, "w") as f:
                 f.write(r.stdout)

@@ -12,6 +12,7 @@ Off (unset or ``0``), :func:`active` returns None, and every caller guards its
 bookkeeping with ``if prof is not None``: no timestamps are recorded, no clock
 is read and nothing extra is synchronized.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -71,12 +72,12 @@ class Profiler:
     def __init__(self):
         self.clock = time.perf_counter_ns
         self.t0 = self.clock()
-        self.kernels = collections.defaultdict(_Row)     # name -> count, ns
+        self.kernels = collections.defaultdict(_Row)  # name -> count, ns
         self.transfers = {k: _Row() for k in self.TRANSFERS}
-        self.wait = _Row()       # device (GPU wait): evals of recorded sequences
-        self.gpu_exec = _Row()   # of which: dispatch time from timestamps
-        self.pools = []          # BufferPools to report
-        self.devices = []        # each device used (its process_memory_used() for the VRAM report)
+        self.wait = _Row()  # device (GPU wait): evals of recorded sequences
+        self.gpu_exec = _Row()  # of which: dispatch time from timestamps
+        self.pools = []  # BufferPools to report
+        self.devices = []  # each device used (its process_memory_used() for the VRAM report)
         self.reported = False
 
     # -- recording ----------------------------------------------------------------
@@ -118,20 +119,22 @@ class Profiler:
 
     # -- reports ------------------------------------------------------------------
     def kernel_report(self) -> str:
-        lines = [PREFIX + " ---- GPU time by kernel ----",
-                 "%-40s %10s %12s %10s" % ("kernel", "count", "gpu_ms", "us/call")]
+        lines = [
+            PREFIX + " ---- GPU time by kernel ----",
+            "%-40s %10s %12s %10s" % ("kernel", "count", "gpu_ms", "us/call"),
+        ]
         for name, row in sorted(self.kernels.items(), key=lambda kv: -kv[1].ns):
-            lines.append("%-40s %10d %12.3f %10.2f" % (name, row.count, row.ns / 1e6,
-                                                       row.ns / 1e3 / max(row.count, 1)))
+            lines.append("%-40s %10d %12.3f %10.2f" % (name, row.count, row.ns / 1e6, row.ns / 1e3 / max(row.count, 1)))
         lines.append(PREFIX + " ----")
         return "\n".join(lines)
 
     def timing_report(self) -> str:
         wall = self.clock() - self.t0
-        names = {"H2D": "H2D  (upload)", "D2H": "D2H  (readback)", "D2D": "D2D  (dev->dev)",
-                 "memset": "memset"}
-        lines = [PREFIX + " ---- timing breakdown ----",
-                 "%-22s %7s %14s %12s %10s" % ("category", "count", "bytes", "wall_ms", "GB/s")]
+        names = {"H2D": "H2D  (upload)", "D2H": "D2H  (readback)", "D2D": "D2D  (dev->dev)", "memset": "memset"}
+        lines = [
+            PREFIX + " ---- timing breakdown ----",
+            "%-22s %7s %14s %12s %10s" % ("category", "count", "bytes", "wall_ms", "GB/s"),
+        ]
         spent = 0
         for kind in self.TRANSFERS:
             row = self.transfers[kind]
@@ -140,12 +143,14 @@ class Profiler:
                 lines.append("%-22s %7d %14s %12.3f %10s" % (names[kind], row.count, "-", row.ns / 1e6, "-"))
             else:
                 gbs = row.bytes / row.ns if row.ns else 0.0
-                lines.append("%-22s %7d %14d %12.3f %10.2f" % (names[kind], row.count, row.bytes,
-                                                               row.ns / 1e6, gbs))
-        lines.append("%-22s %7d %14s %12.3f %10s" % ("device (GPU wait)", self.wait.count, "-",
-                                                     self.wait.ns / 1e6, "-"))
-        lines.append("%-22s %7d %14s %12.3f %10s" % ("  of which GPU-exec", self.gpu_exec.count, "-",
-                                                     self.gpu_exec.ns / 1e6, "-"))
+                lines.append("%-22s %7d %14d %12.3f %10.2f" % (names[kind], row.count, row.bytes, row.ns / 1e6, gbs))
+        lines.append(
+            "%-22s %7d %14s %12.3f %10s" % ("device (GPU wait)", self.wait.count, "-", self.wait.ns / 1e6, "-")
+        )
+        lines.append(
+            "%-22s %7d %14s %12.3f %10s"
+            % ("  of which GPU-exec", self.gpu_exec.count, "-", self.gpu_exec.ns / 1e6, "-")
+        )
         host = wall - spent - self.wait.ns
         lines.append("%-22s %7s %14s %12.3f" % ("  host (est.)", "", "", host / 1e6))
         lines.append("%-22s %7s %14s %12.3f" % ("  wall (total)", "", "", wall / 1e6))
@@ -154,9 +159,12 @@ class Profiler:
 
     def vram_report(self) -> str:
         from spirula.runtime.buffers import CATEGORIES
+
         mib = 1 << 20
-        lines = [PREFIX + " ---- VRAM breakdown (pool high-water) ----",
-                 "%-24s %10s %11s %11s" % ("category", "buffers", "used_MiB", "cap_MiB")]
+        lines = [
+            PREFIX + " ---- VRAM breakdown (pool high-water) ----",
+            "%-24s %10s %11s %11s" % ("category", "buffers", "used_MiB", "cap_MiB"),
+        ]
         total_n = total_used = total_cap = scratch = 0
         largest = []
         for pool in self.pools:
@@ -191,7 +199,7 @@ class Profiler:
         try:
             sys.stderr.write(self.report() + "\n")
             sys.stderr.flush()
-        except Exception as exc:   # never turn a finished run into a crash at exit
+        except Exception as exc:  # never turn a finished run into a crash at exit
             sys.stderr.write("%s report failed: %s\n" % (PREFIX, exc))
 
 

@@ -19,6 +19,7 @@ The recording, its checks and the barrier plan serve both backends: ``finish``
 asks the device for its :class:`Sequence` (here :class:`RecordedSequence`;
 CUDA's is :class:`spirula.backends.cuda.CudaSequence`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,8 +30,8 @@ import numpy as np
 from spirula.runtime.buffers import Buffer
 from spirula.runtime.kernels import Kernel
 
-GRID_STRIDE_MAX_GROUPS = 16384   # copy/fill workgroups of 256 threads (grid-stride loops; 83% of
-                                 # the H200's bandwidth, against 76% with 1024)
+GRID_STRIDE_MAX_GROUPS = 16384  # copy/fill workgroups of 256 threads (grid-stride loops; 83% of
+# the H200's bandwidth, against 76% with 1024)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,20 +68,22 @@ def _check_aliasing(kernel: Kernel, bufs: list):
     for bd, buf in zip(kernel.bindings, bufs):
         other = seen.get(id(buf))
         if other is not None and (bd.restrict or other.restrict) and (bd.writes or other.writes):
-            raise ValueError("%s: buffer %s is bound to both %s and %s, which are restrict"
-                             % (kernel.name, buf.name, other.name, bd.name))
+            raise ValueError(
+                "%s: buffer %s is bound to both %s and %s, which are restrict"
+                % (kernel.name, buf.name, other.name, bd.name)
+            )
         seen.setdefault(id(buf), bd)
 
 
 @dataclasses.dataclass
 class _Dispatch:
-    name: str                 # profiler row
-    kind: str                 # 'kernel' | 'copy' | 'fill'
+    name: str  # profiler row
+    kind: str  # 'kernel' | 'copy' | 'fill'
     algorithm: object
     push: np.ndarray
-    reads: frozenset          # ids of tensors read
-    writes: frozenset         # ids of tensors written
-    nbytes: int = 0           # bytes moved (copy/fill)
+    reads: frozenset  # ids of tensors read
+    writes: frozenset  # ids of tensors written
+    nbytes: int = 0  # bytes moved (copy/fill)
 
 
 class Recorder:
@@ -99,7 +102,7 @@ class Recorder:
         self.device = device
         self.label = label
         self._ops = []
-        self._buffers = {}        # id(Buffer) -> (Buffer, version at record time)
+        self._buffers = {}  # id(Buffer) -> (Buffer, version at record time)
 
     def __len__(self):
         return len(self._ops)
@@ -112,8 +115,15 @@ class Recorder:
                 raise ValueError("buffer %r was freed" % b.name)
             self._buffers[id(b)] = (b, b.version)
 
-    def dispatch(self, kernel, groups, buffers: dict, push: dict | None = None,
-                 spec: dict | None = None, defines: dict | None = None):
+    def dispatch(
+        self,
+        kernel,
+        groups,
+        buffers: dict,
+        push: dict | None = None,
+        spec: dict | None = None,
+        defines: dict | None = None,
+    ):
         """Record one dispatch of ``kernel`` (a name or a Kernel).
 
         Args:
@@ -133,9 +143,14 @@ class Recorder:
         missing = [n for n in names if n not in buffers]
         extra = sorted(set(buffers) - set(names))
         if missing or extra:
-            raise TypeError("%s: %s%s" % (kernel.name,
-                                          "missing buffers %s " % missing if missing else "",
-                                          "unknown buffers %s" % extra if extra else ""))
+            raise TypeError(
+                "%s: %s%s"
+                % (
+                    kernel.name,
+                    "missing buffers %s " % missing if missing else "",
+                    "unknown buffers %s" % extra if extra else "",
+                )
+            )
         bufs = [buffers[n] for n in names]
         _check_aliasing(kernel, bufs)
         self._use(bufs)
@@ -147,20 +162,24 @@ class Recorder:
         reads = frozenset(id(t) for t, bd in zip(tensors, kernel.bindings) if bd.reads)
         writes = frozenset(id(t) for t, bd in zip(tensors, kernel.bindings) if bd.writes)
         kind = kernel.name if kernel.name in ("copy", "fill") else "kernel"
-        self._ops.append(_Dispatch(kernel.name, kind, algo, kernel.pack_push(push), reads, writes,
-                                   nbytes))
+        self._ops.append(_Dispatch(kernel.name, kind, algo, kernel.pack_push(push), reads, writes, nbytes))
         return self
 
-    def copy(self, src: Buffer, dst: Buffer, nbytes: int | None = None, src_offset: int = 0,
-             dst_offset: int = 0):
+    def copy(self, src: Buffer, dst: Buffer, nbytes: int | None = None, src_offset: int = 0, dst_offset: int = 0):
         """Record a D2D copy of ``nbytes`` (default: ``src`` in use), multiples of 4."""
         nbytes = src.nbytes - src_offset if nbytes is None else nbytes
         nwords, so, do = nbytes // 4, src_offset // 4, dst_offset // 4
         vec4 = nwords % 4 == 0 and so % 4 == 0 and do % 4 == 0
         k = 4 if vec4 else 1
         kernel = self.device.kernel("copy", VEC4=int(vec4))
-        return self._add(kernel, grid_stride_groups(kernel, nwords // k), dict(src=src, dst=dst),
-                         dict(src_offset=so // k, dst_offset=do // k, count=nwords // k), None, nbytes)
+        return self._add(
+            kernel,
+            grid_stride_groups(kernel, nwords // k),
+            dict(src=src, dst=dst),
+            dict(src_offset=so // k, dst_offset=do // k, count=nwords // k),
+            None,
+            nbytes,
+        )
 
     def fill(self, dst: Buffer, value=0, nbytes: int | None = None, offset: int = 0):
         """Record a memset of ``nbytes`` (default: ``dst`` in use, rounded up to
@@ -170,8 +189,14 @@ class Recorder:
         vec4 = nwords % 4 == 0 and off % 4 == 0
         k = 4 if vec4 else 1
         kernel = self.device.kernel("fill", VEC4=int(vec4))
-        return self._add(kernel, grid_stride_groups(kernel, nwords // k), dict(dst=dst), dict(offset=off // k, count=nwords // k, value=fill_word(value)),
-                         None, nbytes)
+        return self._add(
+            kernel,
+            grid_stride_groups(kernel, nwords // k),
+            dict(dst=dst),
+            dict(offset=off // k, count=nwords // k, value=fill_word(value)),
+            None,
+            nbytes,
+        )
 
     def plan(self) -> list:
         """The operations in order: each dispatch, with 'barrier' where one is needed."""
@@ -188,7 +213,7 @@ class Recorder:
         out.append("barrier")
         return out
 
-    def finish(self) -> "Sequence":
+    def finish(self) -> Sequence:
         """The device's :class:`Sequence` of what was recorded."""
         return self.device.sequence(self.plan(), list(self._buffers.values()), self.label)
 
@@ -217,8 +242,9 @@ class Sequence:
     def _check(self):
         if self.stale:
             names = [b.name for b, v in self._buffers if b.version != v]
-            raise RuntimeError("sequence %r uses reallocated or freed buffers %s: record it again"
-                               % (self.label, names))
+            raise RuntimeError(
+                "sequence %r uses reallocated or freed buffers %s: record it again" % (self.label, names)
+            )
 
     def run(self):
         """Run the sequence and wait for it."""
@@ -276,8 +302,8 @@ class RecordedSequence(Sequence):
         prof = device.profiler
         timed = prof is not None and device.info.timestamps
         self._seq = device.mgr.sequence(0, len(plan) if timed else 0)
-        self._timed = []          # (op index, _Dispatch)
-        self._ops = []            # keep the kp ops alive with the sequence
+        self._timed = []  # (op index, _Dispatch)
+        self._ops = []  # keep the kp ops alive with the sequence
         for i, op in enumerate(plan):
             if op == "barrier":
                 kop = kp.OpBarrier()

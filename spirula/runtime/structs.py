@@ -20,9 +20,15 @@ from spirula.errors import ShaderCompileError
 # GLSL type -> (numpy base type, components); std430 aligns a vecN to N * 4
 # bytes (vec3 to 16, which no host struct uses: it is refused)
 _TYPES = {
-    "uint": ("<u4", 1), "int": ("<i4", 1), "float": ("<f4", 1),
-    "vec2": ("<f4", 2), "uvec2": ("<u4", 2), "ivec2": ("<i4", 2),
-    "vec4": ("<f4", 4), "uvec4": ("<u4", 4), "ivec4": ("<i4", 4),
+    "uint": ("<u4", 1),
+    "int": ("<i4", 1),
+    "float": ("<f4", 1),
+    "vec2": ("<f4", 2),
+    "uvec2": ("<u4", 2),
+    "ivec2": ("<i4", 2),
+    "vec4": ("<f4", 4),
+    "uvec4": ("<u4", 4),
+    "ivec4": ("<i4", 4),
 }
 _RE_MEMBER = re.compile(r"^(\w+)\s+(\w+)\s*(?:\[\s*(\d+)\s*\])?$")
 
@@ -41,8 +47,10 @@ def std430_dtype(source: str, struct: str, where: str = "shader") -> np.dtype:
             continue
         dm = _RE_MEMBER.match(decl)
         if dm is None or dm.group(1) not in _TYPES:
-            raise ShaderCompileError("%s: struct %s: member '%s' is not a 32-bit scalar, vec2/vec4 or an array "
-                                     "of them" % (where, struct, decl))
+            raise ShaderCompileError(
+                "%s: struct %s: member '%s' is not a 32-bit scalar, vec2/vec4 or an array "
+                "of them" % (where, struct, decl)
+            )
         base, comps = _TYPES[dm.group(1)]
         align = 4 * comps
         align_max = max(align_max, align)

@@ -10,6 +10,7 @@ Only the structures read here are declared; their layouts follow
 ``vulkan_core.h`` (Vulkan 1.1 core plus VK_KHR_driver_properties and
 VK_EXT_shader_atomic_float).
 """
+
 from __future__ import annotations
 
 import ctypes as C
@@ -18,11 +19,20 @@ import functools
 from spirula.backends.base import DeviceInfo
 from spirula.errors import NoVulkanError
 
-INSTALL_HINT = ("install a Vulkan driver: your GPU vendor's, or Mesa's CPU driver "
-                "with `apt-get install libvulkan1 mesa-vulkan-drivers`")
+INSTALL_HINT = (
+    "install a Vulkan driver: your GPU vendor's, or Mesa's CPU driver "
+    "with `apt-get install libvulkan1 mesa-vulkan-drivers`"
+)
 
-_TYPES = {"u32": C.c_uint32, "i32": C.c_int32, "u64": C.c_uint64, "usize": C.c_size_t,
-          "f32": C.c_float, "u8": C.c_uint8, "ptr": C.c_void_p}
+_TYPES = {
+    "u32": C.c_uint32,
+    "i32": C.c_int32,
+    "u64": C.c_uint64,
+    "usize": C.c_size_t,
+    "f32": C.c_float,
+    "u8": C.c_uint8,
+    "ptr": C.c_void_p,
+}
 
 
 def _fields(spec: str):
@@ -85,13 +95,15 @@ class _Limits(C.Structure):
         "f32[2] pointSizeRange; f32[2] lineWidthRange; f32 pointSizeGranularity; "
         "f32 lineWidthGranularity; u32 strictLines; u32 standardSampleLocations; "
         "u64 optimalBufferCopyOffsetAlignment; u64 optimalBufferCopyRowPitchAlignment; "
-        "u64 nonCoherentAtomSize")
+        "u64 nonCoherentAtomSize"
+    )
 
 
 class _Properties(C.Structure):
-    _fields_ = _fields("u32 apiVersion; u32 driverVersion; u32 vendorID; u32 deviceID; "
-                       "i32 deviceType; u8[256] deviceName; u8[16] pipelineCacheUUID") + [
-        ("limits", _Limits), ("sparse", C.c_uint32 * 5)]
+    _fields_ = _fields(
+        "u32 apiVersion; u32 driverVersion; u32 vendorID; u32 deviceID; "
+        "i32 deviceType; u8[256] deviceName; u8[16] pipelineCacheUUID"
+    ) + [("limits", _Limits), ("sparse", C.c_uint32 * 5)]
 
 
 class _Properties2(C.Structure):
@@ -99,13 +111,16 @@ class _Properties2(C.Structure):
 
 
 class _SubgroupProperties(C.Structure):
-    _fields_ = _fields("i32 sType; ptr pNext; u32 subgroupSize; u32 supportedStages; "
-                       "u32 supportedOperations; u32 quadOperationsInAllStages")
+    _fields_ = _fields(
+        "i32 sType; ptr pNext; u32 subgroupSize; u32 supportedStages; "
+        "u32 supportedOperations; u32 quadOperationsInAllStages"
+    )
 
 
 class _DriverProperties(C.Structure):
-    _fields_ = _fields("i32 sType; ptr pNext; i32 driverID; u8[256] driverName; "
-                       "u8[256] driverInfo; u8[4] conformanceVersion")
+    _fields_ = _fields(
+        "i32 sType; ptr pNext; i32 driverID; u8[256] driverName; u8[256] driverInfo; u8[4] conformanceVersion"
+    )
 
 
 class _Features2(C.Structure):
@@ -118,9 +133,12 @@ class _AtomicFloatFeatures(C.Structure):
 
 
 class _MemoryProperties(C.Structure):
-    _fields_ = [("memoryTypeCount", C.c_uint32), ("memoryTypes", C.c_uint32 * 64),
-                ("memoryHeapCount", C.c_uint32),   # at offset 260: the heaps start 8-aligned
-                ("memoryHeaps", C.c_uint64 * 32)]   # 16 x {u64 size; u32 flags (+pad)}
+    _fields_ = [
+        ("memoryTypeCount", C.c_uint32),
+        ("memoryTypes", C.c_uint32 * 64),
+        ("memoryHeapCount", C.c_uint32),  # at offset 260: the heaps start 8-aligned
+        ("memoryHeaps", C.c_uint64 * 32),
+    ]  # 16 x {u64 size; u32 flags (+pad)}
 
 
 class _QueueFamily(C.Structure):
@@ -132,16 +150,28 @@ class _Extension(C.Structure):
 
 
 class _AppInfo(C.Structure):
-    _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("pApplicationName", C.c_char_p),
-                ("applicationVersion", C.c_uint32), ("pEngineName", C.c_char_p),
-                ("engineVersion", C.c_uint32), ("apiVersion", C.c_uint32)]
+    _fields_ = [
+        ("sType", C.c_int32),
+        ("pNext", C.c_void_p),
+        ("pApplicationName", C.c_char_p),
+        ("applicationVersion", C.c_uint32),
+        ("pEngineName", C.c_char_p),
+        ("engineVersion", C.c_uint32),
+        ("apiVersion", C.c_uint32),
+    ]
 
 
 class _InstanceInfo(C.Structure):
-    _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("flags", C.c_uint32),
-                ("pApplicationInfo", C.POINTER(_AppInfo)), ("enabledLayerCount", C.c_uint32),
-                ("ppEnabledLayerNames", C.c_void_p), ("enabledExtensionCount", C.c_uint32),
-                ("ppEnabledExtensionNames", C.c_void_p)]
+    _fields_ = [
+        ("sType", C.c_int32),
+        ("pNext", C.c_void_p),
+        ("flags", C.c_uint32),
+        ("pApplicationInfo", C.POINTER(_AppInfo)),
+        ("enabledLayerCount", C.c_uint32),
+        ("ppEnabledLayerNames", C.c_void_p),
+        ("enabledExtensionCount", C.c_uint32),
+        ("ppEnabledExtensionNames", C.c_void_p),
+    ]
 
 
 _ST_PROPERTIES_2 = 1000059001
@@ -173,12 +203,10 @@ def _load_loader():
     vk.vkCreateInstance.argtypes = [C.c_void_p, C.c_void_p, C.POINTER(C.c_void_p)]
     vk.vkEnumeratePhysicalDevices.argtypes = [C.c_void_p, C.POINTER(C.c_uint32), C.c_void_p]
     vk.vkDestroyInstance.argtypes = [C.c_void_p, C.c_void_p]
-    for fn in ("vkGetPhysicalDeviceProperties2", "vkGetPhysicalDeviceFeatures2",
-               "vkGetPhysicalDeviceMemoryProperties"):
+    for fn in ("vkGetPhysicalDeviceProperties2", "vkGetPhysicalDeviceFeatures2", "vkGetPhysicalDeviceMemoryProperties"):
         getattr(vk, fn).argtypes = [C.c_void_p, C.c_void_p]
     vk.vkGetPhysicalDeviceQueueFamilyProperties.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
-    vk.vkEnumerateDeviceExtensionProperties.argtypes = [C.c_void_p, C.c_char_p,
-                                                        C.POINTER(C.c_uint32), C.c_void_p]
+    vk.vkEnumerateDeviceExtensionProperties.argtypes = [C.c_void_p, C.c_char_p, C.POINTER(C.c_uint32), C.c_void_p]
     return vk
 
 
@@ -205,14 +233,17 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
 
     mem = _MemoryProperties()
     vk.vkGetPhysicalDeviceMemoryProperties(pdev, C.byref(mem))
-    local = sum(mem.memoryHeaps[2 * i] for i in range(mem.memoryHeapCount)
-                if mem.memoryHeaps[2 * i + 1] & _MEMORY_HEAP_DEVICE_LOCAL)
+    local = sum(
+        mem.memoryHeaps[2 * i]
+        for i in range(mem.memoryHeapCount)
+        if mem.memoryHeaps[2 * i + 1] & _MEMORY_HEAP_DEVICE_LOCAL
+    )
 
     nq = C.c_uint32(0)
     vk.vkGetPhysicalDeviceQueueFamilyProperties(pdev, C.byref(nq), None)
     families = (_QueueFamily * nq.value)()
     vk.vkGetPhysicalDeviceQueueFamilyProperties(pdev, C.byref(nq), families)
-    compute = [f for f in families if f.queueFlags & 2]   # VK_QUEUE_COMPUTE_BIT
+    compute = [f for f in families if f.queueFlags & 2]  # VK_QUEUE_COMPUTE_BIT
     valid_bits = compute[0].timestampValidBits if compute else 0
 
     drv = _cstr(driver.driverName)
@@ -233,7 +264,7 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
         max_workgroup_count=tuple(p.limits.maxComputeWorkGroupCount),
         max_workgroup_invocations=int(p.limits.maxComputeWorkGroupInvocations),
         shader_int64=bool(feats.features[_SHADER_INT64]),
-        atomic_float_add=bool(atomic.flags[1]),   # shaderBufferFloat32AtomicAdd
+        atomic_float_add=bool(atomic.flags[1]),  # shaderBufferFloat32AtomicAdd
         extensions=extensions,
     )
 
@@ -242,14 +273,14 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
 def list_devices() -> tuple:
     """All Vulkan devices, in the loader's order. Raises NoVulkanError if none."""
     vk = _load_loader()
-    app = _AppInfo(sType=0, pApplicationName=b"spirula", pEngineName=b"spirula",
-                   apiVersion=_VK_API_1_1)
+    app = _AppInfo(sType=0, pApplicationName=b"spirula", pEngineName=b"spirula", apiVersion=_VK_API_1_1)
     ci = _InstanceInfo(sType=1, pApplicationInfo=C.pointer(app))
     instance = C.c_void_p()
     res = vk.vkCreateInstance(C.byref(ci), None, C.byref(instance))
     if res != 0:
-        raise NoVulkanError("the Vulkan loader found no usable driver (vkCreateInstance "
-                            "returned %d): %s" % (res, INSTALL_HINT))
+        raise NoVulkanError(
+            "the Vulkan loader found no usable driver (vkCreateInstance returned %d): %s" % (res, INSTALL_HINT)
+        )
     try:
         n = C.c_uint32(0)
         vk.vkEnumeratePhysicalDevices(instance, C.byref(n), None)
@@ -275,8 +306,12 @@ class _MemoryProperties2(C.Structure):
 
 
 class _MemoryBudget(C.Structure):
-    _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("heapBudget", C.c_uint64 * 16),
-                ("heapUsage", C.c_uint64 * 16)]
+    _fields_ = [
+        ("sType", C.c_int32),
+        ("pNext", C.c_void_p),
+        ("heapBudget", C.c_uint64 * 16),
+        ("heapUsage", C.c_uint64 * 16),
+    ]
 
 
 _ST_MEMORY_PROPERTIES_2 = 1000059006
@@ -304,7 +339,12 @@ def process_heap_usage(index: int):
         vk.vkGetPhysicalDeviceMemoryProperties2.argtypes = [C.c_void_p, C.c_void_p]
         vk.vkGetPhysicalDeviceMemoryProperties2(C.c_void_p(handles[index]), C.byref(props))
         mem = props.properties
-        return int(sum(budget.heapUsage[i] for i in range(mem.memoryHeapCount)
-                       if mem.memoryHeaps[2 * i + 1] & _MEMORY_HEAP_DEVICE_LOCAL))
+        return int(
+            sum(
+                budget.heapUsage[i]
+                for i in range(mem.memoryHeapCount)
+                if mem.memoryHeaps[2 * i + 1] & _MEMORY_HEAP_DEVICE_LOCAL
+            )
+        )
     finally:
         vk.vkDestroyInstance(instance, None)

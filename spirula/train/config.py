@@ -5,6 +5,7 @@ Every default lives here: the fields' own, each strategy's
 (:data:`STRATEGY_DEFAULTS`, for the fields left at None) and the demo's
 (:meth:`TrainConfig.demo`). The CLI only maps the options a user typed onto
 fields."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,9 @@ import json
 @dataclasses.dataclass(frozen=True)
 class StrategyDefaults:
     """The values a strategy gives the TrainConfig fields left at None."""
+
     init_opacity: float
-    init_scale: float                   # x mean distance to the 3 nearest points
+    init_scale: float  # x mean distance to the 3 nearest points
     refine_stop: int
     opacity_reg: float
     scale_reg: float
@@ -23,21 +25,19 @@ class StrategyDefaults:
 
 STRATEGY_DEFAULTS = {
     # gsplat's MCMCStrategy and simple_trainer's MCMC settings
-    "mcmc": StrategyDefaults(init_opacity=0.5, init_scale=0.1, refine_stop=25_000, opacity_reg=0.01,
-                             scale_reg=0.01),
+    "mcmc": StrategyDefaults(init_opacity=0.5, init_scale=0.1, refine_stop=25_000, opacity_reg=0.01, scale_reg=0.01),
     # gsplat's DefaultStrategy (3DGS)
-    "adc": StrategyDefaults(init_opacity=0.1, init_scale=1.0, refine_stop=15_000, opacity_reg=0.0,
-                            scale_reg=0.0),
+    "adc": StrategyDefaults(init_opacity=0.1, init_scale=1.0, refine_stop=15_000, opacity_reg=0.0, scale_reg=0.0),
 }
 
 
 @dataclasses.dataclass
 class TrainConfig:
     iterations: int = 30_000
-    strategy: str = "mcmc"              # 'mcmc' | 'adc'
-    cap_max: int = 1_000_000            # MCMC splat budget
+    strategy: str = "mcmc"  # 'mcmc' | 'adc'
+    cap_max: int = 1_000_000  # MCMC splat budget
     sh_degree: int = 3
-    sh_every: int = 1000                # one SH band more every N steps
+    sh_every: int = 1000  # one SH band more every N steps
     seed: int = 0
     # loss: l1_weight * L1 + ssim_weight * (1 - SSIM)
     l1_weight: float = 0.8
@@ -48,42 +48,42 @@ class TrainConfig:
     adam_eps: float = 1e-15
     # rendering: cap on one splat's alpha at a pixel (docs/design.md §2.4: 0.99; gsplat 1.5.3 0.999)
     max_alpha: float = 0.99
-    lr_means: float = 1.6e-4            # x scene extent, decaying to lr_means_final x extent
+    lr_means: float = 1.6e-4  # x scene extent, decaying to lr_means_final x extent
     lr_means_final: float = 1.6e-6
     lr_quats: float = 1e-3
     lr_scales: float = 5e-3
-    lr_opacities: float = 0.05          # gsplat's; 0.025 with MCMC lost 0.6 dB (docs/design.md §9)
+    lr_opacities: float = 0.05  # gsplat's; 0.025 with MCMC lost 0.6 dB (docs/design.md §9)
     lr_sh0: float = 2.5e-3
     lr_shN_divisor: float = 20.0
     # initialization (None: the strategy's default, STRATEGY_DEFAULTS)
-    init_opacity: float | None = None   # MCMC 0.5, ADC 0.1
-    init_scale: float | None = None     # x mean distance to 3 nearest points; MCMC 0.1, ADC 1.0
+    init_opacity: float | None = None  # MCMC 0.5, ADC 0.1
+    init_scale: float | None = None  # x mean distance to 3 nearest points; MCMC 0.1, ADC 1.0
     # densification, shared
     refine_start: int = 500
     refine_every: int = 100
-    refine_stop: int | None = None      # MCMC 25,000, ADC 15,000
+    refine_stop: int | None = None  # MCMC 25,000, ADC 15,000
     min_opacity: float = 0.005
     # MCMC
     noise_lr: float = 5e5
-    mcmc_keep_moments: bool = True      # relocated splats keep their slot's Adam moments (gsplat 1.5.3)
+    mcmc_keep_moments: bool = True  # relocated splats keep their slot's Adam moments (gsplat 1.5.3)
     # training coordinates: centred on the cameras' mean, or on the point they look at ('focus')
     world_center: str = "cameras"
-    opacity_reg: float | None = None    # MCMC 0.01, ADC 0
+    opacity_reg: float | None = None  # MCMC 0.01, ADC 0
     scale_reg: float | None = None
     # ADC
     grow_grad2d: float = 0.0002
-    grow_scale3d: float = 0.01          # x extent: smaller splats are cloned, larger split
-    prune_scale3d: float = 0.1          # x extent: larger splats are pruned (after the first reset)
+    grow_scale3d: float = 0.01  # x extent: smaller splats are cloned, larger split
+    prune_scale3d: float = 0.1  # x extent: larger splats are pruned (after the first reset)
     reset_every: int = 3000
     absgrad: bool = False
     # data
     downscale: int | None = None
     eval_split: str = "interval:8"
-    background: str | None = None       # default: white for Blender, black otherwise
+    background: str | None = None  # default: white for Blender, black otherwise
     # run
     eval_every: int = 0
     save_every: int = 7000
-    log_every: int = 100                # a plain progress line every N steps when stderr is not a terminal
+    log_every: int = 100  # a plain progress line every N steps when stderr is not a terminal
 
     def __post_init__(self):
         if self.strategy not in STRATEGY_DEFAULTS:
@@ -97,7 +97,7 @@ class TrainConfig:
             raise ValueError("sh_degree must be 0..3")
 
     @classmethod
-    def demo(cls, **fields) -> "TrainConfig":
+    def demo(cls, **fields) -> TrainConfig:
         """The built-in demo scene's settings (``spirula train`` without a
         dataset), with ``fields`` on top: a recognizable scene within 5 minutes
         on lavapipe with 2 cores (400 steps: 88 s of training, ~22 dB; 1,500
@@ -115,6 +115,6 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
+    def from_dict(cls, d: dict) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})

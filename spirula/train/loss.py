@@ -1,5 +1,6 @@
 """The training loss on the GPU: 0.8 * L1 + 0.2 * (1 - SSIM) (kernels
 ``loss_fwd`` and ``loss_bwd``). Only the loss value leaves the GPU."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ class LossBuffers:
     def __init__(self, device, n_views: int, width: int, height: int, name: str = "loss"):
         self.device = device
         self.n_views, self.width, self.height = n_views, width, height
-        self.groups = device.kernel("loss_fwd").groups((width, height, n_views))   # one thread per pixel
+        self.groups = device.kernel("loss_fwd").groups((width, height, n_views))  # one thread per pixel
         pool = device.pool
         self.ssim_grads = pool.alloc(name + ".ssim_grads", (n_views, height, width, 9), np.float32, "image")
         self.partials = pool.alloc(name + ".partials", (int(np.prod(self.groups)), 4), np.float32, "image")
@@ -21,13 +22,26 @@ class LossBuffers:
     def record(self, rec, colors, gt_images, params, grad_colors):
         """Record loss_fwd and loss_bwd: ``grad_colors`` [V,H,W,3] receives dloss/dcolors."""
         push = dict(width=self.width, height=self.height)
-        rec.dispatch("loss_fwd", self.groups,
-                     dict(colors=colors, gt_images=gt_images, params=params, ssim_grads=self.ssim_grads,
-                          partials=self.partials), push=push)
-        rec.dispatch("loss_bwd", self.groups,
-                     dict(colors=colors, gt_images=gt_images, params=params, ssim_grads=self.ssim_grads,
-                          partials=self.partials, grad_colors=grad_colors, loss_out=self.loss_out),
-                     push=dict(push, n_views=self.n_views, n_partials=int(np.prod(self.groups))))
+        rec.dispatch(
+            "loss_fwd",
+            self.groups,
+            dict(colors=colors, gt_images=gt_images, params=params, ssim_grads=self.ssim_grads, partials=self.partials),
+            push=push,
+        )
+        rec.dispatch(
+            "loss_bwd",
+            self.groups,
+            dict(
+                colors=colors,
+                gt_images=gt_images,
+                params=params,
+                ssim_grads=self.ssim_grads,
+                partials=self.partials,
+                grad_colors=grad_colors,
+                loss_out=self.loss_out,
+            ),
+            push=dict(push, n_views=self.n_views, n_partials=int(np.prod(self.groups))),
+        )
 
     def free(self):
         for b in (self.ssim_grads, self.partials, self.loss_out):

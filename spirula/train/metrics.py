@@ -1,12 +1,13 @@
 """Image quality metrics for evaluation (numpy, off the training path):
 PSNR and SSIM with the loss's 11x11 Gaussian window (sigma 1.5, 'valid')."""
+
 from __future__ import annotations
 
 import numpy as np
 from scipy.ndimage import correlate1d
 
 _K = np.arange(11) - 5
-_W = np.exp(-_K ** 2 / (2 * 1.5 ** 2))
+_W = np.exp(-(_K**2) / (2 * 1.5**2))
 _W /= _W.sum()
 
 
@@ -25,7 +26,7 @@ def ssim(img, gt) -> float:
     """Mean SSIM over channels and the valid window positions of [H,W,3] images."""
     x = np.asarray(img, np.float64)
     y = np.asarray(gt, np.float64)
-    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    c1, c2 = 0.01**2, 0.03**2
     vals = []
     for ch in range(x.shape[-1]):
         a, b = x[..., ch], y[..., ch]

@@ -6,6 +6,7 @@ opacity logits [N], SH coefficients [N,K,3]. Adam's first and second moments
 have the same shapes. Buffers are allocated for a capacity (MCMC's budget, or
 ADC's count with headroom) and their shapes follow the live count ``n``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +27,9 @@ def alloc_splats(device, n: int, capacity: int, sh_coeffs: int, prefix: str) -> 
     for name in PARAM_NAMES:
         shape = _shape(name, n, sh_coeffs)
         row = int(np.prod(shape[1:], dtype=np.int64)) * 4
-        bufs.append(device.pool.alloc("%s.%s" % (prefix, name), shape, np.float32, "splat",
-                                      capacity=row * max(capacity, 1)))
+        bufs.append(
+            device.pool.alloc("%s.%s" % (prefix, name), shape, np.float32, "splat", capacity=row * max(capacity, 1))
+        )
     return Splats(*bufs, activated=False)
 
 
@@ -89,6 +91,7 @@ def init_from_points(points, colors, cfg, sh_coeffs: int, seed: int = 0) -> dict
     (scipy cKDTree), quats uniform in [0,1)^4, opacity logit(init_opacity),
     SH DC from the point colours ((rgb - 0.5) / C0), higher bands 0."""
     from scipy.spatial import cKDTree
+
     points = np.asarray(points, np.float64)
     n = len(points)
     rng = np.random.default_rng(seed)

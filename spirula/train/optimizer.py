@@ -1,12 +1,14 @@
 """``fpbo``: the fused projection backward + Adam step, one thread per splat."""
+
 from __future__ import annotations
 
 from spirula.render.rasterizer import EPS2D
 from spirula.runtime.sequence import Threads
 
 
-def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: bool, adc_stats: bool,
-                absgrad: bool = False):
+def record_fpbo(
+    rec, model, raster, params, stats, sh_degree: int, mcmc_noise: bool, adc_stats: bool, absgrad: bool = False
+):
     """Record the update of every live splat of ``model`` from ``raster``'s
     per-view gradients (after its backward), with the step's learning rates
     in ``params`` (StepParams). ``stats``: (grad2d_sum [N], vis_count [N])
@@ -15,16 +17,52 @@ def record_fpbo(rec, model, raster, params, stats, sh_degree: int, mcmc_noise: b
     p, m, v = model.params, model.exp_avg, model.exp_avg_sq
     views = raster._per_view
     rec.dispatch(
-        "fpbo", Threads(model.n),
-        dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh,
-             m_means=m.means, v_means=v.means, m_quats=m.quats, v_quats=v.quats, m_scales=m.scales,
-             v_scales=v.scales, m_opacities=m.opacities, v_opacities=v.opacities, m_sh=m.sh, v_sh=v.sh,
-             cameras=raster.cameras, radii=views["radii"], grad_xy=views["grad_xy"],
-             grad_conics=views["grad_conics"], grad_rgb=views["grad_rgb"], grad_opacity=views["grad_opacity"],
-             params=params, num_isects=raster.offsets_scan.scratch, grad2d_sum=stats[0], vis_count=stats[1],
-             grad_xy_abs=views["grad_xy_abs"]),
-        push=dict(n=model.n, n_views=raster.n_cameras, width=raster.width, height=raster.height, eps2d=EPS2D,
-                  count_offset=raster.total_offset, isect_capacity=raster.isect_capacity),
-        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=model.sh_coeffs, MCMC_NOISE=int(mcmc_noise),
-                  ADC_STATS=int(adc_stats), N_VIEWS=raster.n_cameras, ABSGRAD=int(absgrad and adc_stats)),
-        defines=dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)))
+        "fpbo",
+        Threads(model.n),
+        dict(
+            means=p.means,
+            quats=p.quats,
+            scales=p.scales,
+            opacities=p.opacities,
+            sh=p.sh,
+            m_means=m.means,
+            v_means=v.means,
+            m_quats=m.quats,
+            v_quats=v.quats,
+            m_scales=m.scales,
+            v_scales=v.scales,
+            m_opacities=m.opacities,
+            v_opacities=v.opacities,
+            m_sh=m.sh,
+            v_sh=v.sh,
+            cameras=raster.cameras,
+            radii=views["radii"],
+            grad_xy=views["grad_xy"],
+            grad_conics=views["grad_conics"],
+            grad_rgb=views["grad_rgb"],
+            grad_opacity=views["grad_opacity"],
+            params=params,
+            num_isects=raster.offsets_scan.scratch,
+            grad2d_sum=stats[0],
+            vis_count=stats[1],
+            grad_xy_abs=views["grad_xy_abs"],
+        ),
+        push=dict(
+            n=model.n,
+            n_views=raster.n_cameras,
+            width=raster.width,
+            height=raster.height,
+            eps2d=EPS2D,
+            count_offset=raster.total_offset,
+            isect_capacity=raster.isect_capacity,
+        ),
+        spec=dict(
+            SH_DEGREE=sh_degree,
+            SH_COEFFS=model.sh_coeffs,
+            MCMC_NOISE=int(mcmc_noise),
+            ADC_STATS=int(adc_stats),
+            N_VIEWS=raster.n_cameras,
+            ABSGRAD=int(absgrad and adc_stats),
+        ),
+        defines=dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
+    )

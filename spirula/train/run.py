@@ -7,6 +7,7 @@ checkpoints (atomic, resumable), Ctrl-C, evaluation, splat.ply, metrics.json.
         splat.ply       the standard 3DGS layout
         metrics.json    PSNR/SSIM per test image and mean, time, peak VRAM, splats
 """
+
 from __future__ import annotations
 
 import datetime
@@ -64,8 +65,15 @@ def save_checkpoint(trainer: Trainer, path: Path):
             arrays["model/%s/%s" % (group, name)] = arr
     for name, arr in state["strategy"].items():
         arrays["strategy/%s" % name] = arr
-    meta = dict(step=state["step"], config=state["config"], rng=state["rng"], order=state["order"],
-                isect_capacity=state["isect_capacity"], world=state["world"], format=1)
+    meta = dict(
+        step=state["step"],
+        config=state["config"],
+        rng=state["rng"],
+        order=state["order"],
+        isect_capacity=state["isect_capacity"],
+        world=state["world"],
+        format=1,
+    )
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     _atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
 
@@ -112,8 +120,9 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
-    (output / "config.json").write_text(json.dumps(dict(json.loads(cfg.to_json()), dataset=str(scene.path)),
-                                                   indent=1, sort_keys=True))
+    (output / "config.json").write_text(
+        json.dumps(dict(json.loads(cfg.to_json()), dataset=str(scene.path)), indent=1, sort_keys=True)
+    )
     ckpt_dir = output / "ckpt"
 
     def checkpoint():
@@ -143,8 +152,7 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
     except KeyboardInterrupt:
         progress.close()
         path = checkpoint()
-        log("spirula: interrupted at step %d; checkpoint %s (continue with --resume %s)"
-            % (trainer.step, path, output))
+        log("spirula: interrupted at step %d; checkpoint %s (continue with --resume %s)" % (trainer.step, path, output))
         raise
     finally:
         progress.close()
@@ -152,37 +160,54 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
     path = checkpoint()
 
     from spirula.data import write_splat_ply
+
     arrays = trainer.splat_arrays()
     finite = finite_splats(arrays)
     nonfinite = int(len(finite) - finite.sum())
     if nonfinite:
         # a viewer would choke on NaN rows; the checkpoint keeps them as they are
-        log("spirula: warning: %d of %d splats have non-finite parameters; splat.ply leaves them out"
-            % (nonfinite, len(finite)))
+        log(
+            "spirula: warning: %d of %d splats have non-finite parameters; splat.ply leaves them out"
+            % (nonfinite, len(finite))
+        )
         arrays = {k: v[finite] for k, v in arrays.items()}
-    write_splat_ply(output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"],
-                    arrays["opacities"], arrays["sh"])
+    write_splat_ply(
+        output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"], arrays["opacities"], arrays["sh"]
+    )
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
     pool = device.pool
     process = device.process_memory_used()
-    metrics.update(step=trainer.step, training_time_s=train_time, n_splats=trainer.model.n,
-                   ms_per_step_mean=float(np.mean(step_ms)) if step_ms else None,
-                   ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
-                   peak_vram_mib=pool.peak_bytes / (1 << 20),
-                   process_vram_mib=process / (1 << 20) if process is not None else None,
-                   device=device.info.name, lpips=None, **trainer.strategy.metrics(),
-                   nonfinite_splats=nonfinite)
+    metrics.update(
+        step=trainer.step,
+        training_time_s=train_time,
+        n_splats=trainer.model.n,
+        ms_per_step_mean=float(np.mean(step_ms)) if step_ms else None,
+        ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
+        peak_vram_mib=pool.peak_bytes / (1 << 20),
+        process_vram_mib=process / (1 << 20) if process is not None else None,
+        device=device.info.name,
+        lpips=None,
+        **trainer.strategy.metrics(),
+        nonfinite_splats=nonfinite,
+    )
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    log("spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
-        % (trainer.step, train_time, "{:,}".format(trainer.model.n),
-           "%.3f" % metrics["psnr"] if metrics["psnr"] is not None else "-",
-           "%.4f" % metrics["ssim"] if metrics["ssim"] is not None else "-"))
+    log(
+        "spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
+        % (
+            trainer.step,
+            train_time,
+            f"{trainer.model.n:,}",
+            "%.3f" % metrics["psnr"] if metrics["psnr"] is not None else "-",
+            "%.4f" % metrics["ssim"] if metrics["ssim"] is not None else "-",
+        )
+    )
     log("spirula: wrote %s, %s, %s" % (output / "splat.ply", output / "metrics.json", path))
     trainer.free()
     return metrics
 
 
 # ---- existing runs: evaluate and render ------------------------------------------------
+
 
 def load_run(run: Path):
     """(config, raw splat arrays in dataset coordinates, checkpoint path, state)
@@ -201,8 +226,16 @@ class SplatRenderer:
     def __init__(self, device, params: dict, background=None, max_alpha: float = MAX_ALPHA):
         self.device = device
         self.max_alpha = max_alpha
-        self.splats = Splats.from_numpy(device, params["means"], params["quats"], params["scales"],
-                                        params["opacities"], params["sh"], activated=False, prefix="render")
+        self.splats = Splats.from_numpy(
+            device,
+            params["means"],
+            params["quats"],
+            params["scales"],
+            params["opacities"],
+            params["sh"],
+            activated=False,
+            prefix="render",
+        )
         self.sh_degree = int(round(np.sqrt(params["sh"].shape[1]))) - 1
         self.background = background
         self._raster = {}
@@ -212,8 +245,9 @@ class SplatRenderer:
         key = (int(width), int(height))
         raster = self._raster.get(key)
         if raster is None:
-            raster = self._raster[key] = Rasterizer(self.device, width, height, 1, capacity=self.splats.n,
-                                                     name="render.raster", max_alpha=self.max_alpha)
+            raster = self._raster[key] = Rasterizer(
+                self.device, width, height, 1, capacity=self.splats.n, name="render.raster", max_alpha=self.max_alpha
+            )
         raster.set_backgrounds(None if self.background is None else np.asarray(self.background)[None])
         raster.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
         raster.forward(self.splats, self.sh_degree)
@@ -228,6 +262,7 @@ class SplatRenderer:
 def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = MAX_ALPHA) -> dict:
     """PSNR/SSIM of the splats on the given (default: test) views."""
     from spirula.train.metrics import psnr, ssim
+
     renderer = SplatRenderer(device, params, scene.background, max_alpha)
     per = []
     for i in track(scene.test if indices is None else indices, "evaluating", unit="view"):

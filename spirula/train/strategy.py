@@ -22,6 +22,7 @@ step, the scene extent and the device; the strategy returns the
 strategy holds its configuration, its own state (MCMC's relocation history)
 and scratch buffers, never the trainer.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,6 +48,7 @@ class Changes:
     MCMC moved; ``stats_reset``: the statistics were resized to
     ``model.capacity`` and zeroed; ``opacities_reset``: ADC's opacity reset ran.
     """
+
     model: object
     n_before: int
     n_after: int
@@ -61,8 +63,18 @@ def _seed(cfg, step: int, salt: int) -> int:
 
 def _moment_buffers(model) -> dict:
     m, v = model.exp_avg, model.exp_avg_sq
-    return dict(m_means=m.means, v_means=v.means, m_quats=m.quats, v_quats=v.quats, m_scales=m.scales,
-                v_scales=v.scales, m_opacities=m.opacities, v_opacities=v.opacities, m_sh=m.sh, v_sh=v.sh)
+    return dict(
+        m_means=m.means,
+        v_means=v.means,
+        m_quats=m.quats,
+        v_quats=v.quats,
+        m_scales=m.scales,
+        v_scales=v.scales,
+        m_opacities=m.opacities,
+        v_opacities=v.opacities,
+        m_sh=m.sh,
+        v_sh=v.sh,
+    )
 
 
 class Strategy:
@@ -143,7 +155,8 @@ class MCMC(Strategy):
                 dead=pool.alloc("mcmc.dead", (cap,), np.uint32, "splat", scratch=True),
                 sample_src=pool.alloc("mcmc.sample_src", (cap,), np.uint32, "splat", scratch=True),
                 copies=pool.alloc("mcmc.copies", (cap,), np.uint32, "splat", scratch=True, zero=True),
-                counts=pool.alloc("mcmc.counts", (4,), np.uint32, "other", zero=True))
+                counts=pool.alloc("mcmc.counts", (4,), np.uint32, "other", zero=True),
+            )
             self._scan_u = PrefixSum(dev, cap, name="mcmc.scan_u")
             self._scan_f = PrefixSum(dev, cap, name="mcmc.scan_f", dtype=np.float32)
         return self._bufs
@@ -161,32 +174,66 @@ class MCMC(Strategy):
         dev.upload(b["counts"], np.array([0, n_add, 0, 0], np.uint32))
         rec = dev.recorder("mcmc.refine")
         self._record_draw(rec, p, n, alive_only=True, count_offset=None, seed=_seed(cfg, step, 1), stream=0)
-        rec.dispatch("densify_mcmc_relocate", groups,
-                     dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
-                     push=dict(n=n, min_opacity=cfg.min_opacity),
-                     spec=dict(RESET_SOURCE=1, SH_COEFFS=model.sh_coeffs))
-        rec.dispatch("densify_mcmc_copy", groups,
-                     dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh, **moments,
-                          dead_offsets=b["dead"], totals=self._scan_u.scratch, sample_src=b["sample_src"],
-                          weight_totals=self._scan_f.scratch),
-                     push=dict(n=n, count=0, dead_total_offset=self._scan_u.total_offset(n),
-                               weight_total_offset=self._scan_f.total_offset(n)),
-                     spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs, RESET_MOMENTS=int(not cfg.mcmc_keep_moments)))
+        rec.dispatch(
+            "densify_mcmc_relocate",
+            groups,
+            dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
+            push=dict(n=n, min_opacity=cfg.min_opacity),
+            spec=dict(RESET_SOURCE=1, SH_COEFFS=model.sh_coeffs),
+        )
+        rec.dispatch(
+            "densify_mcmc_copy",
+            groups,
+            dict(
+                means=p.means,
+                quats=p.quats,
+                scales=p.scales,
+                opacities=p.opacities,
+                sh=p.sh,
+                **moments,
+                dead_offsets=b["dead"],
+                totals=self._scan_u.scratch,
+                sample_src=b["sample_src"],
+                weight_totals=self._scan_f.scratch,
+            ),
+            push=dict(
+                n=n,
+                count=0,
+                dead_total_offset=self._scan_u.total_offset(n),
+                weight_total_offset=self._scan_f.total_offset(n),
+            ),
+            spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs, RESET_MOMENTS=int(not cfg.mcmc_keep_moments)),
+        )
         if n_add > 0:
-            model.set_count(n + n_add)          # within the budget: no reallocation
-            self._record_draw(rec, p, n, alive_only=False, count_offset=1, seed=_seed(cfg, step, 2), stream=2,
-                              count_max=n_add)
-            rec.dispatch("densify_mcmc_relocate", groups,
-                         dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
-                         push=dict(n=n, min_opacity=cfg.min_opacity),
-                         spec=dict(RESET_SOURCE=0, SH_COEFFS=model.sh_coeffs))
-            rec.dispatch("densify_mcmc_copy", Threads(n_add),
-                         dict(means=p.means, quats=p.quats, scales=p.scales, opacities=p.opacities, sh=p.sh,
-                              **moments, dead_offsets=b["dead"], totals=self._scan_u.scratch,
-                              sample_src=b["sample_src"], weight_totals=self._scan_f.scratch),
-                         push=dict(n=n, count=n_add, dead_total_offset=0,
-                                   weight_total_offset=self._scan_f.total_offset(n)),
-                         spec=dict(APPEND=1, SH_COEFFS=model.sh_coeffs))
+            model.set_count(n + n_add)  # within the budget: no reallocation
+            self._record_draw(
+                rec, p, n, alive_only=False, count_offset=1, seed=_seed(cfg, step, 2), stream=2, count_max=n_add
+            )
+            rec.dispatch(
+                "densify_mcmc_relocate",
+                groups,
+                dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
+                push=dict(n=n, min_opacity=cfg.min_opacity),
+                spec=dict(RESET_SOURCE=0, SH_COEFFS=model.sh_coeffs),
+            )
+            rec.dispatch(
+                "densify_mcmc_copy",
+                Threads(n_add),
+                dict(
+                    means=p.means,
+                    quats=p.quats,
+                    scales=p.scales,
+                    opacities=p.opacities,
+                    sh=p.sh,
+                    **moments,
+                    dead_offsets=b["dead"],
+                    totals=self._scan_u.scratch,
+                    sample_src=b["sample_src"],
+                    weight_totals=self._scan_f.scratch,
+                ),
+                push=dict(n=n, count=n_add, dead_total_offset=0, weight_total_offset=self._scan_f.total_offset(n)),
+                spec=dict(APPEND=1, SH_COEFFS=model.sh_coeffs),
+            )
         rec.finish().run()
         # one word read back every refine_every steps: how many were relocated
         dead = dev.readback(self._scan_u.scratch, shape=(1,), offset=4 * self._scan_u.total_offset(n))
@@ -199,21 +246,45 @@ class MCMC(Strategy):
         """Weights, their prefix sum, and the draws (count: the dead count when
         count_offset is None, else counts[count_offset])."""
         b = self._bufs
-        rec.dispatch("densify_mcmc_weights", Threads(n),
-                     dict(opacities=p.opacities, weights=b["weights"], dead=b["dead"], means=p.means,
-                          scales=p.scales, quats=p.quats),
-                     push=dict(n=n, min_opacity=self.cfg.min_opacity), spec=dict(ALIVE_ONLY=int(alive_only)))
+        rec.dispatch(
+            "densify_mcmc_weights",
+            Threads(n),
+            dict(
+                opacities=p.opacities,
+                weights=b["weights"],
+                dead=b["dead"],
+                means=p.means,
+                scales=p.scales,
+                quats=p.quats,
+            ),
+            push=dict(n=n, min_opacity=self.cfg.min_opacity),
+            spec=dict(ALIVE_ONLY=int(alive_only)),
+        )
         if count_offset is None:
             self._scan_u.record(rec, b["dead"], n)
             counts, offset, count_max = self._scan_u.scratch, self._scan_u.total_offset(n), n
         else:
             counts, offset = b["counts"], count_offset
         self._scan_f.record(rec, b["weights"], n)
-        rec.dispatch("densify_mcmc_sample", Threads(count_max),
-                     dict(cdf=b["weights"], totals=self._scan_f.scratch, counts=counts,
-                          sample_src=b["sample_src"], copies=b["copies"]),
-                     push=dict(n=n, count_max=count_max, count_offset=offset,
-                               total_offset=self._scan_f.total_offset(n), seed=seed, stream=stream))
+        rec.dispatch(
+            "densify_mcmc_sample",
+            Threads(count_max),
+            dict(
+                cdf=b["weights"],
+                totals=self._scan_f.scratch,
+                counts=counts,
+                sample_src=b["sample_src"],
+                copies=b["copies"],
+            ),
+            push=dict(
+                n=n,
+                count_max=count_max,
+                count_offset=offset,
+                total_offset=self._scan_f.total_offset(n),
+                seed=seed,
+                stream=stream,
+            ),
+        )
 
 
 class ADC(Strategy):
@@ -247,12 +318,27 @@ class ADC(Strategy):
         scan = PrefixSum(dev, max(n, 1), name="adc.scan")
         rec = dev.recorder("adc.classify")
         p = model.params
-        rec.dispatch("densify_adc_classify", Threads(n),
-                     dict(scales=p.scales, opacities=p.opacities, grad2d_sum=stats[0], vis_count=stats[1],
-                          actions=actions, out_counts=counts),
-                     push=dict(n=n, grow_grad2d=cfg.grow_grad2d, grow_scale3d=cfg.grow_scale3d * extent,
-                               prune_scale3d=cfg.prune_scale3d * extent, min_opacity=cfg.min_opacity,
-                               prune_big=int(step > cfg.reset_every), grow=1))
+        rec.dispatch(
+            "densify_adc_classify",
+            Threads(n),
+            dict(
+                scales=p.scales,
+                opacities=p.opacities,
+                grad2d_sum=stats[0],
+                vis_count=stats[1],
+                actions=actions,
+                out_counts=counts,
+            ),
+            push=dict(
+                n=n,
+                grow_grad2d=cfg.grow_grad2d,
+                grow_scale3d=cfg.grow_scale3d * extent,
+                prune_scale3d=cfg.prune_scale3d * extent,
+                min_opacity=cfg.min_opacity,
+                prune_big=int(step > cfg.reset_every),
+                grow=1,
+            ),
+        )
         offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
         rec.copy(counts, offsets, nbytes=4 * max(n, 1))
         scan.record(rec, offsets, n)
@@ -260,16 +346,33 @@ class ADC(Strategy):
         new_n = int(dev.readback(scan.scratch, shape=(1,), offset=4 * scan.total_offset(n))[0])
 
         from spirula.train.model import SplatModel
-        new = SplatModel(dev, new_n, self.capacity(new_n) if new_n > model.capacity else model.capacity,
-                         model.sh_coeffs)
+
+        new = SplatModel(
+            dev, new_n, self.capacity(new_n) if new_n > model.capacity else model.capacity, model.sh_coeffs
+        )
         rec = dev.recorder("adc.write")
         for group, (src, dst) in enumerate(zip(model.groups(), new.groups())):
-            rec.dispatch("densify_adc_write", Threads(n),
-                         dict(src_means=src.means, src_quats=src.quats, src_scales=src.scales,
-                              src_opacities=src.opacities, src_sh=src.sh, dst_means=dst.means,
-                              dst_quats=dst.quats, dst_scales=dst.scales, dst_opacities=dst.opacities,
-                              dst_sh=dst.sh, actions=actions, offsets=offsets, out_counts=counts),
-                         push=dict(n=n, seed=_seed(cfg, step, 3)), spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs))
+            rec.dispatch(
+                "densify_adc_write",
+                Threads(n),
+                dict(
+                    src_means=src.means,
+                    src_quats=src.quats,
+                    src_scales=src.scales,
+                    src_opacities=src.opacities,
+                    src_sh=src.sh,
+                    dst_means=dst.means,
+                    dst_quats=dst.quats,
+                    dst_scales=dst.scales,
+                    dst_opacities=dst.opacities,
+                    dst_sh=dst.sh,
+                    actions=actions,
+                    offsets=offsets,
+                    out_counts=counts,
+                ),
+                push=dict(n=n, seed=_seed(cfg, step, 3)),
+                spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs),
+            )
         rec.finish().run()
         for b in (actions, counts, offsets, scan.scratch):
             pool.free(b)
@@ -284,17 +387,22 @@ class ADC(Strategy):
         cfg, dev = self.cfg, device
         o = 2.0 * cfg.min_opacity
         rec = dev.recorder("adc.reset")
-        rec.dispatch("densify_adc_reset", Threads(model.n),
-                     dict(opacities=model.params.opacities, m_opacities=model.exp_avg.opacities,
-                          v_opacities=model.exp_avg_sq.opacities),
-                     push=dict(n=model.n, ceiling_logit=float(np.log(o / (1 - o)))))
+        rec.dispatch(
+            "densify_adc_reset",
+            Threads(model.n),
+            dict(
+                opacities=model.params.opacities,
+                m_opacities=model.exp_avg.opacities,
+                v_opacities=model.exp_avg_sq.opacities,
+            ),
+            push=dict(n=model.n, ceiling_logit=float(np.log(o / (1 - o)))),
+        )
         rec.finish().run()
         return Changes(model, n_before=model.n, n_after=model.n, opacities_reset=True)
 
     def state_dict(self, model, stats, device) -> dict:
         n = model.n
-        return dict(grad2d_sum=device.readback(stats[0], shape=(n,)),
-                    vis_count=device.readback(stats[1], shape=(n,)))
+        return dict(grad2d_sum=device.readback(stats[0], shape=(n,)), vis_count=device.readback(stats[1], shape=(n,)))
 
     def load_state_dict(self, state: dict, stats, device):
         if "grad2d_sum" in state:

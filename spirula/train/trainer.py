@@ -18,6 +18,7 @@ landscape photos): each size gets its own :class:`_ImageSize` (rasterizer,
 loss scratch, ground truth and recorded step); the splats, their optimizer
 state and the step parameters are shared.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,15 +44,17 @@ class _ImageSize:
     step sequence recorded for them. ``images``: their train-list indices;
     ``capacity``: splats the rasterizer starts with room for."""
 
-    def __init__(self, dev, scene, width: int, height: int, images: list, name: str, capacity: int,
-                 max_alpha: float):
+    def __init__(self, dev, scene, width: int, height: int, images: list, name: str, capacity: int, max_alpha: float):
         self.width, self.height, self.images = width, height, images
-        self.local = {img: k for k, img in enumerate(images)}     # train index -> index in gt_images
+        self.local = {img: k for k, img in enumerate(images)}  # train index -> index in gt_images
         self.gt_images = dev.pool.alloc(name + ".gt_images", (len(images), height, width), np.uint32, "image")
-        dev.upload(self.gt_images, pack_rgba8(np.stack([scene.load_image(scene.train[i])
-                                                        for i in track(images, "loading images", unit="image")])))
-        self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster",
-                                 max_alpha=max_alpha)
+        dev.upload(
+            self.gt_images,
+            pack_rgba8(
+                np.stack([scene.load_image(scene.train[i]) for i in track(images, "loading images", unit="image")])
+            ),
+        )
+        self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha)
         self.raster.set_backgrounds(scene.background[None])
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
         self.seq = None
@@ -73,8 +76,7 @@ class Trainer:
     ``init`` and :meth:`splat_arrays` are in the dataset's.
     """
 
-    def __init__(self, scene, cfg: TrainConfig, device, init: dict | None = None,
-                 world: WorldTransform | None = None):
+    def __init__(self, scene, cfg: TrainConfig, device, init: dict | None = None, world: WorldTransform | None = None):
         self.scene, self.cfg, self.device = scene, cfg, device
         frames = [scene.frames[i] for i in scene.train]
         if not frames:
@@ -93,8 +95,9 @@ class Trainer:
         self.extent = 1.1 * float(np.linalg.norm(centres - centres.mean(0), axis=1).max()) or 1.0
 
         if init is None:
-            init = init_from_points(self.world.points(scene.points), scene.point_colors, cfg, self.sh_coeffs,
-                                    seed=cfg.seed)
+            init = init_from_points(
+                self.world.points(scene.points), scene.point_colors, cfg, self.sh_coeffs, seed=cfg.seed
+            )
         else:
             init = self.world.to_training(init)
         n = len(init["means"])
@@ -102,20 +105,34 @@ class Trainer:
         try:
             self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
         except OutOfMemoryError as exc:
-            raise OutOfMemoryError("%s; lower the splat budget (--cap-max, now %s) or the SH degree (--sh-degree)"
-                                   % (exc, "{:,}".format(cfg.cap_max))) from None
+            raise OutOfMemoryError(
+                "%s; lower the splat budget (--cap-max, now %s) or the SH degree (--sh-degree)"
+                % (exc, f"{cfg.cap_max:,}")
+            ) from None
         self.model.upload(init)
-        self.stats = (pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
-                      pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True))
+        self.stats = (
+            pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
+            pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True),
+        )
 
         # one group per image size, the most common first (named "train" when alone)
         by_size = {}
         for k, f in enumerate(frames):
             by_size.setdefault((f.width, f.height), []).append(k)
         sizes = sorted(by_size, key=lambda wh: (-len(by_size[wh]), wh))
-        self.sizes = {wh: _ImageSize(device, scene, wh[0], wh[1], by_size[wh],
-                                     "train" if len(sizes) == 1 else "train.%dx%d" % wh,
-                                     self.model.capacity, cfg.max_alpha) for wh in sizes}
+        self.sizes = {
+            wh: _ImageSize(
+                device,
+                scene,
+                wh[0],
+                wh[1],
+                by_size[wh],
+                "train" if len(sizes) == 1 else "train.%dx%d" % wh,
+                self.model.capacity,
+                cfg.max_alpha,
+            )
+            for wh in sizes
+        }
         self._size_of_image = [self.sizes[(f.width, f.height)] for f in frames]
         self._eval_rasters = {}
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
@@ -141,7 +158,7 @@ class Trainer:
     def adopt(self, changes):
         """Take over what the strategy changed (:class:`~spirula.train.strategy.Changes`):
         its splats, and room for them in every view."""
-        if changes.model is not self.model:       # reallocated: room for its whole capacity
+        if changes.model is not self.model:  # reallocated: room for its whole capacity
             self.model = changes.model
             self.reserve_views(self.model.capacity)
         elif changes.n_after > changes.n_before:
@@ -156,7 +173,7 @@ class Trainer:
         self.raster.reserve(self.model.n)
         most = 1
         for i in idx:
-            self.raster.set_cameras(self.viewmats[i:i + 1], self.Ks[i:i + 1])
+            self.raster.set_cameras(self.viewmats[i : i + 1], self.Ks[i : i + 1])
             rec = self.device.recorder("train.measure")
             self.raster.record_project(rec, self.model.params, 0)
             rec.finish().run()
@@ -180,11 +197,21 @@ class Trainer:
         raster.record_raster(rec)
         self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
         raster.record_raster_backward(rec, absgrad=cfg.absgrad)
-        record_fpbo(rec, self.model, raster, self.params, self.stats, sh_degree,
-                    mcmc_noise=cfg.strategy == "mcmc", adc_stats=cfg.strategy == "adc", absgrad=cfg.absgrad)
+        record_fpbo(
+            rec,
+            self.model,
+            raster,
+            self.params,
+            self.stats,
+            sh_degree,
+            mcmc_noise=cfg.strategy == "mcmc",
+            adc_stats=cfg.strategy == "adc",
+            absgrad=cfg.absgrad,
+        )
         rec.copy(self.loss.loss_out, self.host_out, nbytes=16)
-        rec.copy(raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=4 * raster.total_offset,
-                 dst_offset=16)
+        rec.copy(
+            raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=4 * raster.total_offset, dst_offset=16
+        )
         return rec.finish()
 
     def _next_image(self) -> int:
@@ -197,13 +224,30 @@ class Trainer:
         t = self.step + 1
         lr = learning_rates(cfg, self.step, self.extent)
         p = step_params(
-            step=t, seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF, n_views=1, n_splats=self.model.n,
-            image_index=[self._active.local[image]] + [0] * 7, lr_means=lr.means, lr_quats=lr.quats,
-            lr_scales=lr.scales, lr_opacities=lr.opacities, lr_sh0=lr.sh0, lr_shN=lr.shN, bias1=1 - cfg.beta1 ** t,
-            bias2=1 - cfg.beta2 ** t, beta1=cfg.beta1, beta2=cfg.beta2, adam_eps=cfg.adam_eps,
-            l1_weight=cfg.l1_weight, ssim_weight=cfg.ssim_weight, opacity_reg=cfg.opacity_reg,
-            scale_reg=cfg.scale_reg, noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
-            grad_norm_scale_x=self.width / 2.0, grad_norm_scale_y=self.height / 2.0)
+            step=t,
+            seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF,
+            n_views=1,
+            n_splats=self.model.n,
+            image_index=[self._active.local[image]] + [0] * 7,
+            lr_means=lr.means,
+            lr_quats=lr.quats,
+            lr_scales=lr.scales,
+            lr_opacities=lr.opacities,
+            lr_sh0=lr.sh0,
+            lr_shN=lr.shN,
+            bias1=1 - cfg.beta1**t,
+            bias2=1 - cfg.beta2**t,
+            beta1=cfg.beta1,
+            beta2=cfg.beta2,
+            adam_eps=cfg.adam_eps,
+            l1_weight=cfg.l1_weight,
+            ssim_weight=cfg.ssim_weight,
+            opacity_reg=cfg.opacity_reg,
+            scale_reg=cfg.scale_reg,
+            noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
+            grad_norm_scale_x=self.width / 2.0,
+            grad_norm_scale_y=self.height / 2.0,
+        )
         view = self.host_in.host_view()
         view[:STEP_PARAMS_WORDS] = np.frombuffer(p.tobytes(), np.uint32)
         cam = np.zeros(20, np.float32)
@@ -232,12 +276,23 @@ class Trainer:
         if n_isects > 0.9 * self.raster.isect_capacity:
             self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
         self.step += 1
-        changes = self.strategy.step_post_backward(self.model, self.stats, self.step - 1,   # 0-based, as gsplat
-                                                   self.extent, self.device)
+        changes = self.strategy.step_post_backward(
+            self.model,
+            self.stats,
+            self.step - 1,  # 0-based, as gsplat
+            self.extent,
+            self.device,
+        )
         if changes is not None:
             self.adopt(changes)
-        return dict(loss=float(out[0]), l1=float(out[1]), ssim=float(out[2]), mse=float(out[3]),
-                    n_isects=n_isects, n_splats=self.model.n)
+        return dict(
+            loss=float(out[0]),
+            l1=float(out[1]),
+            ssim=float(out[2]),
+            mse=float(out[3]),
+            n_isects=n_isects,
+            n_splats=self.model.n,
+        )
 
     # -- evaluation and export ----------------------------------------------------
     def _raster_for(self, width: int, height: int) -> Rasterizer:
@@ -248,8 +303,14 @@ class Trainer:
         raster = self._eval_rasters.get((width, height))
         if raster is None:
             raster = self._eval_rasters[(width, height)] = Rasterizer(
-                self.device, width, height, 1, capacity=self.model.n, name="eval.%dx%d" % (width, height),
-                max_alpha=self.cfg.max_alpha)
+                self.device,
+                width,
+                height,
+                1,
+                capacity=self.model.n,
+                name="eval.%dx%d" % (width, height),
+                max_alpha=self.cfg.max_alpha,
+            )
             raster.set_backgrounds(self.scene.background[None])
         raster.reserve(self.model.n)
         return raster
@@ -267,6 +328,7 @@ class Trainer:
     def evaluate(self, indices=None) -> dict:
         """PSNR and SSIM of every test image (clamped to [0, 1])."""
         from spirula.train.metrics import psnr, ssim
+
         indices = self.scene.test if indices is None else indices
         per = []
         for i in track(indices, "evaluating", unit="view"):
@@ -286,11 +348,16 @@ class Trainer:
     def state_dict(self) -> dict:
         """Everything --resume needs, as numpy arrays and plain values."""
         state = self.model.download()
-        return dict(step=self.step, config=self.cfg.to_json(), model=state,
-                    world=dict(center=list(self.world.center), scale=self.world.scale),
-                    rng=self.rng.bit_generator.state, order=list(map(int, self._order)),
-                    strategy=self.strategy.state_dict(self.model, self.stats, self.device),
-                    isect_capacity=max(g.raster.isect_capacity for g in self.sizes.values()))
+        return dict(
+            step=self.step,
+            config=self.cfg.to_json(),
+            model=state,
+            world=dict(center=list(self.world.center), scale=self.world.scale),
+            rng=self.rng.bit_generator.state,
+            order=list(map(int, self._order)),
+            strategy=self.strategy.state_dict(self.model, self.stats, self.device),
+            isect_capacity=max(g.raster.isect_capacity for g in self.sizes.values()),
+        )
 
     def load_state_dict(self, state: dict):
         model = state["model"]

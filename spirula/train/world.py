@@ -6,6 +6,7 @@ position noise ~ lr x covariance, the scale regularizer) then behave the same
 on every dataset. No rotation is applied, so splats map back to the dataset's
 frame without rotating SH coefficients: x_world = x_train / scale + center.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,11 +16,11 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class WorldTransform:
-    center: tuple       # dataset coordinates of the training origin
-    scale: float        # training units per dataset unit
+    center: tuple  # dataset coordinates of the training origin
+    scale: float  # training units per dataset unit
 
     @classmethod
-    def from_cameras(cls, viewmats, center: str = "cameras") -> "WorldTransform":
+    def from_cameras(cls, viewmats, center: str = "cameras") -> WorldTransform:
         """Scale: 1 / the cameras' median distance from the centre. Centre
         "cameras": their mean position; "focus": the point nearest to all their
         optical axes (what they look at, as gsplat's similarity_from_cameras
@@ -36,7 +37,7 @@ class WorldTransform:
         return cls(tuple(float(v) for v in c), float(1.0 / d) if d > 0 else 1.0)
 
     @classmethod
-    def identity(cls) -> "WorldTransform":
+    def identity(cls) -> WorldTransform:
         return cls((0.0, 0.0, 0.0), 1.0)
 
     def viewmats(self, viewmats) -> np.ndarray:
@@ -52,7 +53,9 @@ class WorldTransform:
     def to_dataset(self, params: dict) -> dict:
         """Raw splat parameters (log-scales) from training to dataset coordinates."""
         out = dict(params)
-        out["means"] = (np.asarray(params["means"], np.float64) / self.scale + np.asarray(self.center)).astype(np.float32)
+        out["means"] = (np.asarray(params["means"], np.float64) / self.scale + np.asarray(self.center)).astype(
+            np.float32
+        )
         out["scales"] = (np.asarray(params["scales"], np.float64) - np.log(self.scale)).astype(np.float32)
         return out
 
@@ -66,7 +69,7 @@ class WorldTransform:
 def _focus_point(centres, axes, fallback):
     """Least-squares nearest point to the lines centre_i + t axis_i (unit
     axes), if it is well determined and in front of the cameras."""
-    P = np.eye(3)[None] - axes[:, :, None] * axes[:, None, :]     # projectors orthogonal to each axis
+    P = np.eye(3)[None] - axes[:, :, None] * axes[:, None, :]  # projectors orthogonal to each axis
     A, b = P.sum(0), np.einsum("nij,nj->i", P, centres)
     w = np.linalg.eigvalsh(A)
     if len(centres) < 2 or w[0] < 1e-3 * w[-1]:

@@ -6,6 +6,7 @@ A Gaussian with pixel radii (rx, ry) around mean2d touches the tiles of the box
 Intersections are sorted lexicographically by (camera, tile, depth, Gaussian id),
 so every tile owns a contiguous, front-to-back range of the sorted list.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -95,8 +96,12 @@ def intersect(means2d, radii, depths, width: int, height: int, tile_size: int = 
     return dict(
         tiles=counts,
         isects=[(int(c), int(t), float(d), int(g)) for c, t, d, g in zip(cams, tiles, dep, gids)],
-        isect_cams=cams, isect_tiles=tiles, isect_depths=dep, isect_gids=gids,
+        isect_cams=cams,
+        isect_tiles=tiles,
+        isect_depths=dep,
+        isect_gids=gids,
         flatten_ids=cams * N + gids,
         tile_ranges=ranges,
-        tile_width=tw, tile_height=th,
+        tile_width=tw,
+        tile_height=th,
     )

@@ -6,12 +6,13 @@ C1 = 0.01^2, C2 = 0.03^2, 'valid' positions only (the window inside the
 image), as fused_ssim(padding='valid'). Written with a full 2D window
 (no separable passes), so it checks the kernels' separable form too.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 _K = np.arange(11) - 5
-_G = np.exp(-_K ** 2 / (2 * 1.5 ** 2))
+_G = np.exp(-(_K**2) / (2 * 1.5**2))
 WINDOW = np.outer(_G, _G) / np.outer(_G, _G).sum()
 
 
@@ -21,13 +22,13 @@ def _window_means(a):
     out = np.zeros((H - 10, W - 10))
     for dy in range(11):
         for dx in range(11):
-            out += WINDOW[dy, dx] * a[dy:dy + H - 10, dx:dx + W - 10]
+            out += WINDOW[dy, dx] * a[dy : dy + H - 10, dx : dx + W - 10]
     return out
 
 
 def ssim_map(x, y):
     """SSIM at every valid position of one channel, [H-10, W-10]."""
-    c1, c2 = 0.01 ** 2, 0.03 ** 2
+    c1, c2 = 0.01**2, 0.03**2
     mx, my = _window_means(x), _window_means(y)
     sxx = _window_means(x * x) - mx * mx
     syy = _window_means(y * y) - my * my

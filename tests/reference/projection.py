@@ -7,6 +7,7 @@ Jacobian evaluated at a mean whose x/z, y/z are clamped to 1.3x the image frustu
 eps2d added to the 2D covariance; opacity-aware radius; real SH colours + 0.5,
 clamped at 0. Culled (camera, Gaussian) pairs have radii (0,0) and all outputs 0.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,14 +15,20 @@ import numpy as np
 from .intersect import tile_counts
 
 ALPHA_THRESHOLD = 1.0 / 255.0
-MAX_EXTEND = 3.33     # radius cap in standard deviations
-CLIP_MARGIN = 0.3     # the Jacobian clamp reaches 0.3 * tan(fov/2) past the image edge
+MAX_EXTEND = 3.33  # radius cap in standard deviations
+CLIP_MARGIN = 0.3  # the Jacobian clamp reaches 0.3 * tan(fov/2) past the image edge
 
 SH_C0 = 0.2820947917738781
 SH_C1 = 0.48860251190292
 SH_C2 = (0.5462742152960395, -1.092548430592079, 0.9461746957575601, 0.3153915652525201)
-SH_C3 = (-0.5900435899266435, 1.445305721320277, -2.285228997322329, 0.4570457994644658,
-         1.865881662950577, 1.119528997770346)
+SH_C3 = (
+    -0.5900435899266435,
+    1.445305721320277,
+    -2.285228997322329,
+    0.4570457994644658,
+    1.865881662950577,
+    1.119528997770346,
+)
 
 
 def _f64(x) -> np.ndarray:
@@ -33,10 +40,20 @@ def quat_to_rotmat(quats) -> np.ndarray:
     q = _f64(quats)
     q = q / np.linalg.norm(q, axis=-1, keepdims=True)
     w, x, y, z = np.moveaxis(q, -1, 0)
-    R = np.stack([
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1)
+    R = np.stack(
+        [
+            1 - 2 * (y * y + z * z),
+            2 * (x * y - w * z),
+            2 * (x * z + w * y),
+            2 * (x * y + w * z),
+            1 - 2 * (x * x + z * z),
+            2 * (y * z - w * x),
+            2 * (x * z - w * y),
+            2 * (y * z + w * x),
+            1 - 2 * (x * x + y * y),
+        ],
+        -1,
+    )
     return R.reshape(q.shape[:-1] + (3, 3))
 
 
@@ -83,18 +100,25 @@ def sh_basis_jac(dirs, degree: int) -> np.ndarray:
         rows += [(o, o - SH_C1, o), (o, o, o + SH_C1), (o - SH_C1, o, o)]
     if degree >= 2:
         A, B, C, _ = SH_C2
-        rows += [(2 * A * y, 2 * A * x, o), (o, B * z, B * y), (o, o, 2 * C * z),
-                 (B * z, o, B * x), (2 * A * x, -2 * A * y, o)]
+        rows += [
+            (2 * A * y, 2 * A * x, o),
+            (o, B * z, B * y),
+            (o, o, 2 * C * z),
+            (B * z, o, B * x),
+            (2 * A * x, -2 * A * y, o),
+        ]
     if degree >= 3:
         A, B, Cz, C0, E, F = SH_C3
         fTmpC = Cz * z * z + C0
-        rows += [(6 * A * x * y, 3 * A * (x * x - y * y), o),          # A (3x^2 y - y^3)
-                 (2 * B * z * y, 2 * B * z * x, 2 * B * x * y),        # B z 2xy
-                 (o, fTmpC, 2 * Cz * z * y),                           # fTmpC y
-                 (o, o, 3 * E * z * z - F),                            # z (E z^2 - F)
-                 (fTmpC, o, 2 * Cz * z * x),                           # fTmpC x
-                 (2 * B * z * x, -2 * B * z * y, B * (x * x - y * y)),  # B z (x^2 - y^2)
-                 (3 * A * (x * x - y * y), -6 * A * x * y, o)]         # A (x^3 - 3 x y^2)
+        rows += [
+            (6 * A * x * y, 3 * A * (x * x - y * y), o),  # A (3x^2 y - y^3)
+            (2 * B * z * y, 2 * B * z * x, 2 * B * x * y),  # B z 2xy
+            (o, fTmpC, 2 * Cz * z * y),  # fTmpC y
+            (o, o, 3 * E * z * z - F),  # z (E z^2 - F)
+            (fTmpC, o, 2 * Cz * z * x),  # fTmpC x
+            (2 * B * z * x, -2 * B * z * y, B * (x * x - y * y)),  # B z (x^2 - y^2)
+            (3 * A * (x * x - y * y), -6 * A * x * y, o),
+        ]  # A (x^3 - 3 x y^2)
     return np.stack([np.stack(r, -1) for r in rows], 1)
 
 
@@ -116,10 +140,14 @@ def _camera(means, cov, opacities, sh, viewmat, K, width, height, sh_degree, eps
     depth_ok = (z > near) & (z < far)
     zs = np.where(depth_ok, z, 1.0)  # placeholder depth for culled Gaussians, keeps the maths finite
 
-    lim = np.array([(width - cx) / fx + CLIP_MARGIN * 0.5 * width / fx,    # x positive
-                    cx / fx + CLIP_MARGIN * 0.5 * width / fx,              # x negative
-                    (height - cy) / fy + CLIP_MARGIN * 0.5 * height / fy,  # y positive
-                    cy / fy + CLIP_MARGIN * 0.5 * height / fy])            # y negative
+    lim = np.array(
+        [
+            (width - cx) / fx + CLIP_MARGIN * 0.5 * width / fx,  # x positive
+            cx / fx + CLIP_MARGIN * 0.5 * width / fx,  # x negative
+            (height - cy) / fy + CLIP_MARGIN * 0.5 * height / fy,  # y positive
+            cy / fy + CLIP_MARGIN * 0.5 * height / fy,
+        ]
+    )  # y negative
     ux, uy = x / zs, y / zs
     clip_x = (ux > lim[0]) | (ux < -lim[1])
     clip_y = (uy > lim[2]) | (uy < -lim[3])
@@ -141,11 +169,20 @@ def _camera(means, cov, opacities, sh, viewmat, K, width, height, sh_degree, eps
     # Opacity-aware radius: alpha = o exp(-sigma) reaches 1/255 at sigma = ln(255 o).
     op_ok = opacities >= ALPHA_THRESHOLD
     extend = np.minimum(MAX_EXTEND, np.sqrt(2.0 * np.log(np.maximum(opacities * 255.0, 1.0))))
-    radii = np.stack([np.ceil(extend * np.sqrt(np.maximum(cov2[:, 0, 0], 0.0))),
-                      np.ceil(extend * np.sqrt(np.maximum(cov2[:, 1, 1], 0.0)))], -1)
+    radii = np.stack(
+        [
+            np.ceil(extend * np.sqrt(np.maximum(cov2[:, 0, 0], 0.0))),
+            np.ceil(extend * np.sqrt(np.maximum(cov2[:, 1, 1], 0.0))),
+        ],
+        -1,
+    )
     r_ok = (radii[:, 0] > 0) | (radii[:, 1] > 0)
-    on_img = ((means2d[:, 0] + radii[:, 0] > 0) & (means2d[:, 0] - radii[:, 0] < width)
-              & (means2d[:, 1] + radii[:, 1] > 0) & (means2d[:, 1] - radii[:, 1] < height))
+    on_img = (
+        (means2d[:, 0] + radii[:, 0] > 0)
+        & (means2d[:, 0] - radii[:, 0] < width)
+        & (means2d[:, 1] + radii[:, 1] > 0)
+        & (means2d[:, 1] - radii[:, 1] < height)
+    )
     vis = depth_ok & det_ok & op_ok & r_ok & on_img
 
     # View-dependent colour; direction from the camera centre campos = -Rv^T tv.
@@ -154,16 +191,35 @@ def _camera(means, cov, opacities, sh, viewmat, K, width, height, sh_degree, eps
     dist = np.linalg.norm(diff, axis=-1)
     dirs = diff / np.where(dist > 0, dist, 1.0)[:, None]
     Y = sh_basis(dirs, sh_degree)
-    raw = np.einsum("nk,nkc->nc", Y, sh[:, :Y.shape[1]]) + 0.5
+    raw = np.einsum("nk,nkc->nc", Y, sh[:, : Y.shape[1]]) + 0.5
 
     m = vis[:, None]
     return dict(
-        vis=vis, means2d=np.where(m, means2d, 0.0), conics=np.where(m, conic, 0.0),
-        depths=np.where(vis, z, 0.0), radii=np.where(m, radii, 0).astype(np.int32),
+        vis=vis,
+        means2d=np.where(m, means2d, 0.0),
+        conics=np.where(m, conic, 0.0),
+        depths=np.where(vis, z, 0.0),
+        radii=np.where(m, radii, 0).astype(np.int32),
         colors=np.where(m, np.maximum(raw, 0.0), 0.0),
         # intermediates for the backward
-        Rv=Rv, fx=fx, fy=fy, x=x, y=y, zs=zs, tx=tx, ty=ty, clip_x=clip_x, clip_y=clip_y,
-        J=J, covc=covc, cov2=cov2, dirs=dirs, dist=dist, Y=Y, raw=raw)
+        Rv=Rv,
+        fx=fx,
+        fy=fy,
+        x=x,
+        y=y,
+        zs=zs,
+        tx=tx,
+        ty=ty,
+        clip_x=clip_x,
+        clip_y=clip_y,
+        J=J,
+        covc=covc,
+        cov2=cov2,
+        dirs=dirs,
+        dist=dist,
+        Y=Y,
+        raw=raw,
+    )
 
 
 def _prepare(means, quats, scales, opacities, sh_coeffs, viewmats, Ks):
@@ -172,8 +228,9 @@ def _prepare(means, quats, scales, opacities, sh_coeffs, viewmats, Ks):
     return means, scales, opacities, sh, R, M, cov, _f64(viewmats), _f64(Ks)
 
 
-def projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree,
-                   eps2d=0.3, near=0.01, far=1e10) -> dict:
+def projection_fwd(
+    means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree, eps2d=0.3, near=0.01, far=1e10
+) -> dict:
     """Project N Gaussians into C cameras.
 
     means [N,3], quats [N,4] wxyz, scales [N,3] (activated), opacities [N] (activated),
@@ -182,17 +239,37 @@ def projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, wid
     depths [C,N] (camera z), radii [C,N,2] int32, colors [C,N,3], tiles [C,N] int64.
     """
     means, scales, opacities, sh, R, M, cov, viewmats, Ks = _prepare(
-        means, quats, scales, opacities, sh_coeffs, viewmats, Ks)
-    cams = [_camera(means, cov, opacities, sh, viewmats[c], Ks[c], width, height, sh_degree, eps2d, near, far)
-            for c in range(len(viewmats))]
+        means, quats, scales, opacities, sh_coeffs, viewmats, Ks
+    )
+    cams = [
+        _camera(means, cov, opacities, sh, viewmats[c], Ks[c], width, height, sh_degree, eps2d, near, far)
+        for c in range(len(viewmats))
+    ]
     out = {k: np.stack([cam[k] for cam in cams]) for k in ("means2d", "conics", "depths", "radii", "colors")}
     out["tiles"] = tile_counts(out["means2d"], out["radii"], width, height)
     return out
 
 
-def projection_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree,
-                   grad_means2d, grad_conics, grad_colors, grad_opacities, eps2d=0.3, near=0.01, far=1e10,
-                   grad_depths=None) -> dict:
+def projection_bwd(
+    means,
+    quats,
+    scales,
+    opacities,
+    sh_coeffs,
+    viewmats,
+    Ks,
+    width,
+    height,
+    sh_degree,
+    grad_means2d,
+    grad_conics,
+    grad_colors,
+    grad_opacities,
+    eps2d=0.3,
+    near=0.01,
+    far=1e10,
+    grad_depths=None,
+) -> dict:
     """Analytic gradients of projection_fwd.
 
     grad_means2d [C,N,2], grad_conics [C,N,3], grad_colors [C,N,3]: cotangents of the outputs;
@@ -202,7 +279,8 @@ def projection_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, wid
     unnormalised input), scales [N,3], opacities [N], sh_coeffs [N,K,3].
     """
     means, scales, opacities, sh, R, M, cov, viewmats, Ks = _prepare(
-        means, quats, scales, opacities, sh_coeffs, viewmats, Ks)
+        means, quats, scales, opacities, sh_coeffs, viewmats, Ks
+    )
     N = len(means)
     v_means = np.zeros((N, 3))
     v_cov = np.zeros((N, 3, 3))
@@ -258,12 +336,11 @@ def projection_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, wid
         v_mc *= m  # already 0 for culled pairs (all their cotangents were masked); keeps it explicit
 
         Rv = f["Rv"]
-        v_means += v_mc @ Rv          # mc = Rv mean + tv
-        v_cov += Rv.T @ v_covc @ Rv   # covc = Rv cov Rv^T
+        v_means += v_mc @ Rv  # mc = Rv mean + tv
+        v_cov += Rv.T @ v_covc @ Rv  # covc = Rv cov Rv^T
 
     # cov = M M^T, M = R diag(s)
     v_M = (v_cov + np.swapaxes(v_cov, -1, -2)) @ M
     v_R = v_M * scales[:, None, :]
     v_scales = np.sum(v_M * R, axis=1)
-    return dict(means=v_means, quats=_rotmat_vjp(quats, v_R), scales=v_scales, opacities=v_op,
-                sh_coeffs=v_sh)
+    return dict(means=v_means, quats=_rotmat_vjp(quats, v_R), scales=v_scales, opacities=v_op, sh_coeffs=v_sh)

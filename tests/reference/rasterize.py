@@ -8,6 +8,7 @@ Per pixel p (centre (j+0.5, i+0.5)) of camera c, walking its tile's sorted list 
 colors = C + T bg, alphas = 1 - T, depths = D (not normalised).
 The pixels of a tile are vectorised; every skip/stop decision is made per pixel.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,8 +58,14 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
             s, e = isect["tile_ranges"][c, t]
             gids = flat[s:e] - c * N
             K, P = len(gids), len(px)
-            rec = dict(c=c, rows=rows, cols=cols, gids=gids, state=np.zeros((K, P), np.int64),
-                       **{k: np.zeros((K, P)) for k in ("alpha", "raw", "vis", "dx", "dy", "T")})
+            rec = dict(
+                c=c,
+                rows=rows,
+                cols=cols,
+                gids=gids,
+                state=np.zeros((K, P), np.int64),
+                **{k: np.zeros((K, P)) for k in ("alpha", "raw", "vis", "dx", "dy", "T")},
+            )
             T = np.ones(P)
             col = np.zeros((P, 3))
             dep = np.zeros(P)
@@ -79,11 +86,19 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
                 T_next = T * (1.0 - alpha)
                 stop = cand & (T_next <= T_EPS)
                 blend = cand & ~stop
-                state = np.select([done, skip_sigma, skip_alpha, stop, blend],
-                                  [NOT_REACHED, SKIP_SIGMA, SKIP_ALPHA, STOPPED, BLENDED])
+                state = np.select(
+                    [done, skip_sigma, skip_alpha, stop, blend], [NOT_REACHED, SKIP_SIGMA, SKIP_ALPHA, STOPPED, BLENDED]
+                )
                 state = state + np.where(~done & (raw > MAX_ALPHA), CLAMPED, 0)
-                for name, val in (("state", state), ("alpha", alpha), ("raw", raw), ("vis", vis),
-                                  ("dx", dx), ("dy", dy), ("T", T)):
+                for name, val in (
+                    ("state", state),
+                    ("alpha", alpha),
+                    ("raw", raw),
+                    ("vis", vis),
+                    ("dx", dx),
+                    ("dy", dy),
+                    ("T", T),
+                ):
                     rec[name][k] = val
                 w = np.where(blend, alpha * T, 0.0)  # blending weight, 0 where not blended
                 col += w[:, None] * colors[c, g]
@@ -118,8 +133,7 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
         out_d[idx] = r["depth"][:, None]
         out_t[idx] = r["T_final"]
         out_l[idx] = r["last"]
-    return dict(colors=out_c, alphas=1.0 - out_t[..., None], depths=out_d, T_final=out_t, last=out_l,
-                isect=isect)
+    return dict(colors=out_c, alphas=1.0 - out_t[..., None], depths=out_d, T_final=out_t, last=out_l, isect=isect)
 
 
 def decision_codes(means2d, conics, colors, opacities, depths, radii, width, height):
@@ -133,8 +147,20 @@ def decision_codes(means2d, conics, colors, opacities, depths, radii, width, hei
     return isect["flatten_ids"], (np.concatenate(codes) if codes else np.zeros(0, np.int64))
 
 
-def rasterize_bwd(means2d, conics, colors, opacities, depths, radii, width, height, backgrounds=None,
-                  grad_colors=None, grad_alphas=None, grad_depths=None) -> dict:
+def rasterize_bwd(
+    means2d,
+    conics,
+    colors,
+    opacities,
+    depths,
+    radii,
+    width,
+    height,
+    backgrounds=None,
+    grad_colors=None,
+    grad_alphas=None,
+    grad_depths=None,
+) -> dict:
     """Analytic gradients of rasterize_fwd.
 
     Inputs as rasterize_fwd, plus cotangents grad_colors [C,H,W,3], grad_alphas [C,H,W,1] and,
@@ -150,8 +176,13 @@ def rasterize_bwd(means2d, conics, colors, opacities, depths, radii, width, heig
     gA = zero(1) if grad_alphas is None else _f64(grad_alphas)
     gD = zero(1) if grad_depths is None else _f64(grad_depths)
     bg = np.zeros((C, 3)) if backgrounds is None else _f64(backgrounds)
-    v = dict(means2d=np.zeros((C, N, 2)), conics=np.zeros((C, N, 3)), colors=np.zeros((C, N, 3)),
-             opacities=np.zeros((C, N)), depths=np.zeros((C, N)))
+    v = dict(
+        means2d=np.zeros((C, N, 2)),
+        conics=np.zeros((C, N, 3)),
+        colors=np.zeros((C, N, 3)),
+        opacities=np.zeros((C, N)),
+        depths=np.zeros((C, N)),
+    )
     v_bg = np.zeros((C, 3))
     for r in records:
         c = r["c"]
@@ -173,8 +204,11 @@ def rasterize_bwd(means2d, conics, colors, opacities, depths, radii, width, heig
             om = 1.0 - al  # >= 1 - MAX_ALPHA, no division hazard
             # out = sum_j c_j a_j T_j + T_f bg, T_j (j > k) and T_f carry (1 - a_k):
             # d out/d a_k = c_k T_k - S_k/(1 - a_k);  d(1 - T_f)/d a_k = T_f/(1 - a_k)
-            v_alpha = (np.sum(vC * (col[c, g] * T[:, None] - S / om[:, None]), -1)
-                       + vA * Tf / om + vD * (dep[c, g] * T - SD / om))
+            v_alpha = (
+                np.sum(vC * (col[c, g] * T[:, None] - S / om[:, None]), -1)
+                + vA * Tf / om
+                + vD * (dep[c, g] * T - SD / om)
+            )
             v["colors"][c, g] += np.sum(vC * w[:, None], 0)
             v["depths"][c, g] += np.sum(vD * w)
             S = S + w[:, None] * col[c, g]
@@ -185,8 +219,11 @@ def rasterize_bwd(means2d, conics, colors, opacities, depths, radii, width, heig
             v_sigma = -v_raw * r["raw"][k]
             dx, dy = r["dx"][k], r["dy"][k]
             a, b, cc = con[c, g]
-            v["conics"][c, g] += [np.sum(0.5 * dx * dx * v_sigma), np.sum(dx * dy * v_sigma),
-                                  np.sum(0.5 * dy * dy * v_sigma)]
+            v["conics"][c, g] += [
+                np.sum(0.5 * dx * dx * v_sigma),
+                np.sum(dx * dy * v_sigma),
+                np.sum(0.5 * dy * dy * v_sigma),
+            ]
             v["means2d"][c, g] += [np.sum((a * dx + b * dy) * v_sigma), np.sum((b * dx + cc * dy) * v_sigma)]
     if backgrounds is not None:
         v["backgrounds"] = v_bg

@@ -1,4 +1,5 @@
 """The full rasterization pipeline (projection -> intersection -> compositing), float64 reference."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,7 @@ def _raster_inputs(proj, opacities):
     return (proj["means2d"], proj["conics"], proj["colors"], opac, proj["depths"], proj["radii"])
 
 
-def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree,
-                  backgrounds=None):
+def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree, backgrounds=None):
     """Render C images of N Gaussians.
 
     Inputs as projection_fwd, plus backgrounds [C,3] or None.
@@ -26,14 +26,33 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
     proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
     ras = rasterize_fwd(*_raster_inputs(proj, opacities), width, height, backgrounds)
     meta = dict(proj)
-    meta.update(render_depths=ras["depths"], T_final=ras["T_final"], last=ras["last"],
-                isects=ras["isect"]["isects"], flatten_ids=ras["isect"]["flatten_ids"],
-                tile_ranges=ras["isect"]["tile_ranges"])
+    meta.update(
+        render_depths=ras["depths"],
+        T_final=ras["T_final"],
+        last=ras["last"],
+        isects=ras["isect"]["isects"],
+        flatten_ids=ras["isect"]["flatten_ids"],
+        tile_ranges=ras["isect"]["tile_ranges"],
+    )
     return ras["colors"], ras["alphas"], meta
 
 
-def rasterization_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree,
-                      backgrounds=None, grad_colors=None, grad_alphas=None, grad_depths=None) -> dict:
+def rasterization_bwd(
+    means,
+    quats,
+    scales,
+    opacities,
+    sh_coeffs,
+    viewmats,
+    Ks,
+    width,
+    height,
+    sh_degree,
+    backgrounds=None,
+    grad_colors=None,
+    grad_alphas=None,
+    grad_depths=None,
+) -> dict:
     """Analytic gradients of rasterization.
 
     grad_colors [C,H,W,3], grad_alphas [C,H,W,1], optional grad_depths [C,H,W,1] (w.r.t.
@@ -41,10 +60,32 @@ def rasterization_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, 
     opacities [N], sh_coeffs [N,K,3], and backgrounds [C,3] if backgrounds is given.
     """
     proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
-    v = rasterize_bwd(*_raster_inputs(proj, opacities), width, height, backgrounds,
-                      grad_colors=grad_colors, grad_alphas=grad_alphas, grad_depths=grad_depths)
-    out = projection_bwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree,
-                         v["means2d"], v["conics"], v["colors"], v["opacities"], grad_depths=v["depths"])
+    v = rasterize_bwd(
+        *_raster_inputs(proj, opacities),
+        width,
+        height,
+        backgrounds,
+        grad_colors=grad_colors,
+        grad_alphas=grad_alphas,
+        grad_depths=grad_depths,
+    )
+    out = projection_bwd(
+        means,
+        quats,
+        scales,
+        opacities,
+        sh_coeffs,
+        viewmats,
+        Ks,
+        width,
+        height,
+        sh_degree,
+        v["means2d"],
+        v["conics"],
+        v["colors"],
+        v["opacities"],
+        grad_depths=v["depths"],
+    )
     if backgrounds is not None:
         out["backgrounds"] = v["backgrounds"]
     return out
