@@ -3,10 +3,12 @@
 // splats it leaves. A splat whose mean screen-space gradient exceeds
 // grow_grad2d is cloned when small (largest scale <= grow_scale3d) and split
 // in two when large; then every resulting splat with opacity < min_opacity,
-// or (prune_big) larger than prune_scale3d, is pruned.
+// or (prune_big) larger than prune_scale3d, is pruned, and so is a diverged
+// splat (any parameter not finite, finite.glsl), whatever its gradient.
 // Twin of shaders/densify_adc_classify.comp. One thread per splat i < n
 // (folded).
 // Contract: build/contracts/densify_adc_classify.h, generated from shaders/densify_adc_classify.comp.
+#include "common/finite.cuh"
 #include "common/launch.cuh"
 #include "densify_adc_classify.h"
 
@@ -18,7 +20,8 @@ constexpr float SPLIT_SHRINK = 1.6f;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
     densify_adc_classify_kernel(const float* scales, const float* opacities, const float* grad2d_sum,
-                                const uint32_t* vis_count, uint32_t* actions, uint32_t* out_counts, Push pc) {
+                                const uint32_t* vis_count, uint32_t* actions, uint32_t* out_counts, const float* means,
+                                const float4* quats, const float* sh, Push pc, uint32_t sh_coeffs) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
         return;
@@ -30,7 +33,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     bool small = largest <= pc.grow_scale3d;
     uint32_t action = high ? (small ? 1u : 2u) : 0u;
     float child = action == 2u ? largest / SPLIT_SHRINK : largest;
-    bool prune = o < pc.min_opacity || (pc.prune_big != 0u && child > pc.prune_scale3d);
+    bool prune = o < pc.min_opacity || (pc.prune_big != 0u && child > pc.prune_scale3d) ||
+                 !spirula::splat_finite(opacities[i], means, scales, quats, sh, sh_coeffs, i);
     actions[i] = action;
     out_counts[i] = prune ? 0u : (action == 0u ? 1u : 2u);
 }
@@ -45,5 +49,5 @@ SPIRULA_EXPORT int densify_adc_classify(const SpirulaLaunch* L) {
         return err;
     }
     return spirula::launch(L, LOCAL_SIZE, densify_adc_classify_kernel, a.scales, a.opacities, a.grad2d_sum, a.vis_count,
-                           a.actions, a.out_counts, pc);
+                           a.actions, a.out_counts, a.means, a.quats, a.sh, pc, sp.SH_COEFFS);
 }

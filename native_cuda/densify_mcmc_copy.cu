@@ -1,8 +1,8 @@
 // densify_mcmc_copy: give drawn sources' attributes to their new copies. New
 // splats (APPEND) start with Adam moments at 0; relocated ones too with
 // RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate),
-// except a slot whose splat had diverged (a non-finite opacity, mean, scale
-// or rotation): its moments may be NaN too and would turn the copy NaN again.
+// except a slot whose splat had diverged (a non-finite opacity, mean, scale,
+// rotation or SH coefficient): its moments may be NaN too and would turn the copy NaN again.
 // Twin of shaders/densify_mcmc_copy.comp.
 //   APPEND = false (relocation): one thread per splat i < n; dead splat i
 //     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
@@ -44,7 +44,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     if (!(a.weight_totals[pc.weight_total_offset] > 0.0f)) {
         return;
     }
-    bool reset = append || reset_moments || !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, dst);
+    bool reset = append || reset_moments ||
+                 !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, a.sh, sh_coeffs, dst);
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.means[3u * dst + k] = a.means[3u * src + k];
         a.scales[3u * dst + k] = a.scales[3u * src + k];

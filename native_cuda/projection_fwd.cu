@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     if (!ACTIVATED) {
         opacity = 1.0f / (1.0f + expf(-opacity));
     }
-    // Written so that NaN fails every test and is culled.
-    if (!(pcam.z > pc.near_plane && pcam.z < pc.far_plane && opacity >= ALPHA_THRESHOLD)) {
+    // NaN and Inf are culled (in_view, on_screen: projection.glsl)
+    if (!in_view(pcam, opacity, pc.near_plane, pc.far_plane)) {
         cull(a, i);
         return;
     }

@@ -4,7 +4,8 @@
 // splats it leaves. A splat whose mean screen-space gradient exceeds
 // grow_grad2d is cloned when small (largest scale <= grow_scale3d) and split
 // in two when large; then every resulting splat with opacity < min_opacity,
-// or (prune_big) larger than prune_scale3d, is pruned.
+// or (prune_big) larger than prune_scale3d, is pruned, and so is a diverged
+// splat (any parameter not finite, finite.glsl), whatever its gradient.
 // One thread per splat i < n (workgroup 256, folded).
 //   binding 0  scales      [N,3]  f32  read   log
 //   binding 1  opacities   [N]    f32  read   logit
@@ -12,10 +13,14 @@
 //   binding 3  vis_count   [N]    u32  read
 //   binding 4  actions     [N]    u32  write  0 keep, 1 clone, 2 split
 //   binding 5  out_counts  [N]    u32  write  0, 1 or 2 (scanned into output offsets)
+//   binding 6  means       [N,3]  f32  read
+//   binding 7  quats       [N,4]  f32  read
+//   binding 8  sh          [N,K,3] f32 read   K = SH_COEFFS
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
+layout(constant_id = 0) const uint SH_COEFFS = 1;
 
 layout(std430, binding = 0) readonly buffer ScalesBuf { float scales[]; };
 layout(std430, binding = 1) readonly buffer OpacitiesBuf { float opacities[]; };
@@ -23,6 +28,11 @@ layout(std430, binding = 2) readonly buffer Grad2dSumBuf { float grad2d_sum[]; }
 layout(std430, binding = 3) readonly buffer VisCountBuf { uint vis_count[]; };
 layout(std430, binding = 4) writeonly buffer ActionsBuf { uint actions[]; };
 layout(std430, binding = 5) writeonly buffer OutCountsBuf { uint out_counts[]; };
+layout(std430, binding = 6) readonly buffer MeansBuf { float means[]; };
+layout(std430, binding = 7) readonly buffer QuatsBuf { vec4 quats[]; };
+layout(std430, binding = 8) readonly buffer ShBuf { float sh[]; };
+#define SPIRULA_SPLAT_BUFFERS
+#include "finite.glsl"
 
 layout(push_constant) uniform Push {
     uint n;
@@ -48,7 +58,7 @@ void main() {
     bool small = largest <= pc.grow_scale3d;
     uint action = high ? (small ? 1u : 2u) : 0u;
     float child = action == 2u ? largest / SPLIT_SHRINK : largest;
-    bool prune = o < pc.min_opacity || (pc.prune_big != 0u && child > pc.prune_scale3d);
+    bool prune = o < pc.min_opacity || (pc.prune_big != 0u && child > pc.prune_scale3d) || !splat_finite(i);
     actions[i] = action;
     out_counts[i] = prune ? 0u : (action == 0u ? 1u : 2u);
 }

@@ -2,8 +2,8 @@
 // densify_mcmc_copy: give drawn sources' attributes to their new copies. New
 // splats (APPEND) start with Adam moments at 0; relocated ones too with
 // RESET_MOMENTS, else they keep their slot's moments (gsplat 1.5.3's relocate),
-// except a slot whose splat had diverged (a non-finite opacity, mean, scale
-// or rotation): its moments may be NaN too and would turn the copy NaN again.
+// except a slot whose splat had diverged (a non-finite opacity, mean, scale,
+// rotation or SH coefficient): its moments may be NaN too and would turn the copy NaN again.
 //   APPEND = false (relocation): one thread per splat i < n; dead splat i
 //     (dead_offsets[i + 1] > dead_offsets[i]) becomes a copy of draw
 //     j = dead_offsets[i]'s source.
@@ -19,7 +19,6 @@
 //                                                 (0: nothing was drawn)
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
-#include "finite.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool APPEND = false;
@@ -45,6 +44,8 @@ layout(std430, binding = 15) readonly buffer DeadOffsetsBuf { uint dead_offsets[
 layout(std430, binding = 16) readonly buffer TotalsBuf { uint totals[]; };
 layout(std430, binding = 17) readonly buffer SampleSrcBuf { uint sample_src[]; };
 layout(std430, binding = 18) readonly buffer WeightTotalsBuf { float weight_totals[]; };
+#define SPIRULA_SPLAT_BUFFERS
+#include "finite.glsl"
 
 layout(push_constant) uniform Push {
     uint n;                  // splats before this step

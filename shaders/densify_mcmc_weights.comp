@@ -2,7 +2,7 @@
 // densify_mcmc_weights: MCMC densification (Kheradmand et al. 2024, as gsplat's
 // MCMCStrategy), step 1: each splat's sampling weight (its opacity) and
 // whether it is dead (opacity <= min_opacity, or any of its opacity, mean,
-// scale or rotation not finite). With ALIVE_ONLY, dead splats weigh 0
+// scale, rotation or SH coefficients not finite). With ALIVE_ONLY, dead splats weigh 0
 // (relocation samples sources among the living).
 // One thread per splat i < n (workgroup 256, folded).
 //   binding 0  opacities  [N]  f32  read   logits
@@ -11,12 +11,13 @@
 //   binding 3  means      [N,3] f32  read
 //   binding 4  scales     [N,3] f32  read   log
 //   binding 5  quats      [N,4] f32  read
+//   binding 6  sh         [N,K,3] f32  read  K = SH_COEFFS
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
-#include "finite.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool ALIVE_ONLY = true;
+layout(constant_id = 1) const uint SH_COEFFS = 1;
 
 layout(std430, binding = 0) readonly buffer OpacitiesBuf { float opacities[]; };
 layout(std430, binding = 1) writeonly buffer WeightsBuf { float weights[]; };
@@ -24,6 +25,9 @@ layout(std430, binding = 2) writeonly buffer DeadBuf { uint dead[]; };
 layout(std430, binding = 3) readonly buffer MeansBuf { float means[]; };
 layout(std430, binding = 4) readonly buffer ScalesBuf { float scales[]; };
 layout(std430, binding = 5) readonly buffer QuatsBuf { vec4 quats[]; };
+layout(std430, binding = 6) readonly buffer ShBuf { float sh[]; };
+#define SPIRULA_SPLAT_BUFFERS
+#include "finite.glsl"
 
 layout(push_constant) uniform Push {
     uint n;

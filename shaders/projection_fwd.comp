@@ -74,8 +74,8 @@ void main() {
     if (!ACTIVATED) {
         opacity = 1.0 / (1.0 + exp(-opacity));
     }
-    // Written so that NaN fails every test and is culled.
-    if (!(pcam.z > pc.near_plane && pcam.z < pc.far_plane && opacity >= ALPHA_THRESHOLD)) {
+    // NaN and Inf are culled (in_view, on_screen: projection.glsl)
+    if (!in_view(pcam, opacity, pc.near_plane, pc.far_plane)) {
         cull(i);
         return;
     }

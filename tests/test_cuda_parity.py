@@ -1107,7 +1107,8 @@ def test_fpbo_changes_nothing_when_the_intersections_overflowed(backends):
 @pytest.mark.parametrize("alive_only", [True, False], ids=["alive-only", "all"])
 def test_densify_mcmc_weights_match(backends, alive_only):
     """Dead flags exact (no opacity within 1e-3 of min_opacity; diverged
-    splats, with a non-finite opacity, mean, scale or rotation, dead too);
+    splats, with a non-finite opacity, mean, scale, rotation or SH
+    coefficient, NaN payloads included, dead too);
     weights 1e-5 relative (GLSL's exp: 3 + 2|x| ulp, |x| < 12)."""
     n, min_opacity = 3001, 0.005
     rng = np.random.default_rng(70)
@@ -1117,13 +1118,17 @@ def test_densify_mcmc_weights_match(backends, alive_only):
         means=rng.normal(0, 1, (n, 3)).astype(np.float32),
         scales=rng.uniform(-5, 0, (n, 3)).astype(np.float32),
         quats=rng.normal(0, 1, (n, 4)).astype(np.float32),
+        sh=rng.normal(0, 0.3, (n, 4, 3)).astype(np.float32),
     )
-    broken = np.array([5, 600, 1201, 1800, 2400, 2999])
+    broken = np.array([5, 600, 1201, 1800, 2400, 2999, 1500, 2000, 2500])
     x[broken[:2]] = [np.nan, np.inf]
     geometry["means"][broken[2], 0] = np.nan
     geometry["scales"][broken[3], 1] = np.inf
     geometry["quats"][broken[4], 3] = -np.inf
     geometry["quats"][broken[5], 0] = np.nan
+    geometry["sh"][broken[6], 3, 2] = -np.inf  # the last coefficient
+    geometry["sh"].view(np.uint32)[broken[7], 0, 0] = 0x7F800001  # a signalling NaN, payload 1
+    geometry["sh"].view(np.uint32)[broken[8], 2, 1] = 0xFFFFFFFF  # a negative NaN, all payload bits
     vk_out, cu_out = both(
         backends,
         "densify_mcmc_weights",
@@ -1131,7 +1136,7 @@ def test_densify_mcmc_weights_match(backends, alive_only):
         dict(opacities=x, **geometry),
         dict(weights=((n,), np.float32), dead=((n,), np.uint32)),
         push=dict(n=n, min_opacity=min_opacity),
-        spec=dict(ALIVE_ONLY=int(alive_only)),
+        spec=dict(ALIVE_ONLY=int(alive_only), SH_COEFFS=4),
     )
     assert_exact(cu_out["dead"], vk_out["dead"], "dead")
     with np.errstate(invalid="ignore"):
@@ -1259,7 +1264,7 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
     diverged = np.flatnonzero(dead)[:5]  # dead because not finite
     for row, (name, value) in zip(
         diverged,
-        [("opacities", np.nan), ("opacities", -np.inf), ("means", np.nan), ("scales", np.inf), ("quats", np.nan)],
+        [("opacities", np.nan), ("opacities", -np.inf), ("means", np.nan), ("scales", np.inf), ("sh", np.nan)],
     ):
         inputs[name].reshape(rows, -1)[row, -1] = value
     inputs.update(
@@ -1323,18 +1328,45 @@ def adc_inputs(n, seed):
         & away(grad, ADC_PUSH["grow_grad2d"])
     )
     idx = np.flatnonzero(keep)
+    m = len(idx)
     return dict(
         scales=scales[idx].astype(np.float32),
         opacities=opac[idx].astype(np.float32),
         grad2d_sum=g[idx].astype(np.float32),
         vis_count=vis[idx],
+        means=rng.normal(0, 1, (m, 3)).astype(np.float32),
+        quats=rng.normal(0, 1, (m, 4)).astype(np.float32),
+        sh=rng.normal(0, 0.3, (m, ADC_SH, 3)).astype(np.float32),
     )
+
+
+ADC_SH = 4
+# (parameter, flat index within the row, word): diverged splats, pruned
+ADC_BROKEN = [
+    ("opacities", 0, 0x7FC00000),
+    ("means", 2, 0xFF800000),
+    ("scales", 0, 0xFF800000),  # -inf: exp gives 0, finite, yet diverged
+    ("scales", 1, 0x7F800000),
+    ("quats", 3, 0x7F800001),
+    ("sh", 3 * ADC_SH - 1, 0x7F800000),
+    ("sh", 4, 0xFFFFFFFF),
+]
+
+
+def break_adc_inputs(ins):
+    """Make rows 0, 7, 14, ... diverged, one word each (ADC_BROKEN); returns their rows."""
+    rows = 7 * np.arange(len(ADC_BROKEN))
+    for row, (name, k, word) in zip(rows, ADC_BROKEN):
+        a = ins[name]
+        a.reshape(len(a), -1).view(np.uint32)[row, k] = word
+    return rows
 
 
 @pytest.mark.parametrize("grow,prune_big", [(1, 0), (1, 1), (0, 1)], ids=["grow", "grow-prune-big", "prune-only"])
 def test_densify_adc_classify_is_exact(backends, grow, prune_big):
     ins = adc_inputs(4000, 74)
     n = len(ins["opacities"])
+    broken = break_adc_inputs(ins)
     vk_out, cu_out = both(
         backends,
         "densify_adc_classify",
@@ -1342,6 +1374,7 @@ def test_densify_adc_classify_is_exact(backends, grow, prune_big):
         ins,
         dict(actions=((n,), np.uint32), out_counts=((n,), np.uint32)),
         push=dict(n=n, prune_big=prune_big, grow=grow, **ADC_PUSH),
+        spec=dict(SH_COEFFS=ADC_SH),
     )
     assert_exact(cu_out["actions"], vk_out["actions"], "actions")
     assert_exact(cu_out["out_counts"], vk_out["out_counts"], "out_counts")
@@ -1351,7 +1384,10 @@ def test_densify_adc_classify_is_exact(backends, grow, prune_big):
     high = bool(grow) & (grad > ADC_PUSH["grow_grad2d"])
     action = np.where(high, np.where(largest <= ADC_PUSH["grow_scale3d"], 1, 2), 0)
     child = np.where(action == 2, largest / 1.6, largest)
-    prune = (o < ADC_PUSH["min_opacity"]) | (bool(prune_big) & (child > ADC_PUSH["prune_scale3d"]))
+    with np.errstate(invalid="ignore"):
+        prune = (o < ADC_PUSH["min_opacity"]) | (bool(prune_big) & (child > ADC_PUSH["prune_scale3d"]))
+    prune[broken] = True
+    action[broken] = cu_out["actions"][broken]  # the action of a pruned splat does not matter
     assert np.array_equal(cu_out["actions"], action)
     assert np.array_equal(cu_out["out_counts"], np.where(prune, 0, np.where(action == 0, 1, 2)))
     assert len(set(action)) == (3 if grow else 1) and prune.any()

@@ -142,6 +142,30 @@ def test_nan_on_the_gpu_is_culled_not_a_hang(device):
     splats.free(device)
 
 
+def test_inf_on_the_gpu_is_culled_not_a_hang(device):
+    """+inf or -inf in any parameter culls that Gaussian (an infinite scale or
+    opacity used to pass every comparison and draw an infinite box)."""
+    from spirula.render.rasterizer import Rasterizer, Splats
+
+    s = scene_of([[0, 0, 3.0]] + [[0.1 * i, 0, 3.0] for i in range(1, 7)])
+    s["means"][1, 0] = np.inf
+    s["means"][2, 2] = -np.inf
+    s["scales"][3, 1] = np.inf
+    s["opacities"][4] = np.inf
+    s["quats"][5, 0] = np.inf
+    s["quats"][6] = np.float32([1, 0, 0, -np.inf])
+    splats = Splats.from_numpy(device, s["means"], s["quats"], s["scales"], s["opacities"], s["sh_coeffs"])
+    raster = Rasterizer(device, W, H, 1, capacity=7)
+    raster.set_cameras(s["viewmats"], s["Ks"])
+    raster.set_backgrounds(None)
+    raster.forward(splats, 0)
+    radii = device.readback(raster.radii, shape=(7, 2))
+    assert radii[0].all() and not radii[1:].any(), radii
+    assert np.isfinite(device.readback(raster.out_colors)).all()
+    raster.free()
+    splats.free(device)
+
+
 def test_an_image_too_large_for_the_device_is_a_clear_error(device):
     side = 1 << 15  # 32768^2 RGB float32 = 12 GiB: past any device's per-buffer limit
     with pytest.raises(OutOfMemoryError, match=r"api\.raster\.colors.*needs .*GiB"):

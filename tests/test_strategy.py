@@ -443,8 +443,8 @@ def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch
 
 @pytest.mark.parametrize("keep_moments", [False, True], ids=["reset-moments", "keep-moments"])
 def test_mcmc_diverged_splats_are_relocated_never_drawn(device, scene, keep_moments):
-    """A splat with a non-finite opacity, mean, scale or rotation (a diverged
-    splat) counts as dead: it is overwritten by a copy of a live splat, with
+    """A splat with a non-finite opacity, mean, scale, rotation or SH
+    coefficient (a diverged splat) counts as dead: it is overwritten by a copy of a live splat, with
     its moments restarted at 0 even where relocated splats keep theirs (its
     moments are NaN too and would make the copy diverge again), and the draws,
     for relocation and for growth, go on (a single NaN weight would otherwise
@@ -456,7 +456,8 @@ def test_mcmc_diverged_splats_are_relocated_never_drawn(device, scene, keep_mome
     a["means"][77, 1] = np.nan
     a["scales"][150, 2] = np.inf
     a["quats"][160, 0] = np.nan
-    broken = np.array([3, 77, 150, 160, 170])
+    a["sh"][120, -1, 2] = -np.inf  # the last SH coefficient
+    broken = np.array([3, 77, 120, 150, 160, 170])
     mom = _moments(a, 19)
     for group in mom.values():
         for v in group.values():
@@ -475,4 +476,31 @@ def test_mcmc_diverged_splats_are_relocated_never_drawn(device, scene, keep_mome
             assert not got[group][name][broken].any(), (group, name)
     src = _groups(a["means"], p["means"])
     assert (src >= 0).all() and not np.isin(src, broken).any()
+    trainer.free()
+
+
+def test_adc_prunes_diverged_splats(device, scene):
+    """A splat with any non-finite parameter (NaN, +inf or -inf; SH included)
+    is pruned by ADC's refinement, whether or not it would have grown; the
+    others are kept or cloned as usual."""
+    cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
+    trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
+    ext = trainer.extent
+    a = _splats(8, seed=21, opacity=np.full(8, 0.5))
+    a["scales"][:] = np.log(0.005 * ext)
+    a["opacities"][1] = np.nan
+    a["means"][2, 2] = np.inf
+    a["scales"][3, 0] = -np.inf  # exp(-inf) = 0: finite, but not a splat
+    a["quats"][4, 3] = np.nan
+    a["sh"][5, -1, 0] = np.inf
+    trainer.model.upload(a, _moments(a, 22))
+    grad = np.float32([0, 3e-3, 0, 3e-3, 0, 3e-3, 3e-3, 0])  # 3e-3 > grow_grad2d: would clone
+    device.upload(trainer.stats[0], grad)
+    device.upload(trainer.stats[1], np.ones(8, np.uint32))
+    refine(trainer, 600)
+    p = trainer.model.download()["params"]
+    assert trainer.model.n == 4  # 0 and 7 kept, 6 kept and cloned
+    for name in PARAMS:
+        assert np.isfinite(p[name]).all(), name
+    assert _groups(a["means"], p["means"]).tolist() == [0, 6, 6, 7]
     trainer.free()

@@ -22,8 +22,6 @@ using ::ceil;
 using ::cos;
 using ::exp;
 using ::floor;
-using ::isinf;
-using ::isnan;
 using ::log;
 using ::max;
 using ::min;
@@ -144,6 +142,9 @@ SPIRULA_FN vec2 clamp(vec2 x, vec2 lo, vec2 hi) { return {clamp(x.x, lo.x, hi.x)
 SPIRULA_FN vec2 sqrt(vec2 v) { return {sqrtf(v.x), sqrtf(v.y)}; }
 SPIRULA_FN vec2 floor(vec2 v) { return {floorf(v.x), floorf(v.y)}; }
 SPIRULA_FN vec2 ceil(vec2 v) { return {ceilf(v.x), ceilf(v.y)}; }
+
+// GLSL's floatBitsToUint: the IEEE 754 bits of v
+SPIRULA_FN uint32_t floatBitsToUint(float v) { return __float_as_uint(v); }
 
 // GLSL's unpackUnorm4x8(v)[ch]: byte ch of v over 255
 SPIRULA_FN float unpack_unorm8(uint32_t v, int ch) { return float((v >> (8u * uint32_t(ch))) & 0xffu) / 255.0f; }

@@ -9,6 +9,7 @@
 #ifndef SPIRULA_PROJECTION_GLSL
 #define SPIRULA_PROJECTION_GLSL
 #include "dialect.glsl"
+#include "finite.glsl"
 
 const float ALPHA_THRESHOLD = 1.0f / 255.0f;
 const float RADIUS_SIGMAS = 3.33f;
@@ -112,12 +113,23 @@ FN vec2 screen_radius(vec3 cov2d, float opacity) {
     return ceil(extent * sqrt(vec2(cov2d.x, cov2d.z)));
 }
 
-// Whether a projected Gaussian is drawn: positive-definite covariance, a
-// non-empty rectangle that meets the W x H image. Phrased as what a visible
-// Gaussian satisfies, so that NaN anywhere culls.
+// Both tests below are phrased as what a visible Gaussian satisfies, so that
+// NaN fails them under IEEE rules; and they test finiteness on the bits
+// (finite.glsl), as Vulkan without float controls lets a compiler assume no
+// value is NaN or Inf and fold a comparison with NaN either way.
+
+// Whether a Gaussian at pcam (camera space) with this (activated) opacity
+// can be drawn: finite, between the near and far planes, not transparent.
+FN bool in_view(vec3 pcam, float opacity, float near_plane, float far_plane) {
+    return finite3(pcam) && finite1(opacity) && pcam.z > near_plane && pcam.z < far_plane && opacity >= ALPHA_THRESHOLD;
+}
+
+// Whether a projected Gaussian is drawn: finite, positive-definite
+// covariance, a non-empty rectangle that meets the W x H image.
 FN bool on_screen(float det, vec2 mean2d, vec2 radius, float W, float H) {
-    return det > 0.0f && (radius.x > 0.0f || radius.y > 0.0f) && mean2d.x + radius.x > 0.0f &&
-           mean2d.x - radius.x < W && mean2d.y + radius.y > 0.0f && mean2d.y - radius.y < H;
+    return finite1(det) && finite2(mean2d) && finite2(radius) && det > 0.0f && (radius.x > 0.0f || radius.y > 0.0f) &&
+           mean2d.x + radius.x > 0.0f && mean2d.x - radius.x < W && mean2d.y + radius.y > 0.0f &&
+           mean2d.y - radius.y < H;
 }
 #endif
 

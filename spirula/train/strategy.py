@@ -173,7 +173,9 @@ class MCMC(Strategy):
         groups = Threads(n)
         dev.upload(b["counts"], np.array([0, n_add, 0, 0], np.uint32))
         rec = dev.recorder("mcmc.refine")
-        self._record_draw(rec, p, n, alive_only=True, count_offset=None, seed=_seed(cfg, step, 1), stream=0)
+        self._record_draw(
+            rec, p, n, model.sh_coeffs, alive_only=True, count_offset=None, seed=_seed(cfg, step, 1), stream=0
+        )
         rec.dispatch(
             "densify_mcmc_relocate",
             groups,
@@ -207,7 +209,15 @@ class MCMC(Strategy):
         if n_add > 0:
             model.set_count(n + n_add)  # within the budget: no reallocation
             self._record_draw(
-                rec, p, n, alive_only=False, count_offset=1, seed=_seed(cfg, step, 2), stream=2, count_max=n_add
+                rec,
+                p,
+                n,
+                model.sh_coeffs,
+                alive_only=False,
+                count_offset=1,
+                seed=_seed(cfg, step, 2),
+                stream=2,
+                count_max=n_add,
             )
             rec.dispatch(
                 "densify_mcmc_relocate",
@@ -242,7 +252,7 @@ class MCMC(Strategy):
         self.history.append([step, self.relocated])
         return Changes(model, n_before=n, n_after=model.n, relocated=self.relocated)
 
-    def _record_draw(self, rec, p, n, alive_only, count_offset, seed, stream, count_max=None):
+    def _record_draw(self, rec, p, n, sh_coeffs, alive_only, count_offset, seed, stream, count_max=None):
         """Weights, their prefix sum, and the draws (count: the dead count when
         count_offset is None, else counts[count_offset])."""
         b = self._bufs
@@ -256,9 +266,10 @@ class MCMC(Strategy):
                 means=p.means,
                 scales=p.scales,
                 quats=p.quats,
+                sh=p.sh,
             ),
             push=dict(n=n, min_opacity=self.cfg.min_opacity),
-            spec=dict(ALIVE_ONLY=int(alive_only)),
+            spec=dict(ALIVE_ONLY=int(alive_only), SH_COEFFS=sh_coeffs),
         )
         if count_offset is None:
             self._scan_u.record(rec, b["dead"], n)
@@ -328,6 +339,9 @@ class ADC(Strategy):
                 vis_count=stats[1],
                 actions=actions,
                 out_counts=counts,
+                means=p.means,
+                quats=p.quats,
+                sh=p.sh,
             ),
             push=dict(
                 n=n,
@@ -338,6 +352,7 @@ class ADC(Strategy):
                 prune_big=int(step > cfg.reset_every),
                 grow=1,
             ),
+            spec=dict(SH_COEFFS=model.sh_coeffs),
         )
         offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
         rec.copy(counts, offsets, nbytes=4 * max(n, 1))
