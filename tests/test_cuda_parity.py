@@ -485,6 +485,31 @@ def test_projection_fwd_matches(backends, sh_degree, activated):
 
 
 @pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
+def test_projection_fwd_culls_nonfinite_splats_on_both(backends, activated):
+    """NaN (any sign or payload), +inf or -inf in a mean, rotation, scale or
+    opacity culls that splat on both backends (finite.glsl's bit test; on
+    CUDA and on every Vulkan driver alike); the healthy ones match as above."""
+    scene = random_scene(n=301, sh_degree=0, seed=36, spread=0.5)
+    words = [0x7FC00000, 0xFFFFFFFF, 0x7F800001, 0x7F800000, 0xFF800000]
+    kinds = [("means", 3), ("quats", 4), ("scales", 3)] + ([("opacities", 1)] if activated else [])
+    broken = []
+    for j, ((name, width), word) in enumerate((k, w) for k in kinds for w in words):
+        row = 10 * j + 5
+        a = scene[name]
+        a.reshape(len(a), -1).view(np.uint32)[row, j % width] = word
+        broken.append(row)
+    with np.errstate(invalid="ignore"):  # log(-inf) of a scale: NaN, as wanted
+        vk_out, cu_out = (project(dev, scene, 0, activated) for dev in backends)
+    C, n = len(scene["viewmats"]), len(scene["means"])
+    healthy = np.setdiff1d(np.arange(n), broken)
+    for out in (vk_out, cu_out):
+        radii, tiles, keys = (out[k].reshape(C, n, -1) for k in ("radii", "tile_counts", "depth_keys"))
+        assert not radii[:, broken].any() and not tiles[:, broken].any()
+        assert (keys[:, broken] == 0xFFFFFFFF).all()
+        assert (radii[:, healthy] != 0).any(-1).mean() > 0.5
+
+
+@pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
 @pytest.mark.parametrize("sh_degree", [0, 1, 2, 3])
 def test_projection_bwd_matches(backends, sh_degree, activated):
     vk, _ = backends

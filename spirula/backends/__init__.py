@@ -44,8 +44,8 @@ def open_device(backend: str = DEFAULT_BACKEND, index: int | None = None, **opti
     ``index`` numbers that backend's GPUs (``spirula devices --backend ...``);
     None: ``$SPIRULA_DEVICE``, else the backend's default (Vulkan: a discrete
     GPU before an integrated one before lavapipe; CUDA: 0). ``options`` go to
-    the backend's device (Vulkan: ``manager``, a ``kp.Manager`` to borrow, and
-    ``float_atomics``).
+    the backend's device (Vulkan: ``manager``, a ``kp.Manager`` to borrow,
+    ``float_atomics`` and ``float_controls``).
 
     Raises :class:`spirula.errors.SpirulaError` (exit code 2) with one line
     when the backend is unknown or cannot run here.

@@ -76,11 +76,23 @@ class VulkanDevice(base.Device):
             ``index`` names its physical device if known, else it is matched by name.
         float_atomics: use native float atomicAdd where the device offers it
             (``SPIRULA_NO_FLOAT_ATOMICS=1`` forces the compare-and-swap path).
+        float_controls: compile kernels with SignedZeroInfNanPreserve for
+            float32 where the device offers it (VK_KHR_shader_float_controls),
+            so its compiler keeps IEEE's NaN and Inf (spirula/runtime/spirv.py;
+            ``SPIRULA_NO_FLOAT_CONTROLS=1`` turns it off). The finiteness
+            tests do not depend on it (they read bits: finite.glsl).
     """
 
     backend = "vulkan"
 
-    def __init__(self, index: int | None = None, manager=None, *, float_atomics: bool | None = None):
+    def __init__(
+        self,
+        index: int | None = None,
+        manager=None,
+        *,
+        float_atomics: bool | None = None,
+        float_controls: bool | None = None,
+    ):
         self.kp = kp = _import_kp()
         devices = vkinfo.list_devices()
         if manager is None:
@@ -89,7 +101,11 @@ class VulkanDevice(base.Device):
             if float_atomics is None:
                 float_atomics = os.environ.get("SPIRULA_NO_FLOAT_ATOMICS", "") in ("", "0")
             float_atomics = bool(float_atomics and self.info.atomic_float_add)
+            if float_controls is None:
+                float_controls = os.environ.get("SPIRULA_NO_FLOAT_CONTROLS", "") in ("", "0")
+            float_controls = bool(float_controls and self.info.inf_nan_preserve)
             exts = [vkinfo.ATOMIC_FLOAT_EXTENSION] if float_atomics else []
+            exts += [vkinfo.FLOAT_CONTROLS_EXTENSION] if float_controls else []
             try:
                 self.mgr = kp.Manager(index, [], exts)
             except Exception as exc:
@@ -102,8 +118,10 @@ class VulkanDevice(base.Device):
             self.info = devices[index]
             # A borrowed manager's enabled features are unknown unless stated.
             float_atomics = bool(float_atomics)
+            float_controls = bool(float_controls)
         self.float_atomics = float_atomics
-        self.defines = {"ATOMIC_FLOAT": int(float_atomics)}
+        self.float_controls = float_controls
+        self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
         self.kernels = KernelRegistry()
         self._init_device()
         self._algorithms = {}

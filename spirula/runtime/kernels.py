@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from spirula.errors import ShaderCompileError
+from spirula.runtime.spirv import preserve_inf_nan
 
 GLSLANG = "glslangValidator"
 TARGET_ENV = "vulkan1.1"  # SPIR-V 1.3: subgroup operations are core
@@ -295,7 +296,10 @@ class KernelRegistry:
         if not (spv_path.is_file() and pre_path.is_file()):
             self._run_compiler(src, defines, spv_path, pre_path)
         bindings, push, spec, local = parse_contract(name, pre_path.read_text())
-        return Kernel(name, defines, spv_path.read_bytes(), bindings, push, spec, local)
+        spirv = spv_path.read_bytes()
+        if dict(defines).get("INF_NAN_PRESERVE") == "1":
+            spirv = preserve_inf_nan(spirv)  # glslang has no option for it
+        return Kernel(name, defines, spirv, bindings, push, spec, local)
 
     def _run_compiler(self, src: Path, defines: tuple, spv_path: Path, pre_path: Path):
         self.cache.mkdir(parents=True, exist_ok=True)

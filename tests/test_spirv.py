@@ -1,0 +1,79 @@
+"""Float controls (spirula/runtime/spirv.py): where the device offers
+shaderSignedZeroInfNanPreserveFloat32, every kernel carries the
+SignedZeroInfNanPreserve execution mode for float32, so the driver's compiler
+keeps IEEE's NaN and Inf; the edited module is valid SPIR-V."""
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from spirula.runtime.spirv import EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, preserve_inf_nan
+
+OP_EXECUTION_MODE = 16
+
+
+def _modes(spirv: bytes) -> list:
+    """(entry id, mode, operands) of every OpExecutionMode."""
+    words = np.frombuffer(spirv, "<u4")
+    i, out = 5, []
+    while i < len(words):
+        count, op = int(words[i]) >> 16, int(words[i]) & 0xFFFF
+        if op == OP_EXECUTION_MODE:
+            out.append((int(words[i + 1]), int(words[i + 2]), words[i + 3 : i + count].tolist()))
+        i += count
+    return out
+
+
+def _preserves(spirv: bytes) -> bool:
+    return any(m == EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE and ops == [32] for _, m, ops in _modes(spirv))
+
+
+@pytest.mark.parametrize(
+    "name", ["projection_fwd", "densify_mcmc_weights", "rasterize_bwd", "radix_sort_scatter", "loss_fwd"]
+)
+def test_the_edited_kernel_is_valid_spirv_with_the_mode_once(name, tmp_path):
+    from spirula.runtime.kernels import KernelRegistry
+
+    kernels = KernelRegistry()
+    if name not in kernels.names():
+        pytest.skip("no kernel %s" % name)
+    plain = kernels.get(name, ATOMIC_FLOAT=0).spirv
+    edited = preserve_inf_nan(plain)
+    assert not _preserves(plain) and _preserves(edited)
+    assert preserve_inf_nan(edited) == edited  # idempotent
+    assert [m for m in _modes(edited) if m[1] == EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE] == [
+        (_modes(plain)[0][0], EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, [32])
+    ]
+    val = shutil.which("spirv-val")
+    if val is None:
+        pytest.skip("spirv-val (spirv-tools) not installed")
+    path = tmp_path / (name + ".spv")
+    path.write_bytes(edited)
+    r = subprocess.run([val, "--target-env", "vulkan1.1", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_not_spirv_is_refused():
+    with pytest.raises(ValueError, match="not a SPIR-V module"):
+        preserve_inf_nan(b"\0" * 32)
+
+
+def test_a_device_that_offers_float_controls_compiles_every_kernel_with_them(device):
+    from spirula.backends import open_device
+
+    if not device.info.inf_nan_preserve:
+        pytest.skip("%s does not offer shaderSignedZeroInfNanPreserveFloat32" % device.info.name)
+    assert device.float_controls and device.defines["INF_NAN_PRESERVE"] == 1
+    assert _preserves(device.kernel("projection_fwd").spirv)
+    assert _preserves(device.kernel("densify_adc_classify").spirv)
+    off = open_device("vulkan", device.info.index, float_controls=False)
+    assert off.float_controls is False and not _preserves(off.kernel("projection_fwd").spirv)
+
+
+def test_float_controls_can_be_turned_off(device, monkeypatch):
+    from spirula.backends import open_device
+
+    monkeypatch.setenv("SPIRULA_NO_FLOAT_CONTROLS", "1")
+    assert open_device("vulkan", device.info.index).float_controls is False
