@@ -123,6 +123,16 @@ class _DriverProperties(C.Structure):
     )
 
 
+class _FloatControlsProperties(C.Structure):
+    # two enums, then 15 VkBool32s; shaderSignedZeroInfNanPreserveFloat32 is the 2nd
+    _fields_ = [
+        ("sType", C.c_int32),
+        ("pNext", C.c_void_p),
+        ("independence", C.c_int32 * 2),
+        ("flags", C.c_uint32 * 15),
+    ]
+
+
 class _Features2(C.Structure):
     # VkPhysicalDeviceFeatures is 55 VkBool32s; shaderInt64 is the 41st
     _fields_ = [("sType", C.c_int32), ("pNext", C.c_void_p), ("features", C.c_uint32 * 55)]
@@ -179,12 +189,14 @@ _ST_FEATURES_2 = 1000059000
 _ST_SUBGROUP = 1000094000
 _ST_DRIVER = 1000196000
 _ST_ATOMIC_FLOAT = 1000260000
+_ST_FLOAT_CONTROLS = 1000197000
 _SHADER_INT64 = 40
 _DEVICE_TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 _MEMORY_HEAP_DEVICE_LOCAL = 1
 _VK_API_1_1 = (1 << 22) | (1 << 12)
 
 ATOMIC_FLOAT_EXTENSION = "VK_EXT_shader_atomic_float"
+FLOAT_CONTROLS_EXTENSION = "VK_KHR_shader_float_controls"
 
 
 def _version(v: int) -> str:
@@ -220,8 +232,12 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
     subgroup = _SubgroupProperties(sType=_ST_SUBGROUP)
     driver = _DriverProperties(sType=_ST_DRIVER)
     props2 = _Properties2(sType=_ST_PROPERTIES_2, pNext=C.cast(C.pointer(subgroup), C.c_void_p))
+    float_controls = _FloatControlsProperties(sType=_ST_FLOAT_CONTROLS)
     if "VK_KHR_driver_properties" in extensions:
         subgroup.pNext = C.cast(C.pointer(driver), C.c_void_p)
+    if FLOAT_CONTROLS_EXTENSION in extensions:
+        last = driver if subgroup.pNext else subgroup
+        last.pNext = C.cast(C.pointer(float_controls), C.c_void_p)
     vk.vkGetPhysicalDeviceProperties2(pdev, C.byref(props2))
     p = props2.properties
 
@@ -266,7 +282,30 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
         shader_int64=bool(feats.features[_SHADER_INT64]),
         atomic_float_add=bool(atomic.flags[1]),  # shaderBufferFloat32AtomicAdd
         extensions=extensions,
+        inf_nan_preserve=bool(float_controls.flags[1]),  # shaderSignedZeroInfNanPreserveFloat32
     )
+
+
+class _LayerProperties(C.Structure):
+    _fields_ = [
+        ("layerName", C.c_char * 256),
+        ("specVersion", C.c_uint32),
+        ("implementationVersion", C.c_uint32),
+        ("description", C.c_char * 256),
+    ]
+
+
+def instance_layers() -> frozenset:
+    """Names of the instance layers the loader finds (VK_LAYER_PATH and the
+    other layer search paths of this process's environment)."""
+    vk = _load_loader()
+    vk.vkEnumerateInstanceLayerProperties.argtypes = [C.POINTER(C.c_uint32), C.c_void_p]
+    n = C.c_uint32(0)
+    if vk.vkEnumerateInstanceLayerProperties(C.byref(n), None) != 0:
+        return frozenset()
+    layers = (_LayerProperties * n.value)()
+    vk.vkEnumerateInstanceLayerProperties(C.byref(n), layers)
+    return frozenset(layers[i].layerName.decode("utf-8", "replace") for i in range(n.value))
 
 
 @functools.lru_cache(maxsize=1)
