@@ -6,7 +6,8 @@ from any GPU code, so the Vulkan kernels can be checked against it:
 - ``projection``: 3D Gaussians -> 2D means, conics, depths, radii, SH colours (+ backward);
 - ``intersect``: tile boxes, sorted (camera, tile, depth, Gaussian) intersections;
 - ``rasterize``: per-pixel front-to-back alpha compositing (+ backward);
-- ``render``: the three composed, forward and backward.
+- ``render``: the three composed, forward and backward;
+- ``loss``, ``adam``, ``densify``: the loss, the optimizer step, density control.
 
 Everything is computed in float64; float32 inputs are upcast.
 """
