@@ -1,5 +1,5 @@
 """fpbo: the fused projection backward + Adam update, against the reference
-(projection and rasterization gradients from tests/reference, chained to the
+(projection and rasterization gradients from spirula/reference, chained to the
 stored log-scales and opacity logits, plus the regularizers, then Adam)."""
 
 import numpy as np

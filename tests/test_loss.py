@@ -5,41 +5,8 @@ import numpy as np
 import pytest
 from reference.loss import loss_terms
 
-from spirula.train.loss import LossBuffers, pack_rgba8
-from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
-
-
-def gpu_loss(device, colors, gt_images, image_index, l1_weight=0.8, ssim_weight=0.2):
-    V, H, W, _ = colors.shape
-    pool = device.pool
-    buf_colors = pool.alloc("t.colors", colors.shape, np.float32)
-    device.upload(buf_colors, colors.astype(np.float32))
-    gt = pool.alloc("t.gt", gt_images.shape[:3], np.uint32)
-    device.upload(gt, pack_rgba8(gt_images))
-    params = pool.alloc("t.params", (STEP_PARAMS_WORDS,), np.uint32)
-    p = step_params(
-        image_index=list(image_index) + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight, n_views=V
-    )
-    device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
-    grads = pool.alloc("t.grads", colors.shape, np.float32)
-    loss = LossBuffers(device, V, W, H)
-    rec = device.recorder("loss")
-    loss.record(rec, buf_colors, gt, params, grads)
-    rec.finish().run()
-    out = device.readback(loss.loss_out), device.readback(grads)
-    for b in (buf_colors, gt, params, grads, loss.ssim_grads, loss.partials, loss.loss_out):
-        pool.free(b)
-    return out
-
-
-def _case(V, H, W, seed):
-    rng = np.random.default_rng(seed)
-    gt_images = (rng.integers(0, 256, (V + 1, H, W, 3)) / 255.0).astype(np.float32)
-    smooth = np.cumsum(rng.standard_normal((V, H, W, 3)) * 0.05, axis=2)
-    colors = np.clip(gt_images[1:] * 0.7 + 0.2 + smooth, 0.01, 0.99)
-    gt = pack_unpack(gt_images[1:])
-    colors = np.where(np.abs(colors - gt) < 2e-3, colors + 5e-3, colors)  # keep L1 differentiable
-    return colors.astype(np.float32), gt_images
+from spirula.selftest import gpu_loss, pack_unpack
+from spirula.selftest import loss_case as _case
 
 
 @pytest.mark.parametrize("V,H,W", [(1, 29, 37), (2, 16, 16), (1, 12, 70)])
@@ -49,11 +16,6 @@ def test_loss_value_matches_reference(device, V, H, W):
     ref = loss_terms(colors, np.asarray(pack_unpack(gt_images[1 : V + 1])))
     # float32 window sums of ~121 terms per moment: ~1e-6 relative
     np.testing.assert_allclose(out, [ref["loss"], ref["l1"], ref["ssim"], ref["mse"]], rtol=2e-5, atol=1e-6)
-
-
-def pack_unpack(images):
-    """The ground truth exactly as the GPU sees it (8 bits per channel)."""
-    return np.clip(np.rint(images * 255), 0, 255) / 255.0
 
 
 def test_loss_gradient_matches_finite_differences(device):

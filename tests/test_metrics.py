@@ -1,5 +1,5 @@
 """Evaluation metrics (spirula/train/metrics.py): SSIM against the loss
-reference's full 2D window (tests/reference/loss.py, an independent,
+reference's full 2D window (spirula/reference/loss.py, an independent,
 non-separable implementation), PSNR against its formula."""
 
 import numpy as np

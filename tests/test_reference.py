@@ -1,4 +1,4 @@
-"""Self-checks of the float64 reference rasterizer in tests/reference.
+"""Self-checks of the float64 reference rasterizer in spirula/reference (tests import it as reference.*).
 
 Analytic cases (hand-computable projections and renders, culling, radius, SH constants,
 sorting, a naive per-pixel renderer) and every analytic backward against central finite

@@ -8,6 +8,7 @@ import types
 
 import numpy as np
 import pytest
+from reference.densify import relocation
 from train_cases import PARAMS, random_init, refine, sigmoid, tiny_scene
 
 from spirula.train.config import TrainConfig
@@ -90,18 +91,6 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
 
 
 # ---- MCMC ----------------------------------------------------------------------------
-
-
-def relocation(o, scale, n_share):
-    """gsplat's compute_relocation (MCMC paper eq. 9), float64: the opacity and
-    scale of each of ``n_share`` splats that replace one of opacity o, scale s."""
-    from scipy.special import comb
-
-    o_new = 1 - (1 - o) ** (1 / n_share)
-    denom = sum(
-        comb(i - 1, k) * (-1) ** k / np.sqrt(k + 1) * o_new ** (k + 1) for i in range(1, n_share + 1) for k in range(i)
-    )
-    return o_new, scale * o / denom
 
 
 def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000, **cfg_kw):

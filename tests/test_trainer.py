@@ -114,7 +114,7 @@ def activated(raw):
 
 @pytest.mark.parametrize("case", ["fresh", "resumed", "mixed-sizes"])
 def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
-    """Trainer.train_step against tests/reference: render, 0.8 L1 + 0.2 (1 -
+    """Trainer.train_step against spirula/reference: render, 0.8 L1 + 0.2 (1 -
     SSIM) against the 8-bit ground truth, rasterization_bwd, the chain to
     log-scales and logits, the MCMC regularizers, then Adam with the
     schedule's rates. "fresh": the first step (Adam step 1, SH degree 0);

@@ -70,9 +70,6 @@ class DeviceInfo:
     shader_int64: bool
     atomic_float_add: bool
     extensions: frozenset
-    # shaderSignedZeroInfNanPreserveFloat32 (VK_KHR_shader_float_controls):
-    # kernels may be compiled to keep IEEE's NaN and Inf (spirula/runtime/spirv.py)
-    inf_nan_preserve: bool = False
 
     @property
     def is_cpu(self) -> bool:

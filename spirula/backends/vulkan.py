@@ -61,7 +61,7 @@ def unavailable_reason(index=None):
     """None if Vulkan device ``index`` can be opened here, else the one-line reason."""
     try:
         _import_kp()
-        resolve_index(index)
+        vkinfo.check_requirements(vkinfo.list_devices()[resolve_index(index)])
     except SpirulaError as exc:
         return str(exc)
     return None
@@ -98,6 +98,7 @@ class VulkanDevice(base.Device):
         if manager is None:
             index = resolve_index(index, devices)
             self.info = devices[index]
+            vkinfo.check_requirements(self.info)
             if float_atomics is None:
                 float_atomics = os.environ.get("SPIRULA_NO_FLOAT_ATOMICS", "") in ("", "0")
             float_atomics = bool(float_atomics and self.info.atomic_float_add)
@@ -116,6 +117,7 @@ class VulkanDevice(base.Device):
             if index is None:
                 index = next((d.index for d in devices if d.name == name), 0)
             self.info = devices[index]
+            vkinfo.check_requirements(self.info)
             # A borrowed manager's enabled features are unknown unless stated.
             float_atomics = bool(float_atomics)
             float_controls = bool(float_controls)

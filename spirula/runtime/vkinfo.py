@@ -14,6 +14,7 @@ VK_EXT_shader_atomic_float).
 from __future__ import annotations
 
 import ctypes as C
+import dataclasses
 import functools
 
 from spirula.backends.base import DeviceInfo
@@ -23,6 +24,88 @@ INSTALL_HINT = (
     "install a Vulkan driver: your GPU vendor's, or Mesa's CPU driver "
     "with `apt-get install libvulkan1 mesa-vulkan-drivers`"
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class VulkanDeviceInfo(DeviceInfo):
+    """:class:`spirula.backends.base.DeviceInfo` of a Vulkan device, with what
+    :func:`missing_requirements` checks: the subgroup operations and shader
+    stages (``VkPhysicalDeviceSubgroupProperties`` bit masks) and the range of
+    subgroup sizes a compute shader may run with (VK_EXT_subgroup_size_control;
+    without it, ``subgroup_size`` alone); and whether kernels may be compiled
+    to keep IEEE's NaN and Inf (``inf_nan_preserve``:
+    shaderSignedZeroInfNanPreserveFloat32 of VK_KHR_shader_float_controls;
+    spirula/runtime/spirv.py)."""
+
+    subgroup_operations: int = 0
+    subgroup_stages: int = 0
+    min_subgroup_size: int = 0
+    max_subgroup_size: int = 0
+    inf_nan_preserve: bool = False
+
+
+# ---- what Spirula's kernels need (docs/design.md §4.2) ---------------------------------
+
+STAGE_COMPUTE = 0x20  # VK_SHADER_STAGE_COMPUTE_BIT
+# VkSubgroupFeatureFlagBits each kernel family uses (grep GL_KHR_shader_subgroup_ in shaders/)
+SUBGROUP_OPERATIONS = {
+    "basic": (0x1, "radix_sort_scatter, loss_fwd, loss_bwd, rasterize_bwd"),
+    "vote": (0x2, "rasterize_bwd"),
+    "arithmetic": (0x4, "loss_fwd, loss_bwd, rasterize_bwd"),
+    "ballot": (0x8, "radix_sort_scatter"),
+}
+# radix_sort_scatter keeps per-subgroup digit counts for SORT_WG / 4 subgroups in
+# 8-bit fields (a subgroup of at least 4 lanes, at most 128); loss_fwd/bwd keep one
+# sum per subgroup of a 256-thread workgroup in s_sum[64] (at least 4 lanes)
+MIN_SUBGROUP_SIZE, MAX_SUBGROUP_SIZE = 4, 128
+# the largest `shared` footprint of any kernel: loss_bwd's s_g 26x26 vec3 + s_h
+# 26x16 vec3 + s_sum 64 vec4, a vec3 counted as 16 bytes as drivers pad it
+# (10816 + 6656 + 1024 bytes; 14128 unpadded); tests/test_device_requirements.py
+# derives it from every kernel's SPIR-V, so a kernel that grows it updates this
+SHARED_MEMORY_KERNEL, SHARED_MEMORY_BYTES = "loss_bwd", 18496
+# Vulkan's own minimum maxStorageBufferRange; each buffer larger than what the
+# device offers is refused, naming it, when allocated (runtime/buffers.py)
+STORAGE_BUFFER_RANGE = 1 << 27
+
+
+def missing_requirements(info) -> list:
+    """What Vulkan device ``info`` lacks that Spirula's kernels assume, one
+    phrase each (empty: it has everything). Float atomics are not here: without
+    them rasterize_bwd takes its compare-and-swap path."""
+    missing = []
+    if not info.subgroup_stages & STAGE_COMPUTE:
+        missing.append("subgroup operations in compute shaders")
+    else:
+        for op, (bit, kernels) in SUBGROUP_OPERATIONS.items():
+            if not info.subgroup_operations & bit:
+                missing.append("subgroup %s operations (%s)" % (op, kernels))
+    lo = info.min_subgroup_size or info.subgroup_size
+    hi = info.max_subgroup_size or info.subgroup_size
+    if lo < MIN_SUBGROUP_SIZE or hi > MAX_SUBGROUP_SIZE:
+        missing.append(
+            "a subgroup size within %d..%d (radix_sort_scatter, loss_fwd, loss_bwd; it runs %s)"
+            % (MIN_SUBGROUP_SIZE, MAX_SUBGROUP_SIZE, lo if lo == hi else "%d..%d" % (lo, hi))
+        )
+    if info.max_shared_memory < SHARED_MEMORY_BYTES:
+        missing.append(
+            "%d bytes of compute shared memory (%s; it has %d)"
+            % (SHARED_MEMORY_BYTES, SHARED_MEMORY_KERNEL, info.max_shared_memory)
+        )
+    if info.max_storage_buffer_range < STORAGE_BUFFER_RANGE:
+        missing.append(
+            "a storage buffer range of %d bytes (it has %d)" % (STORAGE_BUFFER_RANGE, info.max_storage_buffer_range)
+        )
+    return missing
+
+
+def check_requirements(info):
+    """Raise :class:`NoVulkanError` with one line naming what ``info`` lacks."""
+    missing = missing_requirements(info)
+    if missing:
+        what = "; ".join(missing)
+        msg = "Vulkan device %d (%s) cannot run Spirula's kernels: it lacks %s"
+        raise NoVulkanError(msg % (info.index, info.name, what))
+
 
 _TYPES = {
     "u32": C.c_uint32,
@@ -117,6 +200,13 @@ class _SubgroupProperties(C.Structure):
     )
 
 
+class _SubgroupSizeControlProperties(C.Structure):
+    _fields_ = _fields(
+        "i32 sType; ptr pNext; u32 minSubgroupSize; u32 maxSubgroupSize; "
+        "u32 maxComputeWorkgroupSubgroups; u32 requiredSubgroupSizeStages"
+    )
+
+
 class _DriverProperties(C.Structure):
     _fields_ = _fields(
         "i32 sType; ptr pNext; i32 driverID; u8[256] driverName; u8[256] driverInfo; u8[4] conformanceVersion"
@@ -188,6 +278,7 @@ _ST_PROPERTIES_2 = 1000059001
 _ST_FEATURES_2 = 1000059000
 _ST_SUBGROUP = 1000094000
 _ST_DRIVER = 1000196000
+_ST_SUBGROUP_SIZE_CONTROL = 1000225000
 _ST_ATOMIC_FLOAT = 1000260000
 _ST_FLOAT_CONTROLS = 1000197000
 _SHADER_INT64 = 40
@@ -231,15 +322,23 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
 
     subgroup = _SubgroupProperties(sType=_ST_SUBGROUP)
     driver = _DriverProperties(sType=_ST_DRIVER)
+    size_control = _SubgroupSizeControlProperties(sType=_ST_SUBGROUP_SIZE_CONTROL)
     props2 = _Properties2(sType=_ST_PROPERTIES_2, pNext=C.cast(C.pointer(subgroup), C.c_void_p))
     float_controls = _FloatControlsProperties(sType=_ST_FLOAT_CONTROLS)
+    tail = subgroup
     if "VK_KHR_driver_properties" in extensions:
-        subgroup.pNext = C.cast(C.pointer(driver), C.c_void_p)
+        tail.pNext = C.cast(C.pointer(driver), C.c_void_p)
+        tail = driver
+    if "VK_EXT_subgroup_size_control" in extensions:
+        tail.pNext = C.cast(C.pointer(size_control), C.c_void_p)
+        tail = size_control
     if FLOAT_CONTROLS_EXTENSION in extensions:
-        last = driver if subgroup.pNext else subgroup
-        last.pNext = C.cast(C.pointer(float_controls), C.c_void_p)
+        tail.pNext = C.cast(C.pointer(float_controls), C.c_void_p)
     vk.vkGetPhysicalDeviceProperties2(pdev, C.byref(props2))
     p = props2.properties
+    # without the extension (or where it reports nothing), the one size there is
+    min_sg = size_control.minSubgroupSize or subgroup.subgroupSize
+    max_sg = size_control.maxSubgroupSize or subgroup.subgroupSize
 
     atomic = _AtomicFloatFeatures(sType=_ST_ATOMIC_FLOAT)
     feats = _Features2(sType=_ST_FEATURES_2)
@@ -264,7 +363,7 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
 
     drv = _cstr(driver.driverName)
     info = _cstr(driver.driverInfo)
-    return DeviceInfo(
+    return VulkanDeviceInfo(
         index=index,
         name=_cstr(p.deviceName),
         device_type=_DEVICE_TYPES.get(p.deviceType, "other"),
@@ -282,6 +381,10 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
         shader_int64=bool(feats.features[_SHADER_INT64]),
         atomic_float_add=bool(atomic.flags[1]),  # shaderBufferFloat32AtomicAdd
         extensions=extensions,
+        subgroup_operations=int(subgroup.supportedOperations),
+        subgroup_stages=int(subgroup.supportedStages),
+        min_subgroup_size=int(min_sg),
+        max_subgroup_size=int(max_sg),
         inf_nan_preserve=bool(float_controls.flags[1]),  # shaderSignedZeroInfNanPreserveFloat32
     )
 

@@ -1,12 +1,10 @@
-"""Independent float64 numpy reference of the 3D Gaussian Splatting rasterizer.
+"""The float64 numpy reference the tests check the kernels against lives in
+the package, ``spirula/reference/`` (``spirula selftest`` uses it too); this
+package makes ``reference.<module>`` the same module objects, so tests import
+and monkeypatch one source of truth."""
 
-Written from the maths (gsplat 1.5.3 conventions, except MAX_ALPHA = 0.99), not
-from any GPU code, so the Vulkan kernels can be checked against it:
+import importlib
+import sys
 
-- ``projection``: 3D Gaussians -> 2D means, conics, depths, radii, SH colours (+ backward);
-- ``intersect``: tile boxes, sorted (camera, tile, depth, Gaussian) intersections;
-- ``rasterize``: per-pixel front-to-back alpha compositing (+ backward);
-- ``render``: the three composed, forward and backward.
-
-Everything is computed in float64; float32 inputs are upcast.
-"""
+for _name in ("adam", "densify", "intersect", "loss", "projection", "rasterize", "render"):
+    sys.modules[__name__ + "." + _name] = globals()[_name] = importlib.import_module("spirula.reference." + _name)

@@ -1,0 +1,626 @@
+"""``spirula selftest``: every kernel on small seeded cases against the float64
+numpy reference (:mod:`spirula.reference`), on either backend.
+
+Each check returns :class:`Row` s: the kernel(s), the largest error, the
+tolerance and whether every value is within it. The tolerances are the
+kernel tests' (``tests/test_<kernel>.py``, where each has its origin);
+integer outputs (sort order, intersections, tile ranges, counts) match
+exactly, and their error is the number of entries that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Row:
+    kernel: str
+    error: float
+    tolerance: str
+    ok: bool
+
+
+def _within(kernel, got, ref, bound, tolerance) -> Row:
+    """|got - ref| <= bound everywhere (NaN fails)."""
+    err = np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64))
+    ok = bool(np.all(err <= bound)) and err.size > 0
+    return Row(kernel, float(np.nanmax(err)) if err.size and not np.isnan(err).all() else float("nan"), tolerance, ok)
+
+
+def _exact(kernel, got, ref) -> Row:
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        return Row(kernel, float(max(got.size, ref.size)), "exact", False)
+    wrong = int(np.count_nonzero(got != ref))
+    return Row(kernel, float(wrong), "exact", wrong == 0)
+
+
+def _merge(kernel, rows) -> Row:
+    """One row for several outputs of one kernel: the worst of each."""
+    return Row(kernel, max(r.error for r in rows), rows[0].tolerance, all(r.ok for r in rows))
+
+
+def random_scene(n=300, cameras=2, width=75, height=53, sh_degree=3, seed=0, spread=1.0):
+    """Seeded, awkward Gaussians (N and image sizes no multiple of any
+    workgroup or tile, every SH band) in front of ``cameras`` cameras at
+    slightly different poses: a dict of float32 inputs for
+    :func:`spirula.render.api.rasterization`."""
+    rng = np.random.default_rng(seed)
+    means = np.c_[rng.uniform(-1.2, 1.2, (n, 2)) * spread, rng.uniform(2.5, 6.0, n)].astype(np.float32)
+    quats = rng.standard_normal((n, 4)).astype(np.float32)
+    scales = np.exp(rng.uniform(-3.5, -1.2, (n, 3))).astype(np.float32)
+    opacities = rng.uniform(0.05, 0.95, n).astype(np.float32)
+    K = (sh_degree + 1) ** 2
+    sh = (rng.standard_normal((n, K, 3)) * np.r_[0.6, np.full(K - 1, 0.15)][None, :, None]).astype(np.float32)
+    viewmats, Ks = [], []
+    for c in range(cameras):
+        a = 0.12 * c
+        R = np.array([[np.cos(a), 0, -np.sin(a)], [0, 1, 0], [np.sin(a), 0, np.cos(a)]])
+        vm = np.eye(4)
+        vm[:3, :3] = R
+        vm[:3, 3] = [0.2 * c, -0.1 * c, 0.3 * c]
+        viewmats.append(vm)
+        f = 0.9 * width
+        Ks.append([[f, 0, width / 2 + 1.3 * c], [0, f * 1.05, height / 2 - 0.7 * c], [0, 0, 1]])
+    return dict(
+        means=means,
+        quats=quats,
+        scales=scales,
+        opacities=opacities,
+        sh_coeffs=sh,
+        viewmats=np.array(viewmats, np.float32),
+        Ks=np.array(Ks, np.float32),
+        width=width,
+        height=height,
+        sh_degree=sh_degree,
+    )
+
+
+def _f64(scene):
+    return {k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v) for k, v in scene.items()}
+
+
+# ---- the runtime: transfers and the prefix sum -------------------------------------------
+
+
+def check_runtime(dev, size=1 << 16):
+    from spirula.render.scan import PrefixSum
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 1000, size, dtype=np.uint32)
+    pool = dev.pool
+    buf = pool.alloc("selftest.values", (size,), np.uint32)
+    other = pool.alloc("selftest.copy", (size,), np.uint32)
+    dev.upload(buf, x)
+    rows = [_exact("upload + readback", dev.readback(buf), x)]
+    dev.fill(other, 7)
+    rows.append(_exact("fill", dev.readback(other), np.full(size, 7, np.uint32)))
+    dev.copy(buf, other)
+    rows.append(_exact("copy", dev.readback(other), x))
+    scan = PrefixSum(dev, size)
+    rec = dev.recorder("selftest.scan")
+    scan.record(rec, buf, size)
+    rec.finish().run()
+    expect = np.zeros_like(x)
+    np.cumsum(x[:-1], dtype=np.uint32, out=expect[1:])
+    rows.append(_exact("prefix_sum", dev.readback(buf), expect))
+    for b in (buf, other, scan.scratch):
+        pool.free(b)
+    return rows
+
+
+def check_sort(dev, n=2048 * 5 + 123, bits=20):
+    """A stable sort of keys with many ties (tests/test_radix_sort.py)."""
+    from spirula.render.sort import RadixSort
+
+    rng = np.random.default_rng(n + bits)
+    keys = rng.integers(0, 1 << bits, n, dtype=np.uint64).astype(np.uint32)
+    keys[: n // 2] %= 7
+    pool = dev.pool
+    bufs = [pool.alloc("selftest.sort%d" % i, (n,), np.uint32) for i in range(4)]
+    count = pool.alloc("selftest.sort.count", (1,), np.uint32)
+    dev.upload(bufs[0], keys)
+    dev.upload(bufs[1], np.arange(n, dtype=np.uint32))
+    dev.upload(count, np.array([n], np.uint32))
+    sort = RadixSort(dev, n)
+    rec = dev.recorder("selftest.sort")
+    out_k, out_v = sort.record(rec, *bufs, n, bits, count)
+    rec.finish().run()
+    order = np.argsort(keys, kind="stable").astype(np.uint32)
+    got = np.r_[dev.readback(out_k), dev.readback(out_v)]
+    row = _exact("radix_sort_count + radix_sort_scatter", got, np.r_[keys[order], order])
+    for b in bufs + [count, sort.hist, sort.scan.scratch]:
+        pool.free(b)
+    return [row]
+
+
+# ---- the rasterizer, forward and backward -----------------------------------------------
+
+# tests/test_projection_fwd.py: float32 vs float64 through a 2x2 inverse of condition ~1e2
+PROJ_TOL = 1e-4
+# tests/test_rasterize_fwd.py: float32 compositing of ~10-100 terms, per pixel
+IMAGE_ATOL, IMAGE_RTOL = 1e-5, 0.01
+# tests/test_rasterize_bwd.py: atomic sums of ~10^3 terms, relative to the largest gradient
+GRAD_SCALE_TOL, GRAD_RTOL = 1e-4, 1e-3
+
+
+def _grad_row(kernel, pairs) -> Row:
+    rows = []
+    for got, ref in pairs:
+        ref = np.asarray(ref, np.float64)
+        bound = GRAD_SCALE_TOL * np.abs(ref).max() + GRAD_RTOL * np.abs(ref)
+        rows.append(_within(kernel, got, ref, bound, "1e-4 max|ref| + 1e-3 |ref|"))
+    return _merge(kernel, rows)
+
+
+def check_render(dev):
+    from spirula.reference.intersect import intersect
+    from spirula.reference.rasterize import rasterize_bwd
+    from spirula.reference.render import rasterization as ref_rasterization
+    from spirula.reference.render import rasterization_bwd as ref_rasterization_bwd
+    from spirula.render.api import rasterization, rasterization_backward
+
+    scene = random_scene(n=300, cameras=2, width=75, height=53, sh_degree=3, seed=0)
+    W, H, n = scene["width"], scene["height"], len(scene["means"])
+    bg = np.array([[0.2, 0.4, 0.6], [1.0, 1.0, 1.0]], np.float32)
+    colors, alphas, depths, meta = rasterization(**scene, backgrounds=bg, device=dev)
+    rc, ra, ref = ref_rasterization(**_f64(scene), backgrounds=bg.astype(np.float64))
+    rows = []
+
+    # projection_fwd: element-wise where both keep the splat; a cull decision may
+    # flip where a box edge meets the image edge (at most 1% of rows); radii +-1
+    vis, rvis = (meta["radii"] != 0).any(-1), (ref["radii"] != 0).any(-1)
+    both = vis & rvis
+    parts = [
+        _within("projection_fwd", meta[k][both], ref[k][both], PROJ_TOL + PROJ_TOL * np.abs(ref[k][both]), "")
+        for k in ("means2d", "conics", "colors", "depths")
+    ]
+    row = _merge("projection_fwd", parts)
+    row.tolerance = "1e-4 + 1e-4 |ref| (radii +-1, <= 1% cull flips)"
+    row.ok &= (vis != rvis).mean() <= 0.01 and np.abs(meta["radii"][both] - ref["radii"][both]).max(initial=0) <= 1
+    rows.append(row)
+
+    # intersections and tile ranges: exact, from the GPU's own projection
+    raster = meta["_context"].raster
+    keys, ids = raster.intersections()
+    T = raster.tiles
+    C = len(scene["viewmats"])
+    ri = intersect(meta["means2d"], meta["radii"], meta["depths"], W, H)
+    got = np.stack([ids // n, keys % T, ids % n], 1).astype(np.int64)
+    want = np.array([(c, t, g) for c, t, _, g in ri["isects"]], np.int64).reshape(-1, 3)
+    r = _exact("intersect_tile_count + intersect_tile_write", got, want)
+    r.ok &= bool(np.array_equal(meta["tiles_touched"], ri["tiles"])) and meta["n_isects"] == len(want)
+    rows.append(r)
+    ranges = dev.readback(raster.ranges).reshape(C, T, 2)
+    nonempty = ri["tile_ranges"][..., 1] > ri["tile_ranges"][..., 0]
+    rows.append(
+        _exact("tile_ranges", np.where(nonempty[..., None], ranges, 0), ri["tile_ranges"] * nonempty[..., None])
+    )
+
+    # rasterize_fwd: colours, alphas and depths per pixel
+    rd = np.where(ra > 0, ref["render_depths"] / np.where(ra > 0, ra, 1), 0)
+    parts = [
+        _within("rasterize_fwd", g, w, IMAGE_ATOL + IMAGE_RTOL * np.abs(w), "1e-5 + 1% |ref|")
+        for g, w in ((colors, rc), (alphas, ra), (depths, rd))
+    ]
+    rows.append(_merge("rasterize_fwd", parts))
+
+    # backward through random cotangents: rasterize_bwd per camera, then
+    # projection_bwd's gradients of every input
+    rng = np.random.default_rng(7)
+    gc = rng.standard_normal(colors.shape).astype(np.float32)
+    ga = rng.standard_normal(alphas.shape).astype(np.float32)
+    grads = rasterization_backward(meta, gc, ga)
+
+    def read(buf, w):
+        return dev.readback(buf, shape=(C * n, w)).reshape(C, n, w)
+
+    rref = rasterize_bwd(
+        meta["means2d"],
+        meta["conics"],
+        meta["colors"],
+        np.broadcast_to(scene["opacities"], (C, n)),
+        meta["depths"],
+        meta["radii"],
+        W,
+        H,
+        backgrounds=bg,
+        grad_colors=gc,
+        grad_alphas=ga,
+    )
+    rows.append(
+        _grad_row(
+            "rasterize_bwd",
+            [
+                (grads["means2d"][vis], rref["means2d"][vis]),
+                (read(raster.grad_conics, 3)[vis], rref["conics"][vis]),
+                (read(raster.grad_rgb, 3)[vis], rref["colors"][vis]),
+                (read(raster.grad_opacity, 1)[vis][:, 0], rref["opacities"][vis]),
+            ],
+        )
+    )
+    full = ref_rasterization_bwd(
+        **_f64(scene), backgrounds=bg.astype(np.float64), grad_colors=gc.astype(np.float64), grad_alphas=ga
+    )
+    names = ("means", "quats", "scales", "opacities", "sh_coeffs")
+    rows.append(_grad_row("projection_bwd", [(grads[k], full[k]) for k in names]))
+    return rows
+
+
+# ---- the loss ---------------------------------------------------------------------------
+
+
+def pack_unpack(images):
+    """Ground truth exactly as the GPU sees it (8 bits per channel)."""
+    return np.clip(np.rint(images * 255), 0, 255) / 255.0
+
+
+def loss_case(V, H, W, seed):
+    """Rendered colours [V,H,W,3] and ground-truth images [V+1,H,W,3] (image 0
+    unused), away from x == y where L1 is not differentiable."""
+    rng = np.random.default_rng(seed)
+    gt_images = (rng.integers(0, 256, (V + 1, H, W, 3)) / 255.0).astype(np.float32)
+    smooth = np.cumsum(rng.standard_normal((V, H, W, 3)) * 0.05, axis=2)
+    colors = np.clip(gt_images[1:] * 0.7 + 0.2 + smooth, 0.01, 0.99)
+    gt = pack_unpack(gt_images[1:])
+    colors = np.where(np.abs(colors - gt) < 2e-3, colors + 5e-3, colors)
+    return colors.astype(np.float32), gt_images
+
+
+def gpu_loss(device, colors, gt_images, image_index, l1_weight=0.8, ssim_weight=0.2):
+    """loss_fwd and loss_bwd on ``colors`` against ``gt_images[image_index]``:
+    ([loss, l1, ssim, mse], d loss / d colors)."""
+    from spirula.train.loss import LossBuffers, pack_rgba8
+    from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+
+    V, H, W, _ = colors.shape
+    pool = device.pool
+    buf_colors = pool.alloc("selftest.colors", colors.shape, np.float32)
+    device.upload(buf_colors, colors.astype(np.float32))
+    gt = pool.alloc("selftest.gt", gt_images.shape[:3], np.uint32)
+    device.upload(gt, pack_rgba8(gt_images))
+    params = pool.alloc("selftest.params", (STEP_PARAMS_WORDS,), np.uint32)
+    p = step_params(
+        image_index=list(image_index) + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight, n_views=V
+    )
+    device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
+    grads = pool.alloc("selftest.grads", colors.shape, np.float32)
+    loss = LossBuffers(device, V, W, H)
+    rec = device.recorder("selftest.loss")
+    loss.record(rec, buf_colors, gt, params, grads)
+    rec.finish().run()
+    out = device.readback(loss.loss_out), device.readback(grads)
+    for b in (buf_colors, gt, params, grads, loss.ssim_grads, loss.partials, loss.loss_out):
+        pool.free(b)
+    return out
+
+
+def check_loss(dev, checked=48):
+    """loss_fwd against the reference (tests/test_loss.py: rtol 2e-5, atol
+    1e-6); loss_bwd against central differences of the reference at
+    ``checked`` random entries (1e-5 max|fd| + 1e-3 |fd|, the max over the
+    entries checked: no looser than the test's over all)."""
+    from spirula.reference.loss import loss_terms
+
+    colors, gt_images = loss_case(1, 16, 19, seed=16)
+    out, grad = gpu_loss(dev, colors, gt_images, image_index=[1])
+    gt = pack_unpack(gt_images[1:2])
+    ref = loss_terms(colors, gt)
+    want = np.array([ref["loss"], ref["l1"], ref["ssim"], ref["mse"]])
+    rows = [_within("loss_fwd", out, want, 1e-6 + 2e-5 * np.abs(want), "1e-6 + 2e-5 |ref|")]
+    x = colors.astype(np.float64)
+    rng = np.random.default_rng(1)
+    picks = [np.unravel_index(i, x.shape) for i in rng.choice(x.size, checked, replace=False)]
+    fd = []
+    for idx in picks:
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += 1e-6
+        xm[idx] -= 1e-6
+        fd.append((loss_terms(xp, gt)["loss"] - loss_terms(xm, gt)["loss"]) / 2e-6)
+    fd = np.array(fd)
+    got = np.array([grad[idx] for idx in picks])
+    bound = 1e-5 * np.abs(fd).max() + 1e-3 * np.abs(fd)
+    rows.append(_within("loss_bwd", got, fd, bound, "1e-5 max|fd| + 1e-3 |fd|"))
+    return rows
+
+
+# ---- fpbo: projection backward + Adam, fused --------------------------------------------
+
+FPBO_LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
+
+
+def check_fpbo(dev, sh_degree=3, step=7, n=150):
+    """One fused update against the reference gradients (projection and
+    rasterization, chained to log-scales and opacity logits, plus the
+    regularizers) and Adam; tolerances of tests/test_fpbo.py: an update is at
+    most ~lr, so 1e-3 lr + 1 ulp of the parameter; moments rtol 1e-3 and 2e-3
+    with atol 1e-4 of their largest."""
+    from spirula.reference.adam import adam
+    from spirula.reference.render import rasterization_bwd
+    from spirula.render.rasterizer import Rasterizer
+    from spirula.train.model import SplatModel
+    from spirula.train.optimizer import record_fpbo
+    from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+
+    s = random_scene(n=n, cameras=1, sh_degree=sh_degree, seed=30 + sh_degree)
+    rng = np.random.default_rng(4)
+    K = s["sh_coeffs"].shape[1]
+    raw = dict(
+        means=s["means"],
+        quats=s["quats"],
+        scales=np.log(s["scales"]),
+        opacities=np.log(s["opacities"] / (1 - s["opacities"])),
+        sh=s["sh_coeffs"],
+    )
+    moments = dict(
+        exp_avg={k: (rng.standard_normal(a.shape) * 1e-3).astype(np.float32) for k, a in raw.items()},
+        exp_avg_sq={k: np.abs(rng.standard_normal(a.shape) * 1e-6).astype(np.float32) for k, a in raw.items()},
+    )
+    pool = dev.pool
+    model = SplatModel(dev, n, n, K)
+    model.upload(raw, moments)
+    raster = Rasterizer(dev, s["width"], s["height"], 1, capacity=n, isect_capacity=100_000, name="selftest.raster")
+    raster.set_cameras(s["viewmats"], s["Ks"])
+    raster.set_backgrounds(None)
+    gc = (rng.standard_normal((1, s["height"], s["width"], 3)) * 0.1).astype(np.float32)
+    dev.upload(raster.grad_colors, gc)
+    params = pool.alloc("selftest.params", (STEP_PARAMS_WORDS,), np.uint32)
+    reg = dict(opacity_reg=0.01, scale_reg=0.02)
+    p = step_params(
+        step=step,
+        n_views=1,
+        n_splats=n,
+        bias1=1 - 0.9**step,
+        bias2=1 - 0.999**step,
+        beta1=0.9,
+        beta2=0.999,
+        adam_eps=1e-15,
+        **FPBO_LR,
+        **reg,
+    )
+    dev.upload(params, np.frombuffer(p.tobytes(), np.uint32))
+    stats = (
+        pool.alloc("selftest.g2d", (n,), np.float32, zero=True),
+        pool.alloc("selftest.cnt", (n,), np.uint32, zero=True),
+    )
+    rec = dev.recorder("selftest.fpbo")
+    raster.record_project(rec, model.params, sh_degree)
+    raster.record_raster(rec)
+    raster.record_raster_backward(rec)
+    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=True)
+    rec.finish().run()
+    got = model.download()
+    vis = (dev.readback(raster.radii, shape=(1, n, 2)) != 0).any(-1)
+    count = dev.readback(stats[1])
+    for b in (params, *stats):
+        pool.free(b)
+    raster.free()
+    model.free()
+
+    g = rasterization_bwd(**_f64(s), grad_colors=gc.astype(np.float64))
+    sc, op = s["scales"].astype(np.float64), s["opacities"].astype(np.float64)
+    grads = dict(
+        means=g["means"],
+        quats=g["quats"],
+        sh=g["sh_coeffs"],
+        scales=g["scales"] * sc + reg["scale_reg"] / (3 * n) * sc,
+        opacities=(g["opacities"] + reg["opacity_reg"] / n) * op * (1 - op),
+    )
+    lrs = dict(means=FPBO_LR["lr_means"], quats=FPBO_LR["lr_quats"], scales=FPBO_LR["lr_scales"])
+    lrs["opacities"] = FPBO_LR["lr_opacities"]
+    params_rows, m_rows = [], []
+    for name, value in raw.items():
+        lr = lrs.get(name)
+        if name == "sh":
+            lr = np.full(value.shape, FPBO_LR["lr_shN"])
+            lr[:, 0] = FPBO_LR["lr_sh0"]
+        want_p, want_m, want_v = adam(
+            value.astype(np.float64),
+            grads[name],
+            moments["exp_avg"][name].astype(np.float64),
+            moments["exp_avg_sq"][name].astype(np.float64),
+            lr,
+            step,
+        )
+        bound = 1e-3 * lr + 2**-22 * np.abs(want_p)
+        params_rows.append(_within("fpbo", got["params"][name], want_p, bound, "1e-3 lr + 2^-22 |p|"))
+        m_rows.append(
+            _within("", got["exp_avg"][name], want_m, 1e-4 * np.abs(want_m).max() + 1e-12 + 1e-3 * np.abs(want_m), "")
+        )
+        m_rows.append(
+            _within(
+                "", got["exp_avg_sq"][name], want_v, 1e-4 * np.abs(want_v).max() + 1e-18 + 2e-3 * np.abs(want_v), ""
+            )
+        )
+    row = _merge("fpbo", params_rows)
+    row.tolerance += " (moments: 1e-3, 2e-3 rel)"
+    row.ok &= all(r.ok for r in m_rows) and bool(np.array_equal(count, vis.sum(0)))
+    return [row]
+
+
+# ---- densification ----------------------------------------------------------------------
+
+
+def _splats(n, seed, sh_coeffs=4):
+    """Raw splats with unique means (a copy is found by its mean's bits)."""
+    rng = np.random.default_rng(seed)
+    o = rng.uniform(0.05, 0.95, n)
+    return dict(
+        means=rng.normal(0, 0.3, (n, 3)).astype(np.float32),
+        quats=rng.standard_normal((n, 4)).astype(np.float32),
+        scales=np.log(rng.uniform(0.06, 0.2, (n, 3))).astype(np.float32),
+        opacities=np.log(o / (1 - o)).astype(np.float32),
+        sh=rng.uniform(-0.5, 0.5, (n, sh_coeffs, 3)).astype(np.float32),
+    )
+
+
+def _sources(before, after):
+    index = {m.tobytes(): i for i, m in enumerate(before)}
+    return np.array([index.get(m.tobytes(), -1) for m in after])
+
+
+def _sigmoid(x):
+    return 1 / (1 + np.exp(-np.asarray(x, np.float64)))
+
+
+def check_mcmc(dev):
+    """Relocation (40 of 300 dead) then, separately, 5% growth: each splat
+    after is a bit-exact copy of a live one, with the opacity and scale the
+    relocation formula gives for the number sharing it: rel 2e-6 as
+    tests/test_strategy.py, plus what 1 - pow(1 - o, 1/n) loses to
+    cancellation, a few ulps of 1 (2^-22) in o' and 2^-22 / o' relative in
+    the scale (o' near 0.04 reaches 3e-6 relative on lavapipe)."""
+    from spirula.reference.densify import relocation
+    from spirula.train.config import TrainConfig
+    from spirula.train.model import SplatModel
+    from spirula.train.strategy import MCMC
+
+    rows = []
+    for case, (n, n_dead, cap) in enumerate(((300, 40, 300), (400, 0, 1000))):
+        rng = np.random.default_rng(4 + case)
+        a = _splats(n, seed=3 + case)
+        o = _sigmoid(a["opacities"])
+        dead = rng.choice(n, n_dead, replace=False)
+        o[dead] = rng.uniform(0.0005, 0.0045, n_dead)
+        a["opacities"] = np.log(o / (1 - o)).astype(np.float32)
+        model = SplatModel(dev, n, cap, 4)
+        model.upload(a)
+        strategy = MCMC(TrainConfig(iterations=100, strategy="mcmc", cap_max=cap, sh_degree=1))
+        strategy.refine(model, 600, dev)
+        got = model.download()["params"]
+        n_after = model.n
+        model.free()
+        for b in strategy._bufs.values():
+            dev.pool.free(b)
+        for scan in (strategy._scan_u, strategy._scan_f):
+            dev.pool.free(scan.scratch)
+        src = _sources(a["means"], got["means"])
+        ok = n_after == min(cap, int(1.05 * n)) and (src >= 0).all() and not np.isin(src, dead).any()
+        if not ok:
+            rows.append(Row("densify_mcmc_*", float("nan"), "sources live, count", False))
+            continue
+        shares = np.bincount(src, minlength=n)
+        o_want, s_want = zip(*(relocation(o[s], np.exp(a["scales"][s].astype(np.float64)), shares[s]) for s in src))
+        o_want, s_want = np.array(o_want), np.array(s_want)
+        rows.append(_within("", _sigmoid(got["opacities"]), o_want, 2e-6 * o_want + 2.0**-22, ""))
+        rel = 2e-6 + 2.0**-22 / o_want[:, None]
+        rows.append(_within("", np.exp(got["scales"].astype(np.float64)), s_want, rel * s_want, ""))
+        rows.append(
+            _exact(
+                "", np.r_[got["quats"].ravel(), got["sh"].ravel()], np.r_[a["quats"][src].ravel(), a["sh"][src].ravel()]
+            )
+        )
+        rows[-1].error = 0.0 if rows[-1].ok else rows[-1].error
+    row = _merge("densify_mcmc_weights/sample/relocate/copy", rows)
+    row.tolerance = "2e-6 |ref| + 2^-22 in o' (copies exact)"
+    return [row]
+
+
+def check_adc(dev):
+    """Clone, split and prune of hand-placed splats (tests/test_strategy.py's
+    case) against :func:`spirula.reference.densify.adc_refine`: the splats
+    after match exactly, a child's log-scale within 1e-6; then the opacity
+    reset (rtol 1e-5)."""
+    from spirula.reference.densify import SPLIT_SHRINK, adc_refine, adc_reset
+    from spirula.train.config import TrainConfig
+    from spirula.train.model import SplatModel
+    from spirula.train.strategy import ADC
+
+    cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
+    ext, big = 1.0, 0.2
+    scale = [0.005, 0.05, 0.005, 0.05, 0.05, 0.005, big, big]
+    opac = np.array([0.5, 0.6, 0.003, 0.7, 0.4, 0.004, 0.5, 0.5])
+    grad = np.array([3e-3, 2e-3, 1e-3, 1e-4, 0.0, 5e-3, 1e-4, 4e-3], np.float32)
+    vis = np.array([10, 5, 2, 1, 0, 1, 1, 2], np.uint32)
+    a = _splats(8, seed=12)
+    a["scales"] = np.log(np.array(scale)[:, None] * [1.0, 0.5, 0.25]).astype(np.float32)
+    a["opacities"] = np.log(opac / (1 - opac)).astype(np.float32)
+    rows = []
+    for step in (600, 3100):  # before and after the first reset (prune_big)
+        model = SplatModel(dev, 8, 8, 4)
+        model.upload(a)
+        stats = (dev.pool.alloc("selftest.g2d", (8,), np.float32), dev.pool.alloc("selftest.cnt", (8,), np.uint32))
+        dev.upload(stats[0], grad)
+        dev.upload(stats[1], vis)
+        changes = ADC(cfg).refine(model, stats, step, ext, dev)
+        model = changes.model
+        got = model.download()["params"]
+        n_after = model.n
+        model.free()
+        for b in stats:
+            dev.pool.free(b)
+        want = adc_refine(
+            a["scales"],
+            a["opacities"],
+            grad,
+            vis,
+            cfg.grow_grad2d,
+            cfg.grow_scale3d * ext,
+            cfg.prune_scale3d * ext,
+            cfg.min_opacity,
+            step > cfg.reset_every,
+        )
+        if n_after != len(want):
+            rows.append(Row("", float(abs(n_after - len(want))), "", False))
+            continue
+        j = np.array([w[0] for w in want])
+        child = np.array([w[1] == "child" for w in want])
+        same = ~child
+        rows.append(
+            _exact(
+                "",
+                np.r_[got["quats"].ravel(), got["opacities"], got["sh"].ravel()],
+                np.r_[a["quats"][j].ravel(), a["opacities"][j], a["sh"][j].ravel()],
+            )
+        )
+        rows.append(
+            _exact(
+                "",
+                np.r_[got["means"][same].ravel(), got["scales"][same].ravel()],
+                np.r_[a["means"][j[same]].ravel(), a["scales"][j[same]].ravel()],
+            )
+        )
+        for r in rows[-2:]:
+            r.error = 0.0 if r.ok else r.error
+        rows.append(_within("", got["scales"][child], a["scales"][j[child]] - np.log(SPLIT_SHRINK), 1e-6, ""))
+    row = _merge("densify_adc_classify + densify_adc_write", rows)
+    row.tolerance = "exact (child log-scale 1e-6)"
+    out = [row]
+
+    n = 50
+    b = _splats(n, seed=14)
+    o = np.r_[np.linspace(0.02, 0.99, 40), np.linspace(0.001, 0.0099, 10)]
+    b["opacities"] = np.log(o / (1 - o)).astype(np.float32)
+    model = SplatModel(dev, n, n, 4)
+    model.upload(b)
+    ADC(cfg).reset_opacity(model, dev)
+    got = model.download()["params"]["opacities"]
+    model.free()
+    want = _sigmoid(adc_reset(b["opacities"], cfg.min_opacity))
+    out.append(_within("densify_adc_reset", _sigmoid(got), want, 1e-5 * want, "1e-5 |ref|"))
+    return out
+
+
+CHECKS = (check_runtime, check_sort, check_render, check_loss, check_fpbo, check_mcmc, check_adc)
+
+
+def run(dev, checks=CHECKS) -> list:
+    """Every check's rows, in order; a check that raises gives one failing row."""
+    rows = []
+    for check in checks:
+        try:
+            rows += check(dev)
+        except Exception as exc:  # a kernel that fails to run is a failure too
+            rows.append(Row(check.__name__[6:], float("nan"), "%s: %s" % (type(exc).__name__, exc), False))
+    return rows
+
+
+def table(rows) -> str:
+    w = max(len(r.kernel) for r in rows)
+    lines = ["%-*s  %10s  %-48s  %s" % (w, "kernel", "max error", "tolerance", "pass")]
+    for r in rows:
+        lines.append("%-*s  %10.3g  %-48s  %s" % (w, r.kernel, r.error, r.tolerance, "ok" if r.ok else "FAIL"))
+    return "\n".join(lines)
