@@ -205,12 +205,13 @@ def check_intrinsics(where: str, width, height, fx, fy, cx, cy, names=("fx", "fy
     values are misread fields (a centre in another unit or resolution,
     swapped parameters), and training would silently fit a wrong camera.
     ``names`` spell the four values as the file does."""
+    fx, fy, cx, cy = (float(x) for x in (fx, fy, cx, cy))
     for name, f in zip(names[:2], (fx, fy)):
         if not (math.isfinite(f) and f > 0):
             raise DatasetError("%s: focal length %s = %r; expected a positive number of pixels" % (where, name, f))
     for name, c, size in zip(names[2:], (cx, cy), (width, height)):
         if not (math.isfinite(c) and -size <= c <= 2 * size):
             raise DatasetError(
-                "%s: principal point %s = %r is far outside the %dx%d image (expected %s in [%d, %d])"
-                % (where, name, c, width, height, name, -size, 2 * size)
+                "%s: principal point %s = %r; expected %s in [%d, %d] (at most one image size outside the %dx%d image)"
+                % (where, name, c, name, -size, 2 * size, width, height)
             )
