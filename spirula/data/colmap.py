@@ -185,6 +185,8 @@ def _text_lines(path: Path, root: Path):
         text = path.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError as exc:
         raise DatasetError("%s: cannot read (%s)" % (rel(path, root), exc.strerror)) from None
+    if not text:  # COLMAP writes its comment header even for an empty model
+        raise DatasetError("%s: empty file" % rel(path, root))
     return [(i + 1, ln.strip()) for i, ln in enumerate(text.splitlines())]
 
 

@@ -129,6 +129,9 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
             points, colors = read_points_ply(ply)
     else:
         views, image_dir, points, colors, referenced_by = load_colmap(root, origin)
+    for v in views:  # the loaders check their fields; this catches what a combination of them makes
+        if not (np.all(np.isfinite(v.viewmat)) and np.all(np.isfinite(v.K))):
+            raise DatasetError("%s: image %s has a non-finite pose or camera" % (referenced_by, v.name))
     names = [v.name for v in views]
     if len(set(names)) != len(names):
         dup = next(nm for nm in names if names.count(nm) > 1)

@@ -144,5 +144,8 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
             raise DatasetError("%s: ply_file_path %r does not exist" % (label, ply))
         points, colors = read_points_ply(ply_path)
         if inv_applied is not None:
-            points = (points.astype(np.float64) @ inv_applied[:3, :3].T + inv_applied[:3, 3]).astype(np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):
+                points = (points.astype(np.float64) @ inv_applied[:3, :3].T + inv_applied[:3, 3]).astype(np.float32)
+            if not np.all(np.isfinite(points)):
+                raise DatasetError("%s: applied_transform moves the seed points beyond float32's range" % label)
     return views, image_dir, points, colors
