@@ -12,6 +12,14 @@ class SpirulaError(Exception):
     exit_code = 1
 
 
+class DatasetError(SpirulaError):
+    """A dataset that cannot be read as given: a missing or malformed file, a
+    camera that cannot be, a non-finite number. The message names the file
+    (and the camera, frame or line); the CLI exits with 2 (bad input)."""
+
+    exit_code = 2
+
+
 class NoVulkanError(SpirulaError):
     """No Vulkan loader, or no device, or the device index does not exist."""
 

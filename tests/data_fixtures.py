@@ -162,13 +162,15 @@ def write_colmap(
                     f.write(struct.pack("<4i", 1, p, 2, p))
     else:
         (d / "cameras.txt").write_text(
-            "# Camera list\n# CAMERA_ID, MODEL, WIDTH, HEIGHT, PARAMS[]\n"
+            "# Camera list with one line of data per camera:\n#   CAMERA_ID, MODEL, WIDTH, HEIGHT, PARAMS[]\n"
+            "# Number of cameras: 1\n"
             "1 %s %d %d %s\n" % (model, W, H, " ".join(repr(p) for p in params))
         )
         lines = [
             "# Image list with two lines of data per image:",
             "#   IMAGE_ID, QW, QX, QY, QZ, TX, TY, TZ, CAMERA_ID, NAME",
             "#   POINTS2D[] as (X, Y, POINT3D_ID)",
+            "# Number of images: %d, mean observations per image: 1.5" % len(truth.names),
         ]
         for k, (name, vm) in enumerate(zip(truth.names, truth.viewmats)):
             q = rotmat_to_qvec(vm[:3, :3])
@@ -176,7 +178,7 @@ def write_colmap(
             lines.append("" if k % 2 else "12.5 3.25 -1 7.0 8.0 4")  # empty POINTS2D lines too
         (d / "images.txt").write_text("\n".join(lines) + "\n")
         if write_points:
-            lines = ["# 3D point list"]
+            lines = ["# 3D point list", "# Number of points: %d, mean track length: 2" % len(truth.points)]
             for p, xyz in enumerate(truth.points.astype(np.float64)):
                 lines.append(
                     "%d %s %s %s %d %d %d 0.5 1 %d 2 %d"

@@ -92,7 +92,7 @@ def test_malformed_text_line(tmp_path, truth):
     fx.write_colmap(tmp_path, truth, binary=False)
     p = tmp_path / "sparse" / "0" / "cameras.txt"
     p.write_text(p.read_text().replace("1 PINHOLE 64 48", "1 PINHOLE sixty-four 48"))
-    assert error_of(tmp_path).startswith("sparse/0/cameras.txt: line 3: expected CAMERA_ID MODEL")
+    assert error_of(tmp_path).startswith("sparse/0/cameras.txt: line 4: expected CAMERA_ID MODEL")
     p.write_text("1 PINHOLE 64 48 60 60 32\n")
     assert error_of(tmp_path) == "sparse/0/cameras.txt: line 1: camera 1 (PINHOLE) has 3 parameters, expected 4"
 

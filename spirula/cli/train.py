@@ -66,6 +66,12 @@ def _default(field: str) -> str:
 @click.option("--save-every", type=int, default=None, help="Checkpoint every N steps %s." % _default("save_every"))
 @click.option("--seed", type=int, default=None, help=_default("seed"))
 @click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Load and check the dataset as training would (every image decoded), print what was found, and stop:"
+    " no GPU, no output folder.",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -86,6 +92,7 @@ def train(
     eval_every,
     save_every,
     seed,
+    dry_run,
     overrides,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
@@ -94,6 +101,8 @@ def train(
 
     Writes splat.ply, metrics.json, config.json and a checkpoint into the run
     folder. Ctrl-C saves a checkpoint; --resume continues from it.
+    --dry-run only loads and checks DATASET (exit status 2 and one line
+    naming the file when it cannot be read).
     """
     from spirula.data import load_dataset
     from spirula.train.run import default_output_dir, train_run
@@ -129,6 +138,22 @@ def train(
     scene = load_dataset(
         dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
     )
+    sizes = collections.Counter("%dx%d" % (scene.frames[i].width, scene.frames[i].height) for i in scene.train)
+    if dry_run:
+        click.echo(
+            "%s: %s, %d images (%d train / %d test, %s), %s %s points; every image decodes"
+            % (
+                dataset,
+                scene.source,
+                len(scene.frames),
+                len(scene.train),
+                len(scene.test),
+                ", ".join(s for s, _ in sizes.most_common()),
+                f"{len(scene.points):,}",
+                "random" if scene.points_random else "seed",
+            )
+        )
+        return
     device = open_cli_device()
     if output is None:
         output = (
@@ -136,7 +161,6 @@ def train(
             if resume is not None
             else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
         )
-    sizes = collections.Counter("%dx%d" % (scene.frames[i].width, scene.frames[i].height) for i in scene.train)
     _log(
         "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
         % (

@@ -21,40 +21,46 @@ import numpy as np
 
 from spirula.data.images import image_size, rel
 from spirula.data.scene import View, opengl_c2w_to_viewmat
-from spirula.errors import SpirulaError
+from spirula.errors import DatasetError
 
 RANDOM_POINTS = 100_000
 RANDOM_BOX = 1.3
 
 
 def read_json(path: Path, root: Path):
-    """Parse a json file; a SpirulaError naming it when missing or malformed."""
+    """Parse a json file; a DatasetError naming it when missing or malformed."""
     label = rel(path, root)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpirulaError("%s: missing" % label) from None
+        raise DatasetError("%s: missing" % label) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpirulaError("%s: cannot read (%s)" % (label, getattr(exc, "strerror", None) or exc)) from None
+        raise DatasetError("%s: cannot read (%s)" % (label, getattr(exc, "strerror", None) or exc)) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpirulaError(
+        raise DatasetError(
             "%s: malformed JSON (line %d, column %d: %s)" % (label, exc.lineno, exc.colno, exc.msg)
         ) from None
 
 
 def pose_matrix(value, label: str, what: str) -> np.ndarray:
-    """A ``[4,4] float64`` from a json 4x4 or 3x4 nested list; SpirulaError otherwise."""
+    """A ``[4,4] float64`` from a json 4x4 or 3x4 nested list; DatasetError otherwise."""
     try:
         m = np.array(value, dtype=np.float64)
     except (TypeError, ValueError):
         m = None
     if m is None or m.shape not in ((4, 4), (3, 4)) or not np.all(np.isfinite(m)):
-        raise SpirulaError("%s: %s: transform_matrix must be a 4x4 (or 3x4) matrix of numbers" % (label, what))
+        raise DatasetError("%s: %s: transform_matrix must be a 4x4 (or 3x4) matrix of numbers" % (label, what))
     if m.shape == (3, 4):
         m = np.vstack([m, [0, 0, 0, 1]])
     return m
+
+
+def is_angle(value) -> bool:
+    """True for a number in (0, pi): a field of view in radians (finite, so
+    its focal length is finite and positive)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.pi
 
 
 def image_file(root: Path, file_path: str) -> Path:
@@ -70,22 +76,26 @@ def _frames(root: Path, split: str) -> list:
     label = rel(path, root)
     meta = read_json(path, root)
     if not isinstance(meta, dict) or not isinstance(meta.get("frames"), list):
-        raise SpirulaError("%s: expected an object with a 'frames' list" % label)
+        raise DatasetError("%s: expected an object with a 'frames' list" % label)
     fov_x, fov_y = meta.get("camera_angle_x"), meta.get("camera_angle_y")
-    if not isinstance(fov_x, (int, float)) or not 0 < fov_x < math.pi:
-        raise SpirulaError("%s: camera_angle_x missing or not an angle in (0, pi) radians" % label)
+    if fov_x is None:
+        raise DatasetError("%s: camera_angle_x missing (the horizontal field of view, radians)" % label)
+    if not is_angle(fov_x):
+        raise DatasetError("%s: camera_angle_x is %r; expected an angle in (0, pi) radians" % (label, fov_x))
+    if fov_y is not None and not is_angle(fov_y):
+        raise DatasetError("%s: camera_angle_y is %r; expected an angle in (0, pi) radians" % (label, fov_y))
     views = []
     for i, fr in enumerate(meta["frames"]):
         if not isinstance(fr, dict) or not isinstance(fr.get("file_path"), str):
-            raise SpirulaError("%s: frame %d has no file_path" % (label, i))
+            raise DatasetError("%s: frame %d has no file_path" % (label, i))
         what = "frame %d (%s)" % (i, fr["file_path"])
         c2w = pose_matrix(fr.get("transform_matrix"), label, what)
         p = image_file(root, fr["file_path"])
         if not p.is_file():
-            raise SpirulaError("%s: missing (referenced by %s)" % (rel(p, root), label))
+            raise DatasetError("%s: missing (referenced by %s)" % (rel(p, root), label))
         w, h = image_size(p, root)
         fx = 0.5 * w / math.tan(0.5 * fov_x)
-        fy = 0.5 * h / math.tan(0.5 * fov_y) if isinstance(fov_y, (int, float)) else fx
+        fy = 0.5 * h / math.tan(0.5 * fov_y) if fov_y is not None else fx
         K = np.array([[fx, 0, 0.5 * w], [0, fy, 0.5 * h], [0, 0, 1]], dtype=np.float64)
         views.append(
             View(
@@ -100,7 +110,7 @@ def _frames(root: Path, split: str) -> list:
             )
         )
     if not views:
-        raise SpirulaError("%s: no frames" % label)
+        raise DatasetError("%s: no frames" % label)
     return views
 
 
@@ -113,7 +123,7 @@ def load_blender(root: Path) -> tuple:
     seen = set()
     for v in train + test:
         if v.name in seen:
-            raise SpirulaError("%s: listed twice (transforms_train.json and transforms_test.json)" % v.name)
+            raise DatasetError("%s: listed twice (transforms_train.json and transforms_test.json)" % v.name)
         seen.add(v.name)
     ply = root / "points3d.ply"
     return train + test, len(train), ply if ply.is_file() else None

@@ -17,12 +17,12 @@ import numpy as np
 
 from spirula.data.blender import RANDOM_BOX, RANDOM_POINTS, load_blender, read_json
 from spirula.data.colmap import find_model_dir, load_colmap
-from spirula.data.images import downscale_dir, note, rel, resolve_images
+from spirula.data.images import check_decodes, downscale_dir, note, rel, resolve_images
 from spirula.data.nerfstudio import load_nerfstudio
 from spirula.data.ply import read_points_ply
 from spirula.data.scene import Frame, Scene, random_points, scene_extent
 from spirula.data.undistort import undistort_views
-from spirula.errors import SpirulaError
+from spirula.errors import DatasetError
 
 BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 
@@ -39,7 +39,7 @@ def parse_eval_split(eval_split) -> int:
             n = 0
         if n >= 2:
             return n
-    raise SpirulaError("eval split %r: expected 'interval:N' with N >= 2, or 'none'" % (eval_split,))
+    raise DatasetError("eval split %r: expected 'interval:N' with N >= 2, or 'none'" % (eval_split,))
 
 
 def parse_background(background) -> np.ndarray:
@@ -54,7 +54,7 @@ def parse_background(background) -> np.ndarray:
             bg = np.zeros(0)
         if bg.shape == (3,) and np.all(bg >= 0) and np.all(bg <= 1):
             return bg
-    raise SpirulaError("background %r: expected 'white', 'black' or three numbers in [0, 1]" % (background,))
+    raise DatasetError("background %r: expected 'white', 'black' or three numbers in [0, 1]" % (background,))
 
 
 def parse_downscale(downscale) -> int:
@@ -67,7 +67,7 @@ def parse_downscale(downscale) -> int:
     except (TypeError, ValueError):
         ok = False
     if not ok:
-        raise SpirulaError("downscale %r: expected a whole number >= 1" % (downscale,))
+        raise DatasetError("downscale %r: expected a whole number >= 1" % (downscale,))
     return n
 
 
@@ -75,23 +75,23 @@ def detect_format(path) -> tuple:
     """``(format, dataset folder, file or folder that defines it)``."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise SpirulaError("%s: does not exist" % p)
+        raise DatasetError("%s: does not exist" % p)
     if p.is_file():
         if p.suffix.lower() == ".json":
             return "nerfstudio", p.parent, p
-        raise SpirulaError("%s: not a dataset (expected a folder, or a transforms.json)" % p)
+        raise DatasetError("%s: not a dataset (expected a folder, or a transforms.json)" % p)
     if (p / "transforms.json").is_file():
         meta = read_json(p / "transforms.json", p)
         if isinstance(meta, dict) and "frames" in meta:
             return "nerfstudio", p, p / "transforms.json"
         if not (p / "transforms_train.json").is_file():
-            raise SpirulaError("transforms.json: no 'frames' list (in %s)" % p)
+            raise DatasetError("transforms.json: no 'frames' list (in %s)" % p)
     if (p / "transforms_train.json").is_file():
         return "blender", p, p / "transforms_train.json"
     model_dir = find_model_dir(p)
     if model_dir is not None:
         return "colmap", p, model_dir
-    raise SpirulaError(
+    raise DatasetError(
         "%s: not a dataset (no transforms.json, transforms_train.json, sparse/0/ or sparse/ "
         "with cameras.bin or cameras.txt)" % p
     )
@@ -109,7 +109,7 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
     NeRF-synthetic is evaluated), black otherwise (as 3DGS trains real scenes);
     RGBA images are composited onto it.
     ``seed``: for random points. Every problem with the input raises
-    :class:`~spirula.errors.SpirulaError` with a one-line message naming the file.
+    :class:`~spirula.errors.DatasetError` with a one-line message naming the file.
     """
     interval = parse_eval_split(eval_split)
     n = parse_downscale(downscale)
@@ -129,14 +129,18 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
             points, colors = read_points_ply(ply)
     else:
         views, image_dir, points, colors, referenced_by = load_colmap(root, origin)
+    for v in views:  # the loaders check their fields; this catches what a combination of them makes
+        if not (np.all(np.isfinite(v.viewmat)) and np.all(np.isfinite(v.K))):
+            raise DatasetError("%s: image %s has a non-finite pose or camera" % (referenced_by, v.name))
     names = [v.name for v in views]
     if len(set(names)) != len(names):
         dup = next(nm for nm in names if names.count(nm) > 1)
-        raise SpirulaError("%s: image %s is listed more than once" % (referenced_by, dup))
+        raise DatasetError("%s: image %s is listed more than once" % (referenced_by, dup))
 
     resolve_images(root, image_dir, views, n, referenced_by)
     src_dir = image_dir if n == 1 else downscale_dir(root, image_dir, n)
     undistort_views(root, views, "images" if src_dir == root else src_dir.name)
+    check_decodes([v.image_path for v in views], root)
 
     frames = [
         Frame(
@@ -158,7 +162,7 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
         test = all_idx[::interval]
         train = [i for i in all_idx if i % interval]
         if not train:
-            raise SpirulaError(
+            raise DatasetError(
                 "%s: %d image(s); eval split interval:%d leaves none to train on (use 'none')"
                 % (referenced_by, len(frames), interval)
             )

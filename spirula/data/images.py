@@ -26,9 +26,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from spirula.errors import SpirulaError
+from spirula.errors import DatasetError
 from spirula.progress import track
 
+# what Pillow raises for a file it cannot decode (a huge size read from a
+# corrupt header is a DecompressionBombError, which is none of the others)
+_UNREADABLE = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N", "I")
 
 
@@ -57,9 +60,9 @@ def read_image(path) -> np.ndarray:
             alpha = im.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in im.info
             arr = np.asarray(im.convert("RGBA" if alpha else "RGB"))
     except FileNotFoundError:
-        raise SpirulaError("%s: missing" % path) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise SpirulaError("%s: cannot read image (%s)" % (path, _one_line(exc))) from None
+        raise DatasetError("%s: missing" % path) from None
+    except _UNREADABLE as exc:
+        raise DatasetError("%s: cannot read image (%s)" % (path, _one_line(exc))) from None
     if arr.dtype == np.uint16:
         return arr.astype(np.float32) / 65535.0
     return arr.astype(np.float32) / 255.0
@@ -71,9 +74,34 @@ def image_size(path, root) -> tuple:
         with Image.open(path) as im:
             return im.size
     except FileNotFoundError:
-        raise SpirulaError("%s: missing" % rel(path, root)) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise SpirulaError("%s: cannot read image (%s)" % (rel(path, root), _one_line(exc))) from None
+        raise DatasetError("%s: missing" % rel(path, root)) from None
+    except _UNREADABLE as exc:
+        raise DatasetError("%s: cannot read image (%s)" % (rel(path, root), _one_line(exc))) from None
+
+
+def check_decodes(paths, root) -> None:
+    """Decode every image in ``paths`` once, so that a file whose header is
+    valid but whose body is truncated or corrupt stops the load, naming it,
+    rather than training (which decodes the train images after opening the
+    device, and the test images only at the first evaluation). Threads, as
+    Pillow decodes without the GIL. JPEGs decode at 1/8 scale (libjpeg's DCT
+    scaling): every byte of the entropy-coded data is still read, so a
+    truncated or broken stream fails the same, for a fraction of the work."""
+    paths = list(paths)
+
+    def work(path):
+        try:
+            with Image.open(path) as im:
+                if im.format == "JPEG":
+                    im.draft(im.mode, (max(1, im.width // 8), max(1, im.height // 8)))
+                im.load()
+        except FileNotFoundError:
+            raise DatasetError("%s: missing" % rel(path, root)) from None
+        except _UNREADABLE as exc:
+            raise DatasetError("%s: cannot read image (%s)" % (rel(path, root), _one_line(exc))) from None
+
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
+        list(track(ex.map(work, paths), "checking images", total=len(paths), unit="image"))
 
 
 def _one_line(exc) -> str:
@@ -157,10 +185,10 @@ def _check_originals(views, image_dir, root, referenced_by) -> None:
     for v in views:
         p = image_dir / v.name
         if not p.is_file():
-            raise SpirulaError("%s: missing (referenced by %s)" % (rel(p, root), referenced_by))
+            raise DatasetError("%s: missing (referenced by %s)" % (rel(p, root), referenced_by))
         w, h = image_size(p, root)
         if (w, h) != (v.width, v.height):
-            raise SpirulaError("%s: %dx%d, but its camera says %dx%d" % (rel(p, root), w, h, v.width, v.height))
+            raise DatasetError("%s: %dx%d, but its camera says %dx%d" % (rel(p, root), w, h, v.width, v.height))
         v.image_path = p
 
 
@@ -170,7 +198,7 @@ def resolve_images(root, image_dir, views, downscale, referenced_by: str) -> Non
     ``views``: :class:`~spirula.data.scene.View` list with ``name`` relative to
     ``image_dir`` and ``width``/``height``/``K`` at the original resolution.
     Sets ``image_path`` and, for ``downscale`` N > 1, the downscaled size and K
-    (in place). Raises :class:`SpirulaError` for a missing image or one whose
+    (in place). Raises :class:`~spirula.errors.DatasetError` for a missing image or one whose
     size does not match its camera (allowing rounding for ``images_N``).
     """
     root, image_dir = Path(root), Path(image_dir)
@@ -186,13 +214,13 @@ def resolve_images(root, image_dir, views, downscale, referenced_by: str) -> Non
         for v in views:
             p = ddir / v.name
             if not p.is_file():
-                raise SpirulaError(
+                raise DatasetError(
                     "%s: missing (%s/ exists but lacks it; delete that folder to have "
                     "spirula recompute it)" % (rel(p, root), rel(ddir, root))
                 )
             w, h = image_size(p, root)
             if abs(w - v.width / n) >= 1 or abs(h - v.height / n) >= 1:
-                raise SpirulaError(
+                raise DatasetError(
                     "%s: %dx%d, but its camera says %dx%d, so %dx%d at downscale %d"
                     % (rel(p, root), w, h, v.width, v.height, round(v.width / n), round(v.height / n), n)
                 )
@@ -207,11 +235,15 @@ def resolve_images(root, image_dir, views, downscale, referenced_by: str) -> Non
     try:
 
         def work(v):
-            with Image.open(v.image_path) as im:
-                if im.mode not in ("RGB", "RGBA", "L", "LA"):
-                    im = im.convert("RGBA" if ("A" in im.mode or "transparency" in im.info) else "RGB")
-                size = (max(1, round(v.width / n)), max(1, round(v.height / n)))
-                _save_pil(im.resize(size, Image.BOX), tmp / v.name)
+            try:
+                with Image.open(v.image_path) as im:
+                    if im.mode not in ("RGB", "RGBA", "L", "LA"):
+                        im = im.convert("RGBA" if ("A" in im.mode or "transparency" in im.info) else "RGB")
+                    size = (max(1, round(v.width / n)), max(1, round(v.height / n)))
+                    im = im.resize(size, Image.BOX)
+            except _UNREADABLE as exc:
+                raise DatasetError("%s: cannot read image (%s)" % (rel(v.image_path, root), _one_line(exc))) from None
+            _save_pil(im, tmp / v.name)
 
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
             list(track(ex.map(work, views), "downscaling", total=len(views), unit="image"))

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from spirula.data.blender import image_file, pose_matrix, read_json
+from spirula.data.blender import image_file, is_angle, pose_matrix, read_json
 from spirula.data.images import image_size, rel
-from spirula.data.scene import View, opengl_c2w_to_viewmat
-from spirula.errors import SpirulaError
+from spirula.data.scene import View, check_intrinsics, opengl_c2w_to_viewmat
+from spirula.errors import DatasetError
 
 PERSPECTIVE = ("OPENCV", "PINHOLE", "SIMPLE_PINHOLE", "RADIAL", "SIMPLE_RADIAL")
 DIST_KEYS = ("k1", "k2", "k3", "k4", "p1", "p2")
@@ -36,7 +36,7 @@ def _number(fr: dict, meta: dict, key: str, label: str, what: str):
     if val is None:
         return None
     if isinstance(val, bool) or not isinstance(val, (int, float)) or not math.isfinite(val):
-        raise SpirulaError("%s: %s: %s is %r, not a number" % (label, what, key, val))
+        raise DatasetError("%s: %s: %s is %r, not a number" % (label, what, key, val))
     return float(val)
 
 
@@ -48,8 +48,13 @@ def _applied_transform(meta: dict, label: str):
         m = np.array(a, dtype=np.float64)
     except (TypeError, ValueError):
         m = None
-    if m is None or m.shape not in ((3, 4), (4, 4)) or abs(np.linalg.det(m[:3, :3])) < 1e-12:
-        raise SpirulaError("%s: applied_transform must be an invertible 3x4 matrix" % label)
+    if (
+        m is None
+        or m.shape not in ((3, 4), (4, 4))
+        or not np.all(np.isfinite(m))
+        or abs(np.linalg.det(m[:3, :3])) < 1e-12
+    ):
+        raise DatasetError("%s: applied_transform must be an invertible 3x4 matrix" % label)
     if m.shape == (3, 4):
         m = np.vstack([m, [0, 0, 0, 1]])
     return m
@@ -65,9 +70,9 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
     label = rel(json_path, root)
     meta = read_json(json_path, root)
     if not isinstance(meta, dict) or not isinstance(meta.get("frames"), list):
-        raise SpirulaError("%s: expected an object with a 'frames' list" % label)
+        raise DatasetError("%s: expected an object with a 'frames' list" % label)
     if not meta["frames"]:
-        raise SpirulaError("%s: no frames" % label)
+        raise DatasetError("%s: no frames" % label)
     inv_applied = None
     applied = _applied_transform(meta, label)
     if applied is not None:
@@ -75,11 +80,11 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
     views, paths = [], []
     for i, fr in enumerate(meta["frames"]):
         if not isinstance(fr, dict) or not isinstance(fr.get("file_path"), str):
-            raise SpirulaError("%s: frame %d has no file_path" % (label, i))
+            raise DatasetError("%s: frame %d has no file_path" % (label, i))
         what = "frame %d (%s)" % (i, fr["file_path"])
         model = fr.get("camera_model", meta.get("camera_model", "OPENCV"))
         if model not in PERSPECTIVE:
-            raise SpirulaError(
+            raise DatasetError(
                 "%s: %s: camera_model %s is not supported (supported: %s)"
                 % (label, what, model, ", ".join(PERSPECTIVE))
             )
@@ -89,16 +94,22 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
             c2w[:3, :3] /= np.linalg.norm(c2w[:3, :3], axis=0, keepdims=True)  # drop any scale
         p = image_file(root, fr["file_path"])
         if not p.is_file():
-            raise SpirulaError("%s: missing (referenced by %s)" % (rel(p, root), label))
+            raise DatasetError("%s: missing (referenced by %s)" % (rel(p, root), label))
         w, h = _number(fr, meta, "w", label, what), _number(fr, meta, "h", label, what)
         if w is None or h is None:
             w, h = image_size(p, root)
         w, h = int(round(w)), int(round(h))
+        if w <= 0 or h <= 0:
+            raise DatasetError("%s: %s: image size w x h = %d x %d" % (label, what, w, h))
         fx = _number(fr, meta, "fl_x", label, what)
         if fx is None:
             ang = _number(fr, meta, "camera_angle_x", label, what)
             if ang is None:
-                raise SpirulaError("%s: %s has no fl_x (neither per frame nor at the top level)" % (label, what))
+                raise DatasetError("%s: %s has no fl_x (neither per frame nor at the top level)" % (label, what))
+            if not is_angle(ang):
+                raise DatasetError(
+                    "%s: %s: camera_angle_x is %r; expected an angle in (0, pi) radians" % (label, what, ang)
+                )
             fx = 0.5 * w / math.tan(0.5 * ang)
         fy = _number(fr, meta, "fl_y", label, what)
         fy = fx if fy is None else fy
@@ -106,6 +117,7 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
         cy = _number(fr, meta, "cy", label, what)
         cx = 0.5 * w if cx is None else cx
         cy = 0.5 * h if cy is None else cy
+        check_intrinsics("%s: %s" % (label, what), w, h, fx, fy, cx, cy, names=("fl_x", "fl_y", "cx", "cy"))
         dist = np.array([_number(fr, meta, k, label, what) or 0.0 for k in DIST_KEYS])
         K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=np.float64)
         views.append(
@@ -129,8 +141,11 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
     if ply is not None:
         ply_path = root / str(ply)
         if not isinstance(ply, str) or not ply_path.is_file():
-            raise SpirulaError("%s: ply_file_path %r does not exist" % (label, ply))
+            raise DatasetError("%s: ply_file_path %r does not exist" % (label, ply))
         points, colors = read_points_ply(ply_path)
         if inv_applied is not None:
-            points = (points.astype(np.float64) @ inv_applied[:3, :3].T + inv_applied[:3, 3]).astype(np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):
+                points = (points.astype(np.float64) @ inv_applied[:3, :3].T + inv_applied[:3, 3]).astype(np.float32)
+            if not np.all(np.isfinite(points)):
+                raise DatasetError("%s: applied_transform moves the seed points beyond float32's range" % label)
     return views, image_dir, points, colors

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spirula.errors import SpirulaError
+from spirula.errors import DatasetError
 
 _TYPES = {
     "char": "i1",
@@ -120,12 +120,12 @@ def read_ply_vertices(path) -> np.ndarray:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise SpirulaError("%s: missing" % path) from None
+        raise DatasetError("%s: missing" % path) from None
     except OSError as exc:
-        raise SpirulaError("%s: cannot read (%s)" % (path, exc.strerror)) from None
+        raise DatasetError("%s: cannot read (%s)" % (path, exc.strerror)) from None
     end = data.find(b"end_header")
     if not data.startswith(b"ply") or end < 0:
-        raise SpirulaError("%s: not a PLY file (no 'ply' ... 'end_header' header)" % path)
+        raise DatasetError("%s: not a PLY file (no 'ply' ... 'end_header' header)" % path)
     nl = data.find(b"\n", end)
     body = data[nl + 1 :] if nl >= 0 else b""
     fmt, elements = None, []
@@ -135,7 +135,7 @@ def read_ply_vertices(path) -> np.ndarray:
             continue
         if tok[0] == "format" and len(tok) >= 2:
             fmt = tok[1]
-        elif tok[0] == "element" and len(tok) == 3:
+        elif tok[0] == "element" and len(tok) == 3 and tok[2].isdigit():
             elements.append((tok[1], int(tok[2]), []))
         elif tok[0] == "property" and elements and len(tok) >= 3:
             if tok[1] == "list":
@@ -143,27 +143,35 @@ def read_ply_vertices(path) -> np.ndarray:
             elif tok[1] in _TYPES:
                 elements[-1][2].append((tok[2], _TYPES[tok[1]]))
             else:
-                raise SpirulaError("%s: property %s has unknown type %s" % (path, tok[2], tok[1]))
+                raise DatasetError("%s: property %s has unknown type %s" % (path, tok[2], tok[1]))
         else:
-            raise SpirulaError("%s: malformed header line %r" % (path, ln[:60]))
+            raise DatasetError("%s: malformed header line %r" % (path, ln[:60]))
     if fmt not in ("ascii", "binary_little_endian", "binary_big_endian"):
-        raise SpirulaError("%s: unsupported PLY format %r" % (path, fmt))
+        raise DatasetError("%s: unsupported PLY format %r" % (path, fmt))
     order = "<" if fmt != "binary_big_endian" else ">"
     offset = 0
     for name, count, props in elements:
         if any(t is None for _, t in props):
             if name == "vertex":
-                raise SpirulaError("%s: vertex element has list properties" % path)
-            raise SpirulaError("%s: element %r before vertex has list properties" % (path, name))
+                raise DatasetError("%s: vertex element has list properties" % path)
+            raise DatasetError("%s: element %r before vertex has list properties" % (path, name))
         dt = np.dtype([(p, (order if fmt != "ascii" else "<") + t) for p, t in props])
         if fmt == "ascii":
             lines = body.decode("ascii", errors="replace").splitlines()
             rows = [ln.split() for ln in lines[offset : offset + count]]
             if len(rows) < count or any(len(r) < len(props) for r in rows):
-                raise SpirulaError("%s: truncated (element %s needs %d rows)" % (path, name, count))
+                raise DatasetError("%s: truncated (element %s needs %d rows)" % (path, name, count))
             if name == "vertex":
                 out = np.zeros(count, dtype=dt)
-                arr = np.array([r[: len(props)] for r in rows], dtype=np.float64).reshape(count, len(props))
+                try:
+                    arr = np.array([r[: len(props)] for r in rows], dtype=np.float64).reshape(count, len(props))
+                except ValueError:
+                    bad = next(k for k, r in enumerate(rows) if not _numbers(r[: len(props)]))
+                    raise DatasetError(
+                        "%s: vertex %d is not %d numbers: %r" % (path, bad, len(props), " ".join(rows[bad])[:60])
+                    ) from None
+                if elements[-1][0] == "vertex" and any(ln.strip() for ln in lines[offset + count :]):
+                    raise DatasetError("%s: more vertex rows than the header's %d" % (path, count))
                 for j, (p, _) in enumerate(props):
                     out[p] = arr[:, j]
                 return out
@@ -172,18 +180,32 @@ def read_ply_vertices(path) -> np.ndarray:
         size = dt.itemsize * count
         if name == "vertex":
             if offset + size > len(body):
-                raise SpirulaError(
+                raise DatasetError(
                     "%s: truncated (expected %d bytes of vertex data, file has %d)" % (path, size, len(body) - offset)
+                )
+            extra = len(body) - offset - size
+            if elements[-1][0] == "vertex" and extra >= max(dt.itemsize, 1):
+                raise DatasetError(
+                    "%s: %d bytes after the %d vertices the header declares (a wrong vertex count?)"
+                    % (path, extra, count)
                 )
             return np.frombuffer(body, dtype=dt, count=count, offset=offset).copy()
         offset += size
-    raise SpirulaError("%s: no vertex element" % path)
+    raise DatasetError("%s: no vertex element" % path)
+
+
+def _numbers(tokens) -> bool:
+    try:
+        [float(t) for t in tokens]
+    except ValueError:
+        return False
+    return True
 
 
 def _fields(v: np.ndarray, names, path) -> np.ndarray:
     missing = [n for n in names if n not in v.dtype.names]
     if missing:
-        raise SpirulaError("%s: missing propert%s %s" % (path, "y" if len(missing) == 1 else "ies", " ".join(missing)))
+        raise DatasetError("%s: missing propert%s %s" % (path, "y" if len(missing) == 1 else "ies", " ".join(missing)))
     return np.stack([v[n].astype(np.float32) for n in names], axis=1) if names else np.zeros((len(v), 0), np.float32)
 
 
@@ -198,7 +220,7 @@ def read_splat_ply(path) -> dict:
     r = len(rest)
     K = r // 3 + 1
     if r % 3 or int(round(K**0.5)) ** 2 != K or rest != ["f_rest_%d" % i for i in range(r)]:
-        raise SpirulaError(
+        raise DatasetError(
             "%s: %d f_rest properties, expected 3*(K-1) numbered from 0 with K in 1, 4, 9, 16" % (path, r)
         )
     sh = np.empty((n, K, 3), dtype=np.float32)
@@ -219,9 +241,18 @@ def read_points_ply(path) -> tuple:
     x, y, z and, when present, red, green, blue (uchar; float colours in [0,1]
     are scaled by 255). Without colours every point is mid-grey (128)."""
     v = read_ply_vertices(path)
-    pts = _fields(v, ["x", "y", "z"], path)
+    with np.errstate(over="ignore"):  # a double beyond float32 becomes inf, reported below
+        pts = _fields(v, ["x", "y", "z"], path)
+    bad = np.flatnonzero(~np.all(np.isfinite(pts), axis=1))
+    if len(bad):
+        raise DatasetError(
+            "%s: %d of %d points have non-finite coordinates (the first: vertex %d, %s)"
+            % (path, len(bad), len(pts), bad[0], pts[bad[0]].tolist())
+        )
     if all(c in v.dtype.names for c in ("red", "green", "blue")):
         c = np.stack([v["red"], v["green"], v["blue"]], axis=1)
+        if c.dtype.kind == "f" and not np.all(np.isfinite(c)):
+            raise DatasetError("%s: non-finite colours (red, green, blue)" % path)
         if c.dtype.kind == "f":
             c = c * 255.0 if c.size and c.max() <= 1.0 else c
             c = np.rint(c)

@@ -13,12 +13,14 @@ Conventions (docs/design.md §2.1, the same as gsplat):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from spirula.data.images import read_image
+from spirula.errors import DatasetError
 
 
 @dataclass
@@ -189,3 +191,27 @@ class View:
     dist: np.ndarray
     model: str = "PINHOLE"
     image_path: Path | None = None
+
+
+def check_intrinsics(where: str, width, height, fx, fy, cx, cy, names=("fx", "fy", "cx", "cy")) -> None:
+    """Raise :class:`DatasetError` ``"<where>: ..."`` unless the focal lengths
+    are finite and positive and the principal point finite and at most one
+    image size outside the image: cx in [-W, 2W], cy in [-H, 2H].
+
+    Why that bound: a real camera's principal point lies in its image, near
+    the centre; a crop of a larger photo can move it out, but by more than a
+    whole image size the crop would be a corner of a sensor at least four
+    times as wide (or tall) as the image, which no dataset tool writes. Such
+    values are misread fields (a centre in another unit or resolution,
+    swapped parameters), and training would silently fit a wrong camera.
+    ``names`` spell the four values as the file does."""
+    fx, fy, cx, cy = (float(x) for x in (fx, fy, cx, cy))
+    for name, f in zip(names[:2], (fx, fy)):
+        if not (math.isfinite(f) and f > 0):
+            raise DatasetError("%s: focal length %s = %r; expected a positive number of pixels" % (where, name, f))
+    for name, c, size in zip(names[2:], (cx, cy), (width, height)):
+        if not (math.isfinite(c) and -size <= c <= 2 * size):
+            raise DatasetError(
+                "%s: principal point %s = %r; expected %s in [%d, %d] (at most one image size outside the %dx%d image)"
+                % (where, name, c, name, -size, 2 * size, width, height)
+            )

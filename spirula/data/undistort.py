@@ -32,7 +32,7 @@ import numpy as np
 from PIL import Image
 
 from spirula.data.images import cache_location, note, read_image, rel
-from spirula.errors import SpirulaError
+from spirula.errors import DatasetError
 from spirula.progress import track
 
 
@@ -170,7 +170,7 @@ def undistort_views(root, views, tag: str) -> None:
             key = (v.width, v.height, tuple(np.ravel(v.K)), tuple(np.ravel(v.dist)))
             img = read_image(v.image_path)
             if img.shape[:2] != (v.height, v.width):
-                raise SpirulaError(
+                raise DatasetError(
                     "%s: %dx%d, but its camera says %dx%d"
                     % (rel(v.image_path, root), img.shape[1], img.shape[0], v.width, v.height)
                 )
