@@ -17,6 +17,8 @@
 //   binding 7  quats       [N,4]  f32  read
 //   binding 8  sh          [N,K,3] f32 read   K = SH_COEFFS
 #extension GL_GOOGLE_include_directive : require
+// culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
+#define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
 
 layout(local_size_x = 256) in;

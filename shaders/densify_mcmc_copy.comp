@@ -18,6 +18,8 @@
 //   binding 18    weight_totals [..] f32  read   total sampling weight at weight_total_offset
 //                                                 (0: nothing was drawn)
 #extension GL_GOOGLE_include_directive : require
+// culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
+#define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
 
 layout(local_size_x = 256) in;

@@ -18,6 +18,8 @@
 //   binding 12 depth_ids   [C*N]   u32  write  i
 // Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
 #extension GL_GOOGLE_include_directive : require
+// culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
+#define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
 #include "projection.glsl"
 #include "raster.glsl"

@@ -60,14 +60,18 @@ def test_not_spirv_is_refused():
         preserve_inf_nan(b"\0" * 32)
 
 
-def test_a_device_that_offers_float_controls_compiles_every_kernel_with_them(device):
+def test_a_device_that_offers_float_controls_compiles_the_kernels_that_test_finiteness_with_them(device):
     from spirula.backends import open_device
 
     if not device.info.inf_nan_preserve:
         pytest.skip("%s does not offer shaderSignedZeroInfNanPreserveFloat32" % device.info.name)
     assert device.float_controls and device.defines["INF_NAN_PRESERVE"] == 1
-    assert _preserves(device.kernel("projection_fwd").spirv)
-    assert _preserves(device.kernel("densify_adc_classify").spirv)
+    deciding = {"projection_fwd", "densify_mcmc_weights", "densify_mcmc_copy", "densify_adc_classify"}
+    for name in deciding:
+        assert _preserves(device.kernel(name).spirv), name
+    # not the arithmetic kernels: the mode cost fpbo 6% on the H200
+    for name in ("fpbo", "rasterize_fwd", "loss_fwd"):
+        assert not _preserves(device.kernel(name).spirv), name
     off = open_device("vulkan", device.info.index, float_controls=False)
     assert off.float_controls is False and not _preserves(off.kernel("projection_fwd").spirv)
 

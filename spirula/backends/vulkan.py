@@ -76,7 +76,8 @@ class VulkanDevice(base.Device):
             ``index`` names its physical device if known, else it is matched by name.
         float_atomics: use native float atomicAdd where the device offers it
             (``SPIRULA_NO_FLOAT_ATOMICS=1`` forces the compare-and-swap path).
-        float_controls: compile kernels with SignedZeroInfNanPreserve for
+        float_controls: compile the kernels that test finiteness (their shader
+            defines SPIRULA_PRESERVE_INF_NAN) with SignedZeroInfNanPreserve for
             float32 where the device offers it (VK_KHR_shader_float_controls),
             so its compiler keeps IEEE's NaN and Inf (spirula/runtime/spirv.py;
             ``SPIRULA_NO_FLOAT_CONTROLS=1`` turns it off). The finiteness

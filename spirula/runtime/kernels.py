@@ -37,6 +37,10 @@ from spirula.errors import ShaderCompileError
 from spirula.runtime.spirv import preserve_inf_nan
 
 GLSLANG = "glslangValidator"
+# A shader that decides from whether values are finite declares this line; on a
+# device with float controls it is compiled with SignedZeroInfNanPreserve
+# (spirula/runtime/spirv.py)
+PRESERVE_INF_NAN = b"#define SPIRULA_PRESERVE_INF_NAN"
 TARGET_ENV = "vulkan1.1"  # SPIR-V 1.3: subgroup operations are core
 
 
@@ -297,7 +301,7 @@ class KernelRegistry:
             self._run_compiler(src, defines, spv_path, pre_path)
         bindings, push, spec, local = parse_contract(name, pre_path.read_text())
         spirv = spv_path.read_bytes()
-        if dict(defines).get("INF_NAN_PRESERVE") == "1":
+        if dict(defines).get("INF_NAN_PRESERVE") == "1" and PRESERVE_INF_NAN in text:
             spirv = preserve_inf_nan(spirv)  # glslang has no option for it
         return Kernel(name, defines, spirv, bindings, push, spec, local)
 

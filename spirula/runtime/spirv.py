@@ -3,12 +3,14 @@
 :func:`preserve_inf_nan` adds the ``SignedZeroInfNanPreserve`` execution mode
 for 32-bit floats (SPV_KHR_float_controls) to a compiled kernel, so that the
 driver's compiler may not assume that no value is NaN or Inf (Vulkan allows
-that assumption without it). Spirula compiles every kernel with it where the
-device offers ``shaderSignedZeroInfNanPreserveFloat32`` (VulkanDevice); the
-finiteness tests do not depend on it (they read bits, finite.glsl), but the
-rest of the maths then keeps IEEE's meaning too. glslang has the same through
-GL_EXT_spirv_intrinsics, but only per shader source; this applies to every
-kernel without touching one.
+that assumption without it). Spirula applies it where the device offers
+``shaderSignedZeroInfNanPreserveFloat32`` (VulkanDevice), to the kernels that
+decide something from whether a value is finite: their shader says so with
+``#define SPIRULA_PRESERVE_INF_NAN`` (KernelRegistry). Not to every kernel:
+on the H200 it made fpbo's noise path 6% slower (3.57 vs 3.36 ms), and the
+finiteness tests do not depend on it (they read bits, finite.glsl). glslang
+has the same through GL_EXT_spirv_intrinsics, but spelled in each shader's
+source; this keeps it one line per kernel.
 """
 
 from __future__ import annotations
