@@ -4,7 +4,7 @@ checkpoint and one clear line; never a crash (a traceback, a death by
 signal, no checkpoint) or a hang (no output for --stall seconds).
 
     python benchmarks/soak.py DATASET [--steps 30000] [--memory-limit 1600MiB]
-        [--inject-nan-every 100] [--cap-max 1000000] [--backend vulkan|cuda] [--set KEY=VALUE ...]
+        [--inject-nan-every 1000] [--cap-max 1000000] [--backend vulkan|cuda] [--set KEY=VALUE ...]
 
 It runs the CLI in a subprocess with ``--set inject_nan_every=N`` (every N
 steps NaN into one parameter of 1% of the splats, spirula/train/trainer.py)
@@ -148,7 +148,7 @@ def main():
         help="SPIRULA_MEMORY_LIMIT for the run (the 1080p scene peaks at ~1,480 MiB over 3,000 steps) "
         "[default: 1600MiB; '' for none]",
     )
-    ap.add_argument("--inject-nan-every", type=int, default=100)
+    ap.add_argument("--inject-nan-every", type=int, default=1000, help="[default: 1000]")
     ap.add_argument("--cap-max", type=int, default=1_000_000)
     ap.add_argument("--backend", choices=["vulkan", "cuda"], default=None)
     ap.add_argument("--output", type=Path, default=None, help="run folder [default: a temporary one]")
