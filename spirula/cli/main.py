@@ -6,11 +6,14 @@ Every subcommand takes ``--backend {vulkan,cuda}`` (default vulkan),
 subcommand. A command opens its device with :func:`open_cli_device`. A
 :class:`~spirula.errors.SpirulaError` ends the command with one line on
 stderr (``spirula: error: ...``) and its exit code, never a traceback.
+Ctrl-C, SIGTERM and SIGHUP exit with 128 + the signal's number (130, 143,
+129); ``spirula train`` saves a checkpoint first (spirula/train/signals.py).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
@@ -105,16 +108,31 @@ def main(argv=None):
     except SpirulaError as exc:
         click.echo("spirula: error: %s" % exc, err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("spirula: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:
+        _interrupted(exc.__cause__)  # click turns a KeyboardInterrupt into Abort
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("spirula: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        _interrupted(exc)
     sys.exit(0)
+
+
+def _interrupted(exc):
+    """Exit after Ctrl-C, SIGTERM or SIGHUP (spirula/train/signals.py.Stopped):
+    128 + the signal's number, as shells report it."""
+    signum = getattr(exc, "signum", signal.SIGINT)
+    if not getattr(exc, "reported", False):
+        _say("spirula: interrupted" if signum == signal.SIGINT else "spirula: stopped by %s" % exc)
+    sys.exit(128 + signum)
+
+
+def _say(msg: str):
+    """One line on stderr, unless the terminal is gone (SIGHUP)."""
+    try:
+        click.echo(msg, err=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import json
+import signal
+import sys
 from pathlib import Path
 
 import click
@@ -100,7 +102,8 @@ def train(
     transforms.json. Without DATASET, trains the built-in demo scene.
 
     Writes splat.ply, metrics.json, config.json and a checkpoint into the run
-    folder. Ctrl-C saves a checkpoint; --resume continues from it.
+    folder. Ctrl-C, SIGTERM and SIGHUP save a checkpoint and exit with 128 +
+    the signal's number (130, 143, 129); --resume continues from it.
     --dry-run only loads and checks DATASET (exit status 2 and one line
     naming the file when it cannot be read).
     """
@@ -174,7 +177,14 @@ def train(
             "MCMC, cap %s" % f"{cfg.cap_max:,}" if cfg.strategy == "mcmc" else "ADC",
         )
     )
-    train_run(scene, cfg, device, output, resume=resume, log=_log)
+    try:
+        train_run(scene, cfg, device, output, resume=resume, log=_log)
+    except KeyboardInterrupt as exc:
+        if getattr(exc, "reported", False):
+            # the run printed where its checkpoint is: exit now, with 128 + the
+            # signal's number (past click, which would add a blank line)
+            sys.exit(128 + getattr(exc, "signum", signal.SIGINT))
+        raise
 
 
 def _explicit_options(values: dict) -> dict:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 import numpy as np
 
-from spirula.errors import OutOfMemoryError
+from spirula.errors import OutOfMemoryError, SpirulaError
 
 CATEGORIES = ("splat", "splat x img", "image", "appearance", "viewer", "other")
 ALIGN = 16  # bytes: every capacity is a whole number of uvec4s
@@ -28,6 +29,30 @@ NAN_WORD = 0x7FC00000
 
 def _poison_default() -> bool:
     return os.environ.get("SPIRULA_POISON_BUFFERS", "") not in ("", "0")
+
+
+_UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}
+
+
+def memory_limit() -> int | None:
+    """``SPIRULA_MEMORY_LIMIT`` in bytes (``512MiB``, ``2GiB``, a plain byte
+    count), None when unset: a device memory budget smaller than the GPU's,
+    to run as a smaller GPU would (the soak test, docs/testing.md)."""
+    text = os.environ.get("SPIRULA_MEMORY_LIMIT", "").strip()
+    if not text:
+        return None
+    match = re.fullmatch(r"([0-9.eE+]+)\s*([KMG]iB|B)?", text, re.IGNORECASE)
+    try:
+        if match is None:
+            raise ValueError
+        value = float(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
+        if not value > 0:
+            raise ValueError
+    except (KeyError, ValueError):
+        err = SpirulaError("SPIRULA_MEMORY_LIMIT=%s: expected a size such as 512MiB, 2GiB or a number of bytes" % text)
+        err.exit_code = 2  # the environment is unusable
+        raise err from None
+    return int(value)
 
 
 class Buffer:
@@ -105,6 +130,7 @@ class BufferPool:
         self.device = device
         self.buffers = {}  # id -> Buffer
         self.poison = _poison_default()
+        self.limit = memory_limit()  # bytes of device memory the pool may hold, None: the device's
         self._high_total = -1
         self.high_water = {"categories": {}, "scratch": 0, "largest": []}
 
@@ -193,6 +219,11 @@ class BufferPool:
             raise OutOfMemoryError(
                 "buffer %r needs %s but %s binds at most %s per buffer"
                 % (name, _fmt_bytes(capacity), info.name, _fmt_bytes(info.max_storage_buffer_range))
+            )
+        if self.limit is not None and self.total_capacity() + capacity > self.limit:
+            raise OutOfMemoryError(
+                "out of GPU memory allocating buffer %r (%s; the pool already holds %s of its %s, SPIRULA_MEMORY_LIMIT)"
+                % (name, _fmt_bytes(capacity), _fmt_bytes(self.total_capacity()), _fmt_bytes(self.limit))
             )
         try:
             return self.device.new_storage_tensor(capacity // 4)

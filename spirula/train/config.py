@@ -84,6 +84,9 @@ class TrainConfig:
     eval_every: int = 0
     save_every: int = 7000
     log_every: int = 100  # a plain progress line every N steps when stderr is not a terminal
+    # testing aid (the soak test, docs/testing.md): every N steps, NaN into one parameter of 1% of
+    # the splats (means, quats, scales, opacities, sh in turn); 0: never
+    inject_nan_every: int = 0
 
     def __post_init__(self):
         if self.strategy not in STRATEGY_DEFAULTS:

@@ -1,5 +1,6 @@
 """A training run as a user sees it: output folder, progress (spirula/progress.py),
-checkpoints (atomic, resumable), Ctrl-C, evaluation, splat.ply, metrics.json.
+checkpoints (atomic, resumable), Ctrl-C / SIGTERM / SIGHUP (spirula/train/signals.py),
+evaluation, splat.ply, metrics.json.
 
     outputs/<dataset>-<YYYYmmdd-HHMMSS>/
         config.json     the TrainConfig (and the dataset path)
@@ -13,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +25,7 @@ from spirula.errors import SpirulaError
 from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
+from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
 from spirula.train.world import WorldTransform
 
@@ -43,9 +46,32 @@ def _atomic_write_bytes(path: Path, write):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _fsync_dir(folder: Path):
+    """Make a rename in ``folder`` durable (POSIX; elsewhere a no-op)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _say(write, *args):
+    """``write(*args)``, except that a terminal closed under us (SIGHUP) is not an error."""
+    try:
+        write(*args)
+    except OSError:
+        pass
 
 
 def finite_splats(arrays: dict) -> np.ndarray:
@@ -124,40 +150,63 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
         json.dumps(dict(json.loads(cfg.to_json()), dataset=str(scene.path)), indent=1, sort_keys=True)
     )
     ckpt_dir = output / "ckpt"
+    saved = {}  # the last checkpoint: step, path
 
     def checkpoint():
+        if saved.get("step") == trainer.step:
+            return saved["path"]
         path = ckpt_dir / ("step-%07d.npz" % trainer.step)
-        save_checkpoint(trainer, path)
-        for old in ckpt_dir.glob("step-*.npz"):
-            if old != path:
-                old.unlink()
+        with stop.saving():
+            save_checkpoint(trainer, path)
+            for old in ckpt_dir.glob("step-*.npz"):
+                if old != path:
+                    old.unlink()
+        saved.update(step=trainer.step, path=path)
         return path
 
     progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
     t_start = time.perf_counter()
     step_ms = []
-    try:
-        while trainer.step < cfg.iterations:
-            t0 = time.perf_counter()
-            out = trainer.train_step()
-            step_ms.append(1e3 * (time.perf_counter() - t0))
-            s = trainer.step
-            progress.update(s, out)
-            if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
-                m = trainer.evaluate()
-                progress.test_psnr = m["psnr"]
-                progress.message(log, "spirula: step %d: test PSNR %.3f SSIM %.4f" % (s, m["psnr"], m["ssim"]))
-            if cfg.save_every and s % cfg.save_every == 0 and s < cfg.iterations:
-                checkpoint()
-    except KeyboardInterrupt:
-        progress.close()
-        path = checkpoint()
-        log("spirula: interrupted at step %d; checkpoint %s (continue with --resume %s)" % (trainer.step, path, output))
-        raise
-    finally:
-        progress.close()
+    # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)
+    with StopSignals() as stop:
+        try:
+            while trainer.step < cfg.iterations:
+                stop.check()
+                t0 = time.perf_counter()
+                out = trainer.train_step()
+                step_ms.append(1e3 * (time.perf_counter() - t0))
+                s = trainer.step
+                progress.update(s, out)
+                if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
+                    m = trainer.evaluate()
+                    progress.test_psnr = m["psnr"]
+                    progress.message(log, "spirula: step %d: test PSNR %.3f SSIM %.4f" % (s, m["psnr"], m["ssim"]))
+                if cfg.save_every and s % cfg.save_every == 0 and s < cfg.iterations:
+                    checkpoint()
+            path = checkpoint()
+        except KeyboardInterrupt as exc:
+            # the checkpoint first: after SIGHUP the terminal may be gone, and writing to it fails
+            path = checkpoint()
+            by_signal = isinstance(exc, Stopped) and exc.signum != signal.SIGINT
+            what = "stopped by %s" % signal_name(exc.signum) if by_signal else "interrupted"
+            _say(progress.close)
+            msg = "spirula: %s at step %d; checkpoint %s (continue with --resume %s)"
+            _say(log, msg % (what, trainer.step, path, output))
+            exc.reported = True
+            raise
+        except SpirulaError as exc:
+            # out of memory mid-run (intersections grew past the budget): keep the steps done
+            _say(progress.close)
+            try:
+                path = checkpoint()
+            except Exception:
+                raise exc from None
+            raise type(exc)(
+                "%s; checkpoint of step %d: %s (continue with --resume %s)" % (exc, trainer.step, path, output)
+            ) from None
+        finally:
+            progress.close()
     train_time = time.perf_counter() - t_start
-    path = checkpoint()
 
     from spirula.data import write_splat_ply
 

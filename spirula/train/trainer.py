@@ -26,10 +26,11 @@ import numpy as np
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
+from spirula.runtime.buffers import NAN_WORD
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
 from spirula.train.loss import LossBuffers, pack_rgba8
-from spirula.train.model import SplatModel, init_from_points
+from spirula.train.model import PARAM_NAMES, SplatModel, init_from_points
 from spirula.train.optimizer import record_fpbo
 from spirula.train.schedule import learning_rates, sh_degree_at
 from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
@@ -273,9 +274,9 @@ class Trainer:
                 break
             # fpbo left the splats unchanged: grow and run this step again
             self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
+        self.step += 1  # counted before growing: out of memory there leaves a whole step to checkpoint
         if n_isects > 0.9 * self.raster.isect_capacity:
             self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
-        self.step += 1
         changes = self.strategy.step_post_backward(
             self.model,
             self.stats,
@@ -285,6 +286,8 @@ class Trainer:
         )
         if changes is not None:
             self.adopt(changes)
+        if self.cfg.inject_nan_every and self.step % self.cfg.inject_nan_every == 0:
+            self.inject_nan()
         return dict(
             loss=float(out[0]),
             l1=float(out[1]),
@@ -293,6 +296,21 @@ class Trainer:
             n_isects=n_isects,
             n_splats=self.model.n,
         )
+
+    def inject_nan(self) -> tuple:
+        """Testing aid (``inject_nan_every``): NaN into one parameter (means,
+        quats, scales, opacities, sh in turn) of 1% of the splats (at least
+        one), a run of rows from a place drawn from (seed, step). Returns
+        (parameter, first row, rows)."""
+        every = self.cfg.inject_nan_every or 1
+        name = PARAM_NAMES[(self.step // every) % len(PARAM_NAMES)]
+        n = self.model.n
+        rows = max(1, n // 100)
+        first = int(np.random.default_rng((self.cfg.seed, self.step)).integers(0, n - rows + 1))
+        buf = self.model.params.buffers()[PARAM_NAMES.index(name)]
+        row_bytes = buf.nbytes // n
+        self.device.fill(buf, NAN_WORD, nbytes=rows * row_bytes, offset=first * row_bytes)
+        return name, first, rows
 
     # -- evaluation and export ----------------------------------------------------
     def _raster_for(self, width: int, height: int) -> Rasterizer:
