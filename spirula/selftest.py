@@ -338,7 +338,7 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150):
     regularizers) and Adam; tolerances of tests/test_fpbo.py: an update is at
     most ~lr, so 1e-3 lr + 1 ulp of the parameter; moments rtol 1e-3 and 2e-3
     with atol 1e-4 of their largest."""
-    from spirula.reference.adam import adam
+    from spirula.reference.adam import fpbo_expected
     from spirula.reference.render import rasterization_bwd
     from spirula.render.rasterizer import Rasterizer
     from spirula.train.model import SplatModel
@@ -401,30 +401,9 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150):
     model.free()
 
     g = rasterization_bwd(**_f64(s), grad_colors=gc.astype(np.float64))
-    sc, op = s["scales"].astype(np.float64), s["opacities"].astype(np.float64)
-    grads = dict(
-        means=g["means"],
-        quats=g["quats"],
-        sh=g["sh_coeffs"],
-        scales=g["scales"] * sc + reg["scale_reg"] / (3 * n) * sc,
-        opacities=(g["opacities"] + reg["opacity_reg"] / n) * op * (1 - op),
-    )
-    lrs = dict(means=FPBO_LR["lr_means"], quats=FPBO_LR["lr_quats"], scales=FPBO_LR["lr_scales"])
-    lrs["opacities"] = FPBO_LR["lr_opacities"]
+    want = fpbo_expected(raw, moments, g, s["scales"], s["opacities"], reg, FPBO_LR, step)
     params_rows, m_rows = [], []
-    for name, value in raw.items():
-        lr = lrs.get(name)
-        if name == "sh":
-            lr = np.full(value.shape, FPBO_LR["lr_shN"])
-            lr[:, 0] = FPBO_LR["lr_sh0"]
-        want_p, want_m, want_v = adam(
-            value.astype(np.float64),
-            grads[name],
-            moments["exp_avg"][name].astype(np.float64),
-            moments["exp_avg_sq"][name].astype(np.float64),
-            lr,
-            step,
-        )
+    for name, (want_p, want_m, want_v, lr) in want.items():
         bound = 1e-3 * lr + 2**-22 * np.abs(want_p)
         params_rows.append(_within("fpbo", got["params"][name], want_p, bound, "1e-3 lr + 2^-22 |p|"))
         m_rows.append(
