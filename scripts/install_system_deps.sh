@@ -3,11 +3,12 @@
 # and fast when everything is there). Needs root, or sudo.
 #   Vulkan loader + Mesa's lavapipe (a CPU Vulkan driver, so Spirula runs with
 #   no GPU), the Khronos validation layer (tests), glslang (shader compiler),
+#   spirv-tools (spirv-val checks the SPIR-V that Spirula edits: tests/test_spirv.py),
 #   and what Kompute's Python module `kp` builds against (its pybind11 comes
 #   from PyPI, see scripts/build_kp.sh).
 set -euo pipefail
 PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
-      libfmt-dev cmake g++ make python3-venv python3-dev"
+      spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
