@@ -81,8 +81,8 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
             if strategy == "mcmc":  # within the budget, in place
                 assert changes.model is before and changes.n_after == int(1.05 * n)
                 assert changes.relocated == trainer.strategy.relocated and not changes.stats_reset
-            else:  # a new model, the statistics restart
-                assert changes.model is not before and changes.stats_reset
+            else:  # new buffers, written group by group into the same model; the statistics restart
+                assert changes.model is before and changes.stats_reset
                 assert changes.opacities_reset == (trainer.step - 1 == 6)
     assert [s for s, _, _ in got] == [3, 6, 9]  # 0-based steps, as gsplat
     assert not _reaches(trainer.strategy, Trainer)

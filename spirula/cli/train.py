@@ -40,6 +40,13 @@ def _default(field: str) -> str:
     help="Densification: MCMC (budget --cap-max) or classic adaptive density control %s." % _default("strategy"),
 )
 @click.option("--cap-max", type=int, default=None, help="MCMC splat budget %s." % _default("cap_max"))
+@click.option(
+    "--vram-budget",
+    default=None,
+    metavar="SIZE",
+    help="Device memory the run may use (8GiB, 512MiB, 8GB, bytes); MCMC's cap and ADC's growth stop there"
+    " [default: 85%% of the device's memory].",
+)
 @click.option("--sh-degree", type=click.IntRange(0, 3), default=None, help=_default("sh_degree"))
 @click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
 @click.option("--eval-split", default=None, help="interval:N or none %s." % _default("eval_split"))
@@ -85,6 +92,7 @@ def train(
     iterations,
     strategy,
     cap_max,
+    vram_budget,
     sh_degree,
     downscale,
     eval_split,
@@ -115,6 +123,7 @@ def train(
             iterations=iterations,
             strategy=strategy,
             cap_max=cap_max,
+            vram_budget=vram_budget,
             sh_degree=sh_degree,
             downscale=downscale,
             eval_split=eval_split,
@@ -125,6 +134,10 @@ def train(
         )
     )
     explicit.update(_parse_overrides(overrides))
+    if explicit.get("vram_budget") is not None:
+        from spirula.runtime.buffers import parse_size
+
+        parse_size(explicit["vram_budget"], "--vram-budget ")  # a bad SIZE: one line, exit status 2
     if resume is not None:
         # a resumed run keeps its own configuration; options given now override it
         saved = _saved_config(resume)

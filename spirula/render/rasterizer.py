@@ -194,14 +194,33 @@ class Rasterizer:
     )
     _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
 
-    def reserve(self, n_gaussians: int, n_isects: int = 0) -> bool:
+    def row_bytes(self) -> dict:
+        """Bytes per splat of every per-view buffer (all cameras), by buffer name."""
+        return {name: self.n_cameras * width * np.dtype(dtype).itemsize for name, width, dtype in self._PER_VIEW}
+
+    def max_isects(self) -> int:
+        """The most intersections one intersection buffer can bind on this device."""
+        info = self.device.info
+        rng = info.max_storage_buffer_range if info is not None else 1 << 62
+        return rng // 4
+
+    def reserve(
+        self, n_gaussians: int, n_isects: int = 0, room: int | None = None, isect_room: int | None = None
+    ) -> bool:
         """Room for ``n_gaussians`` and ``n_isects``; True if any buffer was reallocated
-        (sequences recorded before must be recorded again)."""
+        (sequences recorded before must be recorded again).
+
+        Growth allocates ``room`` Gaussians (``isect_room`` intersections) when
+        given (also shrinking a capacity past 1.3x ``n_gaussians``), else 1.25x
+        the old capacity. The per-view buffers are shaped for
+        ``n_gaussians`` and the intersection buffers for the most
+        intersections asked for so far: the live need (BufferPool.live_bytes)."""
         grew = False
         pool = self.device.pool
         n_gaussians, n_isects = max(int(n_gaussians), 1), max(int(n_isects), 1)
-        if n_gaussians > self.capacity:
-            cap = max(n_gaussians, int(self.capacity * 1.25))
+        # given room, a capacity past 1.3x the count shrinks (after ADC pruned)
+        if n_gaussians > self.capacity or (room is not None and self.capacity > 1.3 * n_gaussians):
+            cap = max(n_gaussians, int(room) if room is not None else int(self.capacity * 1.25))
             rows = self.n_cameras * cap
             for name, width, dtype in self._PER_VIEW:
                 shape = (rows, width) if width > 1 else (rows,)
@@ -211,25 +230,62 @@ class Rasterizer:
                         "%s.%s" % (self.name, name), shape, dtype, "splat x img", scratch=name in self._SCRATCH
                     )
                 else:
-                    pool.resize(buf, shape, keep=False, headroom=1.0)
+                    pool.resize(buf, (min(buf.shape[0], rows),) + buf.shape[1:], keep=False)
+                    pool.reserve(buf, rows * width * np.dtype(dtype).itemsize, keep=False)
             self.capacity = cap
             self.depth_sort.reserve(rows)
             self.offsets_scan.reserve(rows)
             grew = True
-        if n_isects > self.isect_capacity:
-            cap = max(n_isects, int(self.isect_capacity * 1.25))
+        self._shape_views(n_gaussians)
+        if n_isects > self.isect_capacity or (isect_room is not None and isect_room > self.isect_capacity):
+            most = self.max_isects()
+            if n_isects > most:
+                from spirula.errors import OutOfMemoryError
+                from spirula.runtime.buffers import fmt_bytes
+
+                raise OutOfMemoryError(
+                    "%s: %s intersections need %s per buffer but %s binds at most %s (%s intersections);"
+                    " lower the splat count (--cap-max, --vram-budget) or the image size (--downscale)"
+                    % (
+                        self.name,
+                        f"{n_isects:,}",
+                        fmt_bytes(4 * n_isects),
+                        self.device.info.name,
+                        fmt_bytes(4 * most),
+                        f"{most:,}",
+                    )
+                )
+            cap = max(n_isects, int(isect_room) if isect_room is not None else int(self.isect_capacity * 1.25))
+            cap = min(cap, most)
             for name in ("isect_keys", "isect_ids", "isect_keys_tmp", "isect_ids_tmp"):
                 buf = self._isect.get(name)
                 if buf is None:
                     self._isect[name] = pool.alloc(
-                        "%s.%s" % (self.name, name), (cap,), np.uint32, "splat x img", scratch=name in self._SCRATCH
+                        "%s.%s" % (self.name, name),
+                        (n_isects,),
+                        np.uint32,
+                        "splat x img",
+                        scratch=name in self._SCRATCH,
+                        capacity=4 * cap,
                     )
                 else:
-                    pool.resize(buf, (cap,), keep=False, headroom=1.0)
+                    pool.reserve(buf, 4 * cap, keep=False)
             self.isect_capacity = cap
             self.tile_sort.reserve(cap)
             grew = True
+        for buf in self._isect.values():
+            if n_isects > buf.shape[0]:
+                pool.resize(buf, (n_isects,), keep=False)
         return grew
+
+    def _shape_views(self, n: int):
+        """Shape the per-view buffers for ``n`` Gaussians (no reallocation: n <= capacity)."""
+        rows = self.n_cameras * max(int(n), 1)
+        pool = self.device.pool
+        for name, width, _ in self._PER_VIEW:
+            buf = self._per_view[name]
+            if buf.shape[0] != rows:
+                pool.resize(buf, (rows, width) if width > 1 else (rows,), keep=False)
 
     def __getattr__(self, name):
         views = self.__dict__.get("_per_view", {})
@@ -285,6 +341,7 @@ class Rasterizer:
             raise ValueError("%s: %d Gaussians exceed the reserved %d" % (self.name, n, self.capacity))
         self._n = n
         rows = self.n_cameras * n
+        self._shape_views(n)
         self.device.upload(self.counts, np.array([rows, 0, 0, 0], np.uint32))
         v = self._per_view
         rec.dispatch(

@@ -31,7 +31,43 @@ def _poison_default() -> bool:
     return os.environ.get("SPIRULA_POISON_BUFFERS", "") not in ("", "0")
 
 
-_UNITS = {"": 1, "B": 1, "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KIB": 1 << 10,
+    "MIB": 1 << 20,
+    "GIB": 1 << 30,
+    "TIB": 1 << 40,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+}
+
+# Growth of per-splat buffers: capacity = GROWTH x the live count when they
+# must grow (docs/design.md, memory). MCMC adds 5% per refinement, so a
+# reallocation (and one re-recording) comes every 4th refinement; right after
+# one the splat buffers hold 1.2x their live need, at most 1.26x while room
+# for the next refinement is reserved before it is recorded.
+GROWTH = 1.2
+
+
+def parse_size(text, what: str) -> int:
+    """Bytes from ``512MiB``, ``8GiB``, ``8GB`` (10^9), ``1.5e9`` or a plain
+    byte count; a :class:`SpirulaError` (exit status 2) naming ``what`` otherwise."""
+    text = str(text).strip()
+    match = re.fullmatch(r"([0-9.eE+]+)\s*([KMGT]i?B|B)?", text, re.IGNORECASE)
+    try:
+        if match is None:
+            raise ValueError
+        value = float(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
+        if not value >= 1:
+            raise ValueError
+    except (KeyError, ValueError):
+        err = SpirulaError("%s%s: expected a size such as 512MiB, 2GiB or a number of bytes" % (what, text))
+        err.exit_code = 2  # the environment or the command line is unusable
+        raise err from None
+    return int(value)
 
 
 def memory_limit() -> int | None:
@@ -41,18 +77,7 @@ def memory_limit() -> int | None:
     text = os.environ.get("SPIRULA_MEMORY_LIMIT", "").strip()
     if not text:
         return None
-    match = re.fullmatch(r"([0-9.eE+]+)\s*([KMG]iB|B)?", text, re.IGNORECASE)
-    try:
-        if match is None:
-            raise ValueError
-        value = float(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
-        if not value > 0:
-            raise ValueError
-    except (KeyError, ValueError):
-        err = SpirulaError("SPIRULA_MEMORY_LIMIT=%s: expected a size such as 512MiB, 2GiB or a number of bytes" % text)
-        err.exit_code = 2  # the environment is unusable
-        raise err from None
-    return int(value)
+    return parse_size(text, "SPIRULA_MEMORY_LIMIT=")
 
 
 class Buffer:
@@ -130,9 +155,22 @@ class BufferPool:
         self.device = device
         self.buffers = {}  # id -> Buffer
         self.poison = _poison_default()
-        self.limit = memory_limit()  # bytes of device memory the pool may hold, None: the device's
+        self.env_limit = memory_limit()  # SPIRULA_MEMORY_LIMIT, the testing override
+        self.limit = self.env_limit  # bytes of device memory the pool may hold, None: the device's
+        self.budget = None  # the training budget (--vram-budget), see set_budget
         self._high_total = -1
+        # the worst total capacity / live need (live_bytes) seen since track_ratio(); None: not tracked
+        self.worst_ratio = None
+        self.worst_ratio_at = None  # (capacity, live) bytes when it was seen
+        self._tracking = False
         self.high_water = {"categories": {}, "scratch": 0, "largest": []}
+
+    def set_budget(self, budget: int | None):
+        """The memory budget of a training run: the pool's limit becomes the
+        smaller of it and ``SPIRULA_MEMORY_LIMIT``."""
+        self.budget = budget
+        limits = [x for x in (budget, self.env_limit) if x is not None]
+        self.limit = min(limits) if limits else None
 
     # -- allocation -------------------------------------------------------------
     def alloc(
@@ -204,6 +242,29 @@ class BufferPool:
             self.device.fill(buf, NAN_WORD)
         return True
 
+    def reserve(self, buf: Buffer, capacity: int, *, keep: bool = True) -> bool:
+        """Reallocate ``buf`` to hold exactly ``capacity`` bytes (rounded up to
+        16) unless it already does; its shape (the used part) is unchanged and
+        must fit. True if it was reallocated. ``keep`` copies the used part.
+        Out of memory leaves ``buf`` as it was."""
+        cap = _round_capacity(max(int(capacity), buf.nbytes))
+        if cap == buf.capacity:
+            return False
+        if buf.host:
+            raise ValueError("host buffer %s cannot be reallocated" % buf.name)
+        new = self._tensor(buf.name, cap)
+        old_tensor = buf.tensor
+        if keep and buf.nbytes:
+            self.device.copy_tensors(old_tensor, new, _round_capacity(buf.nbytes))
+        self.device.forget_tensor(old_tensor)
+        buf.tensor = new
+        buf.capacity = cap
+        buf.version += 1
+        self._note_usage()
+        if self.poison and not keep:
+            self.device.fill(buf, NAN_WORD)
+        return True
+
     def free(self, buf: Buffer):
         if buf.tensor is None:
             return
@@ -222,8 +283,14 @@ class BufferPool:
             )
         if self.limit is not None and self.total_capacity() + capacity > self.limit:
             raise OutOfMemoryError(
-                "out of GPU memory allocating buffer %r (%s; the pool already holds %s of its %s, SPIRULA_MEMORY_LIMIT)"
-                % (name, _fmt_bytes(capacity), _fmt_bytes(self.total_capacity()), _fmt_bytes(self.limit))
+                "out of GPU memory allocating buffer %r (%s; the pool already holds %s of its %s, %s)"
+                % (
+                    name,
+                    _fmt_bytes(capacity),
+                    _fmt_bytes(self.total_capacity()),
+                    _fmt_bytes(self.limit),
+                    "SPIRULA_MEMORY_LIMIT" if self.limit == self.env_limit else "--vram-budget",
+                )
             )
         try:
             return self.device.new_storage_tensor(capacity // 4)
@@ -245,6 +312,30 @@ class BufferPool:
     def total_capacity(self) -> int:
         return sum(b.capacity for b in self.buffers.values())
 
+    def live_bytes(self) -> int:
+        """The live need: the bytes in use (each buffer's shape) summed over the
+        pool. Per-splat buffers are shaped for the live splat count, the
+        rasterizers' intersection buffers for the most intersections their
+        views have needed, images and the rest for what they hold."""
+        return sum(b.nbytes for b in self.buffers.values())
+
+    def track_ratio(self):
+        """Start (or restart) tracking :attr:`worst_ratio`, total capacity over
+        live need, at every allocation, reallocation, reshape and free."""
+        self.worst_ratio = None
+        self.worst_ratio_at = None
+        self._tracking = True
+        self._check_ratio()
+
+    def _check_ratio(self):
+        total, live = self.total_capacity(), self.live_bytes()
+        if live <= 0:
+            return
+        ratio = total / live
+        if self.worst_ratio is None or ratio > self.worst_ratio:
+            self.worst_ratio = ratio
+            self.worst_ratio_at = (total, live)
+
     def usage(self) -> dict:
         """category -> (buffers, used bytes, capacity bytes), now."""
         out = {}
@@ -254,6 +345,8 @@ class BufferPool:
         return out
 
     def _note_usage(self):
+        if self._tracking:
+            self._check_ratio()
         total = self.total_capacity()
         if total <= self._high_total:
             return
@@ -266,6 +359,11 @@ class BufferPool:
                 for b in sorted(self.buffers.values(), key=lambda b: -b.capacity)[:8]
             ],
         }
+
+
+def fmt_bytes(n: int) -> str:
+    """``183.11 MiB``: bytes for a message."""
+    return _fmt_bytes(n)
 
 
 def _fmt_bytes(n: int) -> str:

@@ -180,6 +180,13 @@ class Profiler:
             largest += hw["largest"]
         lines.append("%-24s %10d %11.2f %11.2f" % ("  pool total", total_n, total_used / mib, total_cap / mib))
         lines.append("%-24s %10s %11s %11.2f" % ("  scratch", "-", "-", scratch / mib))
+        for pool in self.pools:
+            if getattr(pool, "worst_ratio", None) is not None:
+                cap, live = pool.worst_ratio_at
+                lines.append(
+                    "%-24s %10s %11.2f %11.2f  (worst capacity / live need: %.3fx)"
+                    % ("  worst vs live need", "", live / mib, cap / mib, pool.worst_ratio)
+                )
         process = _process_vram(self.devices)
         if process is not None:
             lines.append("%-24s %10s %11s %11.2f" % ("  process (driver)", "", "", process / mib))

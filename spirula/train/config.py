@@ -35,7 +35,9 @@ STRATEGY_DEFAULTS = {
 class TrainConfig:
     iterations: int = 30_000
     strategy: str = "mcmc"  # 'mcmc' | 'adc'
-    cap_max: int = 1_000_000  # MCMC splat budget
+    cap_max: int = 1_000_000  # MCMC splat budget (lowered to what the device limits and vram_budget allow)
+    # device memory the run may use ("8GiB", "512MiB", "8GB", bytes); None: 85% of the device's
+    vram_budget: str | None = None
     sh_degree: int = 3
     sh_every: int = 1000  # one SH band more every N steps
     seed: int = 0

@@ -33,29 +33,64 @@ def alloc_splats(device, n: int, capacity: int, sh_coeffs: int, prefix: str) -> 
     return Splats(*bufs, activated=False)
 
 
+GROUPS = (("params", "splat"), ("exp_avg", "splat.adam_m"), ("exp_avg_sq", "splat.adam_v"))  # attribute, prefix
+
+
 class SplatModel:
-    """Parameters (``params``) and Adam moments (``exp_avg``, ``exp_avg_sq``)."""
+    """Parameters (``params``) and Adam moments (``exp_avg``, ``exp_avg_sq``).
+
+    ``n``: live splats; ``capacity``: splats every buffer has room for. Room
+    grows with :meth:`reserve` (or :meth:`set_count` past the capacity),
+    by :data:`~spirula.runtime.buffers.GROWTH` unless told exactly."""
 
     def __init__(self, device, n: int, capacity: int, sh_coeffs: int):
         self.device = device
         self.sh_coeffs = sh_coeffs
         self.capacity = max(capacity, n, 1)
-        self.params = alloc_splats(device, n, self.capacity, sh_coeffs, "splat")
-        self.exp_avg = alloc_splats(device, n, self.capacity, sh_coeffs, "splat.adam_m")
-        self.exp_avg_sq = alloc_splats(device, n, self.capacity, sh_coeffs, "splat.adam_v")
+        for g in range(len(GROUPS)):
+            setattr(self, GROUPS[g][0], self.alloc_group(g, n, self.capacity))
         self.n = n
 
+    def alloc_group(self, group: int, n: int, capacity: int) -> Splats:
+        """Group ``group`` (0 params, 1 first moments, 2 second moments) of
+        ``n`` rows with room for ``capacity``."""
+        return alloc_splats(self.device, n, capacity, self.sh_coeffs, GROUPS[group][1])
+
     def groups(self):
-        return (self.params, self.exp_avg, self.exp_avg_sq)
+        return tuple(getattr(self, attr) for attr, _ in GROUPS)
+
+    def row_bytes(self) -> dict:
+        """Bytes per splat of every buffer, by buffer name, from the buffers' own layouts."""
+        return {
+            buf.name: int(np.prod(buf.shape[1:], dtype=np.int64)) * buf.dtype.itemsize
+            for group in self.groups()
+            for buf in group.buffers()
+        }
+
+    def reserve(self, capacity: int) -> bool:
+        """Room for ``capacity`` splats (contents kept); True if buffers were
+        reallocated. Out of memory part way leaves a consistent model (some
+        buffers larger)."""
+        if capacity <= self.capacity:
+            return False
+        rows = self.row_bytes()
+        grew = False
+        for group in self.groups():
+            for buf in group.buffers():
+                if buf.capacity < rows[buf.name] * capacity:
+                    grew |= self.device.pool.reserve(buf, rows[buf.name] * capacity, keep=True)
+        self.capacity = capacity
+        return grew
 
     def set_count(self, n: int) -> bool:
         """Change the live count; True if buffers were reallocated (growth past capacity)."""
-        grew = False
+        from spirula.runtime.buffers import GROWTH
+
+        grew = self.reserve(int(np.ceil(n * GROWTH))) if n > self.capacity else False
         for group in self.groups():
             for name, buf in zip(PARAM_NAMES, group.buffers()):
                 grew |= self.device.pool.resize(buf, _shape(name, n, self.sh_coeffs), keep=True)
         self.n = n
-        self.capacity = max(self.capacity, n)
         return grew
 
     def upload(self, arrays: dict, moments: dict | None = None):

@@ -142,7 +142,7 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
         state = load_checkpoint(find_checkpoint(resume))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
         init = world.to_dataset(state["model"]["params"])
-    trainer = Trainer(scene, cfg, device, init=init, world=world)
+    trainer = Trainer(scene, cfg, device, init=init, world=world, log=log)
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
@@ -195,7 +195,7 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
             exc.reported = True
             raise
         except SpirulaError as exc:
-            # out of memory mid-run (intersections grew past the budget): keep the steps done
+            # out of memory mid-run (splats or intersections grew past the budget): keep the steps done
             _say(progress.close)
             try:
                 path = checkpoint()
@@ -233,6 +233,9 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
         ms_per_step_mean=float(np.mean(step_ms)) if step_ms else None,
         ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
         peak_vram_mib=pool.peak_bytes / (1 << 20),
+        # the worst pool capacity / live need over the run (docs/design.md, memory)
+        pool_worst_ratio=pool.worst_ratio,
+        vram_budget_mib=trainer.budget / (1 << 20) if trainer.budget is not None else None,
         process_vram_mib=process / (1 << 20) if process is not None else None,
         device=device.info.name,
         lpips=None,

@@ -42,11 +42,11 @@ def make(cfg):
 class Changes:
     """What a strategy changed.
 
-    ``model``: the splats afterwards, the :class:`SplatModel` passed in or,
-    when they were reallocated, a new one (the old one is then freed);
+    ``model``: the splats afterwards, the :class:`SplatModel` passed in
+    (ADC replaces its buffers group by group);
     ``n_before``, ``n_after``: the live count; ``relocated``: dead splats
     MCMC moved; ``stats_reset``: the statistics were resized to
-    ``model.capacity`` and zeroed; ``opacities_reset``: ADC's opacity reset ran.
+    ``model.n`` and zeroed; ``opacities_reset``: ADC's opacity reset ran.
     """
 
     model: object
@@ -59,6 +59,11 @@ class Changes:
 
 def _seed(cfg, step: int, salt: int) -> int:
     return (cfg.seed * 0x9E3779B1 + step * 0x85EBCA77 + salt * 0xC2B2AE3D) & 0xFFFFFFFF
+
+
+def _scan_total(dev, scan, n: int) -> int:
+    """The grand total of a scan of ``n`` values (one word read back)."""
+    return int(dev.readback(scan.scratch, shape=(1,), offset=4 * scan.total_offset(n))[0])
 
 
 def _moment_buffers(model) -> dict:
@@ -84,9 +89,22 @@ class Strategy:
     def __init__(self, cfg):
         self.cfg = cfg
 
+    # the most splats the run may hold (device limits, memory budget), set by the trainer
+    limit = 1 << 62
+    limit_reason = None
+
     def capacity(self, n: int) -> int:
-        """Splats to allocate room for when training starts from ``n``."""
+        """Splats to allocate room for when training starts from ``n``: ``n``
+        (buffers grow with the live count, docs/design.md, memory)."""
         return n
+
+    def row_bytes(self) -> dict:
+        """Bytes per splat of the strategy's own per-splat buffers, by name."""
+        return {}
+
+    @staticmethod
+    def say(msg: str):
+        """A one-line message for the user (the trainer's log)."""
 
     def refine_due(self, step: int) -> bool:
         c = self.cfg
@@ -101,6 +119,9 @@ class Strategy:
         nothing was due.
         """
         raise NotImplementedError
+
+    def free(self, device):
+        """Return the strategy's scratch buffers to the pool."""
 
     def state_dict(self, model, stats, device) -> dict:
         """The strategy's state for a checkpoint, as numpy arrays."""
@@ -126,9 +147,17 @@ class MCMC(Strategy):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.history = []
+        self.cap = cfg.cap_max  # the budget; the trainer lowers it to what the device and memory allow
 
-    def capacity(self, n: int) -> int:
-        return max(self.cfg.cap_max, n)
+    def free(self, device):
+        bufs = getattr(self, "_bufs", None)
+        if bufs is not None:
+            for buf in list(bufs.values()) + [self._scan_u.scratch, self._scan_f.scratch]:
+                device.pool.free(buf)
+            self._bufs = None
+
+    def row_bytes(self) -> dict:
+        return {"mcmc.weights": 4, "mcmc.dead": 4, "mcmc.sample_src": 4, "mcmc.copies": 4}
 
     def state_dict(self, model, stats, device) -> dict:
         return dict(history=np.asarray(self.history, np.int64).reshape(-1, 2))
@@ -147,26 +176,41 @@ class MCMC(Strategy):
         return None
 
     def _scratch(self, model, dev):
-        if getattr(self, "_bufs", None) is None or self._bufs["weights"].capacity < 4 * model.capacity:
-            pool = dev.pool
-            cap = model.capacity
+        """Scratch for ``model.n`` splats with room for ``model.capacity``."""
+        pool, cap, n = dev.pool, model.capacity, max(model.n, 1)
+        if getattr(self, "_bufs", None) is None:
             self._bufs = dict(
-                weights=pool.alloc("mcmc.weights", (cap,), np.float32, "splat", scratch=True),
-                dead=pool.alloc("mcmc.dead", (cap,), np.uint32, "splat", scratch=True),
-                sample_src=pool.alloc("mcmc.sample_src", (cap,), np.uint32, "splat", scratch=True),
-                copies=pool.alloc("mcmc.copies", (cap,), np.uint32, "splat", scratch=True, zero=True),
+                weights=pool.alloc("mcmc.weights", (n,), np.float32, "splat", scratch=True, capacity=4 * cap),
+                dead=pool.alloc("mcmc.dead", (n,), np.uint32, "splat", scratch=True, capacity=4 * cap),
+                sample_src=pool.alloc("mcmc.sample_src", (n,), np.uint32, "splat", scratch=True, capacity=4 * cap),
+                copies=pool.alloc("mcmc.copies", (n,), np.uint32, "splat", scratch=True, capacity=4 * cap, zero=True),
                 counts=pool.alloc("mcmc.counts", (4,), np.uint32, "other", zero=True),
             )
             self._scan_u = PrefixSum(dev, cap, name="mcmc.scan_u")
             self._scan_f = PrefixSum(dev, cap, name="mcmc.scan_f", dtype=np.float32)
+        for key in ("weights", "dead", "sample_src", "copies"):
+            buf = self._bufs[key]
+            if buf.capacity < 4 * cap:
+                pool.reserve(buf, 4 * cap, keep=False)
+                if key == "copies":
+                    dev.fill(buf, 0)
+            pool.resize(buf, (n,), keep=False)
+        self._scan_u.reserve(cap)
+        self._scan_f.reserve(cap)
         return self._bufs
 
     def refine(self, model, step: int, device) -> Changes:
-        """Relocate dead splats, then grow by 5% (up to cap_max) within
-        ``model``'s capacity (no reallocation)."""
+        """Relocate dead splats, then grow by 5% (up to the cap). Room for the
+        grown count is reserved before the refinement is recorded (GROWTH x,
+        within the cap): nothing reallocates inside the recording."""
+        from spirula.runtime.buffers import GROWTH
+
         cfg, dev = self.cfg, device
         n = model.n
-        n_add = max(0, min(cfg.cap_max, int(1.05 * n)) - n)
+        cap = max(min(cfg.cap_max, self.cap), n)
+        n_add = max(0, min(cap, int(1.05 * n)) - n)
+        if n + n_add > model.capacity:
+            model.reserve(min(int(np.ceil((n + n_add) * GROWTH)), cap))
         b = self._scratch(model, dev)
         p = model.params
         moments = _moment_buffers(model)
@@ -207,7 +251,7 @@ class MCMC(Strategy):
             spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs, RESET_MOMENTS=int(not cfg.mcmc_keep_moments)),
         )
         if n_add > 0:
-            model.set_count(n + n_add)  # within the budget: no reallocation
+            model.set_count(n + n_add)  # within the room reserved above: no reallocation
             self._record_draw(
                 rec,
                 p,
@@ -299,10 +343,11 @@ class MCMC(Strategy):
 
 
 class ADC(Strategy):
-    """Clone, split, prune and opacity reset (gsplat DefaultStrategy defaults)."""
+    """Clone, split, prune and opacity reset (gsplat DefaultStrategy defaults).
+    Growth stops at ``limit`` splats (the device limits and memory budget):
+    past it a refinement only prunes."""
 
-    def capacity(self, n: int) -> int:
-        return int(n * 1.5) + 1024
+    stopped = False  # growth stopped at the limit (said once)
 
     def step_post_backward(self, model, stats, step: int, extent: float, device):
         c = self.cfg
@@ -318,17 +363,10 @@ class ADC(Strategy):
                 changes.opacities_reset = True
         return changes
 
-    def refine(self, model, stats, step: int, extent: float, device) -> Changes:
-        """Clone, split and prune into a new :class:`SplatModel` (``model`` is
-        freed); the statistics restart at 0."""
-        cfg, dev = self.cfg, device
+    def _classify(self, rec, model, stats, step, extent, scratch, grow: bool):
+        cfg, p = self.cfg, model.params
+        actions, counts, offsets, scan = scratch
         n = model.n
-        pool = dev.pool
-        actions = pool.alloc("adc.actions", (max(n, 1),), np.uint32, "splat", scratch=True)
-        counts = pool.alloc("adc.counts", (max(n, 1),), np.uint32, "splat", scratch=True)
-        scan = PrefixSum(dev, max(n, 1), name="adc.scan")
-        rec = dev.recorder("adc.classify")
-        p = model.params
         rec.dispatch(
             "densify_adc_classify",
             Threads(n),
@@ -350,23 +388,44 @@ class ADC(Strategy):
                 prune_scale3d=cfg.prune_scale3d * extent,
                 min_opacity=cfg.min_opacity,
                 prune_big=int(step > cfg.reset_every),
-                grow=1,
+                grow=int(grow),
             ),
             spec=dict(SH_COEFFS=model.sh_coeffs),
         )
-        offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
         rec.copy(counts, offsets, nbytes=4 * max(n, 1))
         scan.record(rec, offsets, n)
         rec.finish().run()
-        new_n = int(dev.readback(scan.scratch, shape=(1,), offset=4 * scan.total_offset(n))[0])
+        return _scan_total(model.device, scan, n)
 
-        from spirula.train.model import SplatModel
+    def refine(self, model, stats, step: int, extent: float, device) -> Changes:
+        """Clone, split and prune into new buffers, one group (parameters, first,
+        second moments) at a time, each old group freed after its copy: the
+        pool never holds two whole models. The statistics restart at 0."""
+        cfg, dev = self.cfg, device
+        n = model.n
+        pool = dev.pool
+        actions = pool.alloc("adc.actions", (max(n, 1),), np.uint32, "splat", scratch=True)
+        counts = pool.alloc("adc.counts", (max(n, 1),), np.uint32, "splat", scratch=True)
+        offsets = pool.alloc("adc.offsets", (max(n, 1),), np.uint32, "splat", scratch=True)
+        scan = PrefixSum(dev, max(n, 1), name="adc.scan")
+        scratch = (actions, counts, offsets, scan)
+        new_n = self._classify(dev.recorder("adc.classify"), model, stats, step, extent, scratch, grow=True)
+        if new_n > max(self.limit, n):
+            # past the limit: this refinement prunes only
+            new_n = self._classify(dev.recorder("adc.classify"), model, stats, step, extent, scratch, grow=False)
+            if not self.stopped:
+                self.stopped = True
+                self.say(
+                    "step %d: ADC stops growing at %s splats (%s); pruning goes on"
+                    % (step, f"{n:,}", self.limit_reason or "the splat limit")
+                )
+        from spirula.train.model import GROUPS
 
-        new = SplatModel(
-            dev, new_n, self.capacity(new_n) if new_n > model.capacity else model.capacity, model.sh_coeffs
-        )
-        rec = dev.recorder("adc.write")
-        for group, (src, dst) in enumerate(zip(model.groups(), new.groups())):
+        cap = max(new_n, 1)
+        for group in range(len(GROUPS)):
+            src = model.groups()[group]
+            dst = model.alloc_group(group, new_n, cap)
+            rec = dev.recorder("adc.write")
             rec.dispatch(
                 "densify_adc_write",
                 Threads(n),
@@ -388,14 +447,20 @@ class ADC(Strategy):
                 push=dict(n=n, seed=_seed(cfg, step, 3)),
                 spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs),
             )
-        rec.finish().run()
+            rec.finish().run()
+            src.free(dev)
+            setattr(model, GROUPS[group][0], dst)
+        model.n, model.capacity = new_n, cap
         for b in (actions, counts, offsets, scan.scratch):
             pool.free(b)
-        model.free()
         for stat in stats:
-            pool.resize(stat, (new.capacity,), keep=False)
+            item = stat.dtype.itemsize
+            pool.resize(stat, (min(stat.shape[0], cap),), keep=False)
+            if stat.capacity < item * cap or stat.capacity > 1.3 * item * cap:
+                pool.reserve(stat, item * cap, keep=False)
+            pool.resize(stat, (new_n,), keep=False)
             dev.fill(stat, 0)
-        return Changes(new, n_before=n, n_after=new.n, stats_reset=True)
+        return Changes(model, n_before=n, n_after=new_n, stats_reset=True)
 
     def reset_opacity(self, model, device) -> Changes:
         """Cap every opacity at twice min_opacity; their Adam moments restart at 0."""

@@ -26,7 +26,7 @@ import numpy as np
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
-from spirula.runtime.buffers import NAN_WORD
+from spirula.runtime.buffers import GROWTH, NAN_WORD, fmt_bytes, parse_size
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
 from spirula.train.loss import LossBuffers, pack_rgba8
@@ -36,7 +36,16 @@ from spirula.train.schedule import learning_rates, sh_degree_at
 from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 from spirula.train.world import WorldTransform
 
-ISECT_HEADROOM = 1.5
+# Intersection buffers hold ISECT_HEADROOM x the most intersections a view has
+# needed: the count differs from view to view, and a view past the capacity
+# costs its step twice (run, grow, run again). 1.25 keeps the buffers within
+# the 1.3x of the live need (docs/design.md, memory); more is grown at 90%.
+ISECT_HEADROOM = 1.25
+# The default memory budget: this fraction of the device's local memory. The
+# rest is for what the pool does not see: the driver, pipelines and
+# descriptor pools, Kompute's staging buffers, a display on the same GPU, and
+# the one buffer that exists twice while it grows.
+DEFAULT_BUDGET_FRACTION = 0.85
 
 
 class _ImageSize:
@@ -77,8 +86,18 @@ class Trainer:
     ``init`` and :meth:`splat_arrays` are in the dataset's.
     """
 
-    def __init__(self, scene, cfg: TrainConfig, device, init: dict | None = None, world: WorldTransform | None = None):
+    def __init__(
+        self,
+        scene,
+        cfg: TrainConfig,
+        device,
+        init: dict | None = None,
+        world: WorldTransform | None = None,
+        log=None,
+    ):
         self.scene, self.cfg, self.device = scene, cfg, device
+        self.notes = []  # the one-line messages about memory (budget, caps), also sent to ``log``
+        self._log = log
         frames = [scene.frames[i] for i in scene.train]
         if not frames:
             raise SpirulaError("%s: no training images" % scene.path)
@@ -103,17 +122,16 @@ class Trainer:
             init = self.world.to_training(init)
         n = len(init["means"])
         self.strategy = strategies.make(cfg)
+        self.budget = self._budget()
+        pool.set_budget(self.budget)
         try:
             self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
         except OutOfMemoryError as exc:
-            raise OutOfMemoryError(
-                "%s; lower the splat budget (--cap-max, now %s) or the SH degree (--sh-degree)"
-                % (exc, f"{cfg.cap_max:,}")
-            ) from None
+            raise OutOfMemoryError("%s; lower the splat count or the SH degree (--sh-degree)" % exc) from None
         self.model.upload(init)
         self.stats = (
-            pool.alloc("train.grad2d_sum", (self.model.capacity,), np.float32, "splat", zero=True),
-            pool.alloc("train.vis_count", (self.model.capacity,), np.uint32, "splat", zero=True),
+            pool.alloc("train.grad2d_sum", (n,), np.float32, "splat", zero=True, capacity=4 * self.model.capacity),
+            pool.alloc("train.vis_count", (n,), np.uint32, "splat", zero=True, capacity=4 * self.model.capacity),
         )
 
         # one group per image size, the most common first (named "train" when alone)
@@ -139,10 +157,103 @@ class Trainer:
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
         self.host_in = pool.alloc("train.host_in", (STEP_PARAMS_WORDS + 20,), np.uint32, host=True)
         self.host_out = pool.alloc("train.host_out", (8,), np.float32, host=True)
+        self._isects_per_splat = 0.0
         for group in self.sizes.values():
             self._active = group
             self._measure_intersections()
         self._active = self.sizes[sizes[0]]
+        self.splat_limit = self._splat_limit()
+        pool.track_ratio()
+
+    # -- memory -------------------------------------------------------------------
+    def _say(self, msg: str):
+        self.notes.append(msg)
+        if self._log is not None:
+            self._log("spirula: " + msg)
+
+    def _budget(self) -> int | None:
+        """The memory budget in bytes: --vram-budget, else DEFAULT_BUDGET_FRACTION
+        of the device's local memory (None when the device does not say)."""
+        if self.cfg.vram_budget is not None:
+            return parse_size(self.cfg.vram_budget, "--vram-budget ")
+        info = self.device.info
+        local = getattr(info, "device_local_bytes", 0) if info is not None else 0
+        return int(local * DEFAULT_BUDGET_FRACTION) if local else None
+
+    def splat_row_bytes(self) -> dict:
+        """Bytes per splat of every per-splat buffer, by name, from the buffers'
+        own layouts: the model, the statistics, the strategy's scratch and
+        every training rasterizer's per-view buffers."""
+        rows = dict(self.model.row_bytes())
+        for stat in self.stats:
+            rows[stat.name] = stat.dtype.itemsize
+        rows.update(self.strategy.row_bytes())
+        for group in self.sizes.values():
+            rows.update({"%s.%s" % (group.raster.name, k): v for k, v in group.raster.row_bytes().items()})
+        return rows
+
+    def _splat_limit(self) -> int:
+        """The most splats this run may hold: what every per-splat buffer can
+        bind (device limit) and what fits the budget; MCMC's cap and ADC's
+        growth stop there (one line each when it binds)."""
+        cfg, info, pool = self.cfg, self.device.info, self.device.pool
+        rows = self.splat_row_bytes()
+        deg = "SH degree %d" % cfg.sh_degree
+        limit, why = 1 << 62, None
+        rng = info.max_storage_buffer_range if info is not None else 1 << 62
+        name, row = max(rows.items(), key=lambda kv: kv[1])
+        by_range = rng // row
+        if by_range < limit:
+            limit = by_range
+            why = "buffer %s binds at most %s on %s" % (name, fmt_bytes(rng), info.name)
+        if self.budget is not None:
+            per_view_groups = len(self.sizes)
+            isect = 16 * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
+            # one buffer exists twice while it grows; ADC writes one group at a time
+            transient = row if cfg.strategy == "mcmc" else sum(self.model.row_bytes().values()) / 3 + 12
+            per_splat = sum(rows.values()) + isect + transient
+            fixed = sum(b.capacity for b in pool.buffers.values() if b.category not in ("splat", "splat x img"))
+            fit = max(int((self.budget - fixed) // per_splat), 0)
+            source = (
+                "--vram-budget"
+                if cfg.vram_budget is not None
+                else "%d%% of %s's %s"
+                % (round(100 * DEFAULT_BUDGET_FRACTION), info.name, fmt_bytes(info.device_local_bytes))
+            )
+            self._say(
+                "memory budget %s (%s): %s splats fit at %s (%s a splat)"
+                % (fmt_bytes(self.budget), source, f"{fit:,}", deg, fmt_bytes(int(per_splat)))
+            )
+            if fit < limit:
+                limit = fit
+                why = "the memory budget %s holds %s splats at %s" % (fmt_bytes(self.budget), f"{fit:,}", deg)
+        limit = max(limit, self.model.n)
+        if cfg.strategy == "mcmc":
+            if limit < cfg.cap_max:
+                self._say("splat cap lowered to %s: %s" % (f"{limit:,}", why))
+            self.strategy.cap = min(cfg.cap_max, limit)
+        else:
+            self.strategy.limit = limit
+            self.strategy.limit_reason = why
+        self.strategy.say = self._say
+        return limit
+
+    def fit_splat_buffers(self):
+        """Room in the statistics and every view for the model's splats
+        (grown by GROWTH past their capacity, within the splat limit), shaped
+        for the live count."""
+        pool, n = self.device.pool, self.model.n
+        room = max(self.model.capacity, min(int(np.ceil(n * GROWTH)), getattr(self, "splat_limit", n)), n)
+        for stat in self.stats:
+            item = stat.dtype.itemsize
+            if stat.capacity < item * n or stat.capacity > item * room * GROWTH:
+                pool.reserve(stat, item * max(room, stat.shape[0]), keep=True)
+                pool.resize(stat, (n,), keep=True)
+                self.device.fill(stat, 0)
+            else:
+                pool.resize(stat, (n,), keep=True)
+        for group in self.sizes.values():
+            group.raster.reserve(n, room=room)
 
     # The image size being trained (the last step's); for one size, the only one.
     raster = property(lambda self: self._active.raster)
@@ -158,12 +269,10 @@ class Trainer:
 
     def adopt(self, changes):
         """Take over what the strategy changed (:class:`~spirula.train.strategy.Changes`):
-        its splats, and room for them in every view."""
-        if changes.model is not self.model:  # reallocated: room for its whole capacity
-            self.model = changes.model
-            self.reserve_views(self.model.capacity)
-        elif changes.n_after > changes.n_before:
-            self.reserve_views(self.model.n)
+        its splats, and room for them in the statistics and every view."""
+        self.model = changes.model
+        if changes.n_after != changes.n_before or changes.model.capacity != self.stats[0].shape[0]:
+            self.fit_splat_buffers()
 
     # -- the recorded step --------------------------------------------------------
     def _measure_intersections(self, views=8):
@@ -179,7 +288,8 @@ class Trainer:
             self.raster.record_project(rec, self.model.params, 0)
             rec.finish().run()
             most = max(most, self.raster.num_intersections())
-        self.raster.reserve(self.model.n, int(most * ISECT_HEADROOM))
+        self._isects_per_splat = max(self._isects_per_splat, most / max(self.model.n, 1))
+        self.raster.reserve(self.model.n, most, isect_room=int(most * ISECT_HEADROOM))
 
     def _sequence(self, sh_degree: int):
         group = self._active
@@ -273,10 +383,12 @@ class Trainer:
             if n_isects <= self.raster.isect_capacity:
                 break
             # fpbo left the splats unchanged: grow and run this step again
-            self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
+            self.raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
         self.step += 1  # counted before growing: out of memory there leaves a whole step to checkpoint
         if n_isects > 0.9 * self.raster.isect_capacity:
-            self.raster.reserve(self.model.n, int(n_isects * ISECT_HEADROOM))
+            self.raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
+        elif n_isects > self.raster.isect_keys.shape[0]:
+            self.raster.reserve(self.model.n, n_isects)  # the live need: the most a view has needed
         changes = self.strategy.step_post_backward(
             self.model,
             self.stats,
@@ -385,15 +497,19 @@ class Trainer:
         self.rng.bit_generator.state = state["rng"]
         self._order = list(state["order"])
         self.strategy.load_state_dict(state["strategy"], self.stats, self.device)
+        self.fit_splat_buffers()
         for group in self.sizes.values():
-            group.raster.reserve(self.model.n, int(state.get("isect_capacity", 1)))
+            isects = int(state.get("isect_capacity", 1))
+            group.raster.reserve(self.model.n, int(isects / ISECT_HEADROOM), isect_room=isects)
             group.seq = None
 
     def free(self):
         self.model.free()
+        self.strategy.free(self.device)
         for group in self.sizes.values():
             group.free(self.device)
         for raster in self._eval_rasters.values():
             raster.free()
         for b in (self.params, self.host_in, self.host_out) + self.stats:
             self.device.pool.free(b)
+        self.device.pool.set_budget(None)  # the budget was this run's

@@ -1,0 +1,224 @@
+"""Memory that follows the splats (issue #12 items 1-3): buffers grow with the
+live count, the device's per-buffer limit lowers the splat cap, the memory
+budget (--vram-budget) lowers it too, and running out mid-growth ends in a
+checkpoint and one line. On the tiny COLMAP scene of train_cases.py."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from train_cases import random_init, tiny_scene
+
+from spirula.errors import OutOfMemoryError
+from spirula.runtime.buffers import GROWTH
+from spirula.train.config import TrainConfig
+from spirula.train.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    return tiny_scene(tmp_path_factory.mktemp("tiny"))
+
+
+def _mcmc(**kw):
+    return TrainConfig(**{**dict(strategy="mcmc", refine_start=1, refine_every=2, cap_max=100_000, sh_degree=1), **kw})
+
+
+def test_mcmc_buffers_follow_the_live_count_never_the_cap(device, scene):
+    """MCMC grows 5% every other step: the splat buffers hold at most GROWTH x
+    the live count (never cap_max), and the pool at most 1.3x its live need."""
+    trainer = Trainer(scene, _mcmc(), device, init=random_init(400, 1))
+    pool = device.pool
+    try:
+        for _ in range(24):
+            trainer.train_step()
+            n = trainer.model.n
+            assert trainer.model.capacity <= int(np.ceil(GROWTH * n)) + 1
+            for buf in trainer.model.params.buffers() + trainer.stats:
+                assert buf.capacity <= (GROWTH * n + 16) * buf.nbytes / n, buf
+            assert pool.total_capacity() <= 1.3 * pool.live_bytes()
+        assert trainer.model.n > 1.5 * 400  # it grew, and reallocated on the way
+        assert pool.worst_ratio <= 1.3, (pool.worst_ratio, pool.worst_ratio_at)
+    finally:
+        trainer.free()
+
+
+def test_growth_leaves_the_training_result_unchanged(device, scene):
+    """Same seed, same splats: a run that starts with room for the cap (as
+    before) and one that grows agree in count and relocations, and their
+    parameters differ no more than two identical runs do (rasterize_bwd's
+    float atomics add in a different order each run)."""
+    cfg = _mcmc(cap_max=2000)
+    runs = []
+    for room in (False, False, True):
+        trainer = Trainer(scene, cfg, device, init=random_init(400, 1))
+        if room:
+            trainer.model.reserve(cfg.cap_max)
+            trainer.fit_splat_buffers()
+        for _ in range(12):
+            trainer.train_step()
+        runs.append((trainer.splat_arrays(), trainer.strategy.history))
+        trainer.free()
+    (grow, hist), (again, _), (room, room_hist) = runs
+    assert hist == room_hist
+    for name in grow:
+        noise = np.abs(grow[name] - again[name]).max()
+        assert np.abs(grow[name] - room[name]).max() <= 4 * noise + 1e-6, name
+
+
+def test_adc_never_holds_two_models(device, scene):
+    """ADC writes the grown splats group by group: the pool's peak during a
+    refinement stays within 1.3x of the live need, old groups counted live
+    until their copy is done."""
+    cfg = TrainConfig(strategy="adc", refine_start=1, refine_every=2, grow_grad2d=1e-9, sh_degree=1, reset_every=10**6)
+    trainer = Trainer(scene, cfg, device, init=random_init(300, 1))
+    pool = device.pool
+    try:
+        for _ in range(6):
+            trainer.train_step()
+        assert trainer.model.n > 600  # it cloned and split
+        assert pool.worst_ratio <= 1.3, (pool.worst_ratio, pool.worst_ratio_at)
+    finally:
+        trainer.free()
+
+
+def _small_range(device, monkeypatch, nbytes):
+    monkeypatch.setattr(device, "info", dataclasses.replace(device.info, max_storage_buffer_range=nbytes))
+
+
+def test_a_small_buffer_range_lowers_the_mcmc_cap_in_one_line(device, scene, monkeypatch):
+    """splat.sh of SH degree 3 (16 x 3 floats a splat) in 192,000 bytes: 1,000 splats."""
+    _small_range(device, monkeypatch, 192_000)
+    said = []
+    trainer = Trainer(scene, _mcmc(sh_degree=3), device, init=random_init(900, 3), log=said.append)
+    try:
+        lowered = [m for m in said if "splat cap lowered" in m]
+        assert lowered == [
+            "spirula: splat cap lowered to 1,000: buffer splat.sh binds at most 187.50 KiB on %s" % device.info.name
+        ], said
+        for _ in range(10):
+            trainer.train_step()
+        assert trainer.model.n == 1000
+    finally:
+        trainer.free()
+
+
+def test_intersections_past_the_buffer_range_are_one_clear_error(device, scene, monkeypatch):
+    trainer = Trainer(scene, _mcmc(), device, init=random_init(200, 1))
+    try:
+        _small_range(device, monkeypatch, 4096)
+        with pytest.raises(
+            OutOfMemoryError, match=r"train\.raster: 2,000 intersections need 7\.81 KiB .* binds at most"
+        ):
+            trainer.raster.reserve(trainer.model.n, 2000)
+    finally:
+        monkeypatch.undo()
+        trainer.free()
+
+
+def test_the_budget_lowers_the_mcmc_cap_and_the_pool_limit(device, scene):
+    probe = Trainer(scene, _mcmc(), device, init=random_init(400, 1))
+    start = device.pool.total_capacity()
+    probe.free()
+    budget = start + (400 << 10)  # a few hundred splats more
+    said = []
+    trainer = Trainer(scene, _mcmc(vram_budget=str(budget)), device, init=random_init(400, 1), log=said.append)
+    pool = device.pool
+    try:
+        assert pool.limit == budget
+        assert said[0].startswith("spirula: memory budget %s (--vram-budget): " % _fmt(budget)), said
+        (line,) = [m for m in said if "splat cap lowered" in m]
+        cap = trainer.strategy.cap
+        assert 400 < cap < 100_000
+        assert line.endswith("the memory budget %s holds %s splats at SH degree 1" % (_fmt(budget), f"{cap:,}"))
+        most = 0
+        for _ in range(40):
+            trainer.train_step()
+            most = max(most, pool.total_capacity())
+        assert 400 < trainer.model.n <= cap and most <= budget
+    finally:
+        trainer.free()
+    assert pool.limit is None or pool.limit == pool.env_limit
+
+
+def _fmt(n):
+    from spirula.runtime.buffers import fmt_bytes
+
+    return fmt_bytes(n)
+
+
+def test_adc_stops_growing_at_the_budget_in_one_line(device, scene):
+    cfg = TrainConfig(strategy="adc", refine_start=1, refine_every=2, grow_grad2d=1e-9, sh_degree=1, reset_every=10**6)
+    probe = Trainer(scene, cfg, device, init=random_init(300, 1))
+    start = device.pool.total_capacity()
+    probe.free()
+    said = []
+    cfg = dataclasses.replace(cfg, vram_budget="%dB" % (start + (200 << 10)))
+    trainer = Trainer(scene, cfg, device, init=random_init(300, 1), log=said.append)
+    try:
+        for _ in range(8):
+            trainer.train_step()
+        stops = [m for m in said if "ADC stops growing" in m]
+        assert len(stops) == 1 and "pruning goes on" in stops[0], said
+        assert trainer.model.n <= trainer.splat_limit
+    finally:
+        trainer.free()
+
+
+def _cli(*args, env=None, timeout=300):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "spirula", "train", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_defaults_train_on_this_device(scene, tmp_path, device):
+    """`spirula train DATASET` with default settings (cap 1M, SH degree 3):
+    on lavapipe (128 MiB a buffer) the cap comes down in one line and the run trains."""
+    proc = _cli(scene.path, "--iterations", "3", "-o", tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
+    assert "spirula: memory budget " in proc.stderr
+    rng = device.info.max_storage_buffer_range
+    if rng // 192 < 1_000_000:
+        assert "spirula: splat cap lowered to %s: buffer splat.sh binds at most" % f"{rng // 192:,}" in proc.stderr
+
+
+def test_a_bad_vram_budget_is_one_line(scene):
+    proc = _cli(scene.path, "--vram-budget", "lots", "--iterations", "1")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "spirula: error: --vram-budget lots: expected a size such as 512MiB, 2GiB or a number of bytes"
+    )
+
+
+def test_out_of_memory_while_growing_is_a_checkpoint_and_one_line(device, scene, tmp_path):
+    """SPIRULA_MEMORY_LIMIT (the testing override, below the budget) leaves no
+    room for MCMC's first growth of the splat buffers: a checkpoint and one line."""
+    from spirula.train.run import train_run
+
+    probe = Trainer(scene, _mcmc(), device, init=random_init(400, 1))
+    start = device.pool.total_capacity()
+    probe.free()
+    pool = device.pool
+    saved = pool.env_limit
+    pool.env_limit = start + (48 << 10)  # room to build the trainer, not for much growth
+    try:
+        with pytest.raises(OutOfMemoryError) as err:
+            train_run(scene, _mcmc(iterations=50), device, tmp_path / "run", log=lambda *a: None)
+    finally:
+        pool.env_limit = saved
+        pool.set_budget(None)
+    msg = str(err.value)
+    assert "\n" not in msg and "SPIRULA_MEMORY_LIMIT" in msg and "checkpoint of step" in msg, msg
+    assert any("'%s" % name in msg for name in ("splat.", "mcmc.", "train.")), msg  # growth with the splats
+    assert list((tmp_path / "run" / "ckpt").glob("step-*.npz"))
