@@ -17,6 +17,7 @@ def pytest_addoption(parser):
     g.addoption("--bench-n", type=int, default=None, help="problem size N (splats / values)")
     g.addoption("--bench-iters", type=int, default=None, help="timed repetitions")
     g.addoption("--bench-json", default=None, help="also write the printed figures to this JSON file")
+    g.addoption("--bench-scene", default=None, help="dataset folder for memory_run --bench-full")
     g.addoption("--bench-backend", default="vulkan", choices=("vulkan", "cuda"), help="the backend to measure")
 
 
