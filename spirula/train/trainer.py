@@ -104,7 +104,7 @@ class Trainer:
         n = len(init["means"])
         self.strategy = strategies.make(cfg)
         try:
-            self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
+            self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs, compact=cfg.compact)
         except OutOfMemoryError as exc:
             raise OutOfMemoryError(
                 "%s; lower the splat budget (--cap-max, now %s) or the SH degree (--sh-degree)"
