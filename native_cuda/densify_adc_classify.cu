@@ -21,7 +21,7 @@ constexpr float SPLIT_SHRINK = 1.6f;
 __global__ void __launch_bounds__(LOCAL_THREADS)
     densify_adc_classify_kernel(const float* scales, const float* opacities, const float* grad2d_sum,
                                 const uint32_t* vis_count, uint32_t* actions, uint32_t* out_counts, const float* means,
-                                const float4* quats, const float* sh, Push pc, uint32_t sh_coeffs) {
+                                const float4* quats, const float* sh, Push pc, uint32_t sh_coeffs, bool compact) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
         return;
@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     uint32_t action = high ? (small ? 1u : 2u) : 0u;
     float child = action == 2u ? largest / SPLIT_SHRINK : largest;
     bool prune = o < pc.min_opacity || (pc.prune_big != 0u && child > pc.prune_scale3d) ||
-                 !spirula::splat_finite(opacities[i], means, scales, quats, sh, sh_coeffs, i);
+                 !spirula::splat_finite(opacities[i], means, scales, quats, sh, sh_coeffs, i, compact);
     actions[i] = action;
     out_counts[i] = prune ? 0u : (action == 0u ? 1u : 2u);
 }
@@ -49,5 +49,5 @@ SPIRULA_EXPORT int densify_adc_classify(const SpirulaLaunch* L) {
         return err;
     }
     return spirula::launch(L, LOCAL_SIZE, densify_adc_classify_kernel, a.scales, a.opacities, a.grad2d_sum, a.vis_count,
-                           a.actions, a.out_counts, a.means, a.quats, a.sh, pc, sp.SH_COEFFS);
+                           a.actions, a.out_counts, a.means, a.quats, a.sh, pc, sp.SH_COEFFS, sp.COMPACT_ROWS);
 }

@@ -10,6 +10,7 @@
 #include "common/launch.cuh"
 #include "common/projection.cuh"
 #include "common/random.cuh"
+#include "common/storage.cuh"
 #include "densify_adc_write.h"
 
 namespace {
@@ -19,7 +20,7 @@ using namespace contract;
 
 constexpr float LOG_SPLIT_SHRINK = 0.47000362924573558f;  // log(1.6)
 
-__device__ void write_row(const Args& a, uint32_t sh_coeffs, uint32_t dst, uint32_t src, bool zero, vec3 mean_offset,
+__device__ void write_row(const Args& a, uint32_t sh_words, uint32_t dst, uint32_t src, bool zero, vec3 mean_offset,
                           float scale_offset) {
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.dst_means[3u * dst + k] = zero ? 0.0f : a.src_means[3u * src + k] + mean_offset[int(k)];
@@ -27,13 +28,15 @@ __device__ void write_row(const Args& a, uint32_t sh_coeffs, uint32_t dst, uint3
     }
     a.dst_quats[dst] = zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : a.src_quats[src];
     a.dst_opacities[dst] = zero ? 0.0f : a.src_opacities[src];
-    for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
-        a.dst_sh[3u * sh_coeffs * dst + k] = zero ? 0.0f : a.src_sh[3u * sh_coeffs * src + k];
+    for (uint32_t k = 0u; k < sh_words; ++k) {  // whole words (COMPACT: storage.glsl's rows)
+        a.dst_sh[sh_words * dst + k] = zero ? 0.0f : a.src_sh[sh_words * src + k];
     }
 }
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-    densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs) {
+    densify_adc_write_kernel(Args a, Push pc, uint32_t group, uint32_t sh_coeffs, bool compact) {
+    // group 0: the parameters' rows; 1, 2: the moments'
+    const uint32_t sh_words = group == 0u ? sh_row_words(compact, sh_coeffs) : moment_row_words(compact, sh_coeffs);
     uint32_t i = global_index();
     if (i >= pc.n || a.out_counts[i] == 0u) {
         return;
@@ -42,16 +45,16 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     uint32_t o = a.offsets[i];
     const vec3 zero3 = make3(0.0f, 0.0f, 0.0f);
     if (group != 0u) {  // Adam moments
-        write_row(a, sh_coeffs, o, i, action == 2u, zero3, 0.0f);
+        write_row(a, sh_words, o, i, action == 2u, zero3, 0.0f);
         if (action != 0u) {
-            write_row(a, sh_coeffs, o + 1u, i, true, zero3, 0.0f);
+            write_row(a, sh_words, o + 1u, i, true, zero3, 0.0f);
         }
         return;
     }
     if (action != 2u) {
-        write_row(a, sh_coeffs, o, i, false, zero3, 0.0f);
+        write_row(a, sh_words, o, i, false, zero3, 0.0f);
         if (action == 1u) {
-            write_row(a, sh_coeffs, o + 1u, i, false, zero3, 0.0f);
+            write_row(a, sh_words, o + 1u, i, false, zero3, 0.0f);
         }
         return;
     }
@@ -61,7 +64,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     for (uint32_t c = 0u; c < 2u; ++c) {
         vec2 z01 = random_normal2(pc.seed, i, 4u * c);
         vec2 z23 = random_normal2(pc.seed, i, 4u * c + 2u);
-        write_row(a, sh_coeffs, o + c, i, false, R * (s * make3(z01.x, z01.y, z23.x)), -LOG_SPLIT_SHRINK);
+        write_row(a, sh_words, o + c, i, false, R * (s * make3(z01.x, z01.y, z23.x)), -LOG_SPLIT_SHRINK);
     }
 }
 
@@ -74,5 +77,5 @@ SPIRULA_EXPORT int densify_adc_write(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    return launch(L, LOCAL_SIZE, densify_adc_write_kernel, a, pc, sp.GROUP, sp.SH_COEFFS);
+    return launch(L, LOCAL_SIZE, densify_adc_write_kernel, a, pc, sp.GROUP, sp.SH_COEFFS, sp.COMPACT_ROWS);
 }

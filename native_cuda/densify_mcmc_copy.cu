@@ -21,7 +21,7 @@ namespace {
 using namespace contract;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
-    densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool reset_moments) {
+    densify_mcmc_copy_kernel(Args a, Push pc, bool append, uint32_t sh_coeffs, bool reset_moments, bool compact) {
     uint32_t t = spirula::global_index();
     uint32_t dst, src;
     if (append) {
@@ -45,18 +45,19 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
         return;
     }
     bool reset = append || reset_moments ||
-                 !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, a.sh, sh_coeffs, dst);
+                 !spirula::splat_finite(a.opacities[dst], a.means, a.scales, a.quats, a.sh, sh_coeffs, dst, compact);
     for (uint32_t k = 0u; k < 3u; ++k) {
         a.means[3u * dst + k] = a.means[3u * src + k];
         a.scales[3u * dst + k] = a.scales[3u * src + k];
     }
     a.quats[dst] = a.quats[src];
     a.opacities[dst] = a.opacities[src];
-    for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
-        a.sh[3u * sh_coeffs * dst + k] = a.sh[3u * sh_coeffs * src + k];
+    const uint32_t sh_words = spirula::sh_row_words(compact, sh_coeffs);  // whole words: a copy is a copy
+    for (uint32_t k = 0u; k < sh_words; ++k) {
+        a.sh[sh_words * dst + k] = a.sh[sh_words * src + k];
     }
     if (reset) {
-        spirula::zero_moments(a, dst, sh_coeffs);
+        spirula::zero_moments(a, dst, sh_coeffs, compact);
     }
 }
 
@@ -69,5 +70,6 @@ SPIRULA_EXPORT int densify_mcmc_copy(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_copy_kernel, a, pc, sp.APPEND, sp.SH_COEFFS, sp.RESET_MOMENTS);
+    return spirula::launch(L, LOCAL_SIZE, densify_mcmc_copy_kernel, a, pc, sp.APPEND, sp.SH_COEFFS, sp.RESET_MOMENTS,
+                           sp.COMPACT_ROWS);
 }

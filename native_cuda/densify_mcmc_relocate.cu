@@ -20,7 +20,7 @@ constexpr uint32_t MAX_SHARE = 51u;
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
     densify_mcmc_relocate_kernel(float* opacities, float* scales, uint32_t* copies, Moments mo, Push pc,
-                                 bool reset_source, uint32_t sh_coeffs) {
+                                 bool reset_source, uint32_t sh_coeffs, bool compact) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n || copies[i] == 0u) {
         return;
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
         scales[3u * i + k] += logf(coeff);
     }
     if (reset_source) {
-        spirula::zero_moments(mo, i, sh_coeffs);
+        spirula::zero_moments(mo, i, sh_coeffs, compact);
     }
 }
 
@@ -59,5 +59,5 @@ SPIRULA_EXPORT int densify_mcmc_relocate(const SpirulaLaunch* L) {
         return err;
     }
     return spirula::launch(L, LOCAL_SIZE, densify_mcmc_relocate_kernel, a.opacities, a.scales, a.copies,
-                           spirula::moments_of(a), pc, sp.RESET_SOURCE, sp.SH_COEFFS);
+                           spirula::moments_of(a), pc, sp.RESET_SOURCE, sp.SH_COEFFS, sp.COMPACT_ROWS);
 }

@@ -15,7 +15,7 @@ using namespace contract;
 __global__ void __launch_bounds__(LOCAL_THREADS)
     densify_mcmc_weights_kernel(const float* opacities, float* weights, uint32_t* dead, const float* means,
                                 const float* scales, const float4* quats, const float* sh, Push pc, bool alive_only,
-                                uint32_t sh_coeffs) {
+                                uint32_t sh_coeffs, bool compact) {
     uint32_t i = spirula::global_index();
     if (i >= pc.n) {
         return;
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     float o = 1.0f / (1.0f + expf(-logit));
     // a non-finite splat counts as dead (relocated, so repaired) and weighs 0:
     // one NaN weight would poison the whole prefix sum and stop all sampling
-    bool bad = !spirula::splat_finite(logit, means, scales, quats, sh, sh_coeffs, i);
+    bool bad = !spirula::splat_finite(logit, means, scales, quats, sh, sh_coeffs, i, compact);
     bool is_dead = bad || o <= pc.min_opacity;
     weights[i] = ((alive_only && is_dead) || bad) ? 0.0f : o;
     dead[i] = is_dead ? 1u : 0u;
@@ -40,5 +40,5 @@ SPIRULA_EXPORT int densify_mcmc_weights(const SpirulaLaunch* L) {
         return err;
     }
     return spirula::launch(L, LOCAL_SIZE, densify_mcmc_weights_kernel, a.opacities, a.weights, a.dead, a.means,
-                           a.scales, a.quats, a.sh, pc, sp.ALIVE_ONLY, sp.SH_COEFFS);
+                           a.scales, a.quats, a.sh, pc, sp.ALIVE_ONLY, sp.SH_COEFFS, sp.COMPACT_ROWS);
 }

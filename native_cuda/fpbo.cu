@@ -25,6 +25,7 @@
 #include "common/projection.cuh"
 #include "common/random.cuh"
 #include "common/step_params.cuh"
+#include "common/storage.cuh"
 #include "fpbo.h"
 
 namespace {
@@ -36,7 +37,7 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
     return e == 0u ? v.x : (e == 1u ? v.y : (e == 2u ? v.z : v.w));
 }
 
-template <int SH_DEGREE, bool ONE_VIEW>
+template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
 __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
     uint32_t g = global_index();
     if (g >= pc.n || a.num_isects[pc.count_offset] > pc.isect_capacity) {
@@ -46,8 +47,17 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     constexpr int degree = SH_DEGREE;
     constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint32_t n_floats = 3u * sp.SH_COEFFS;
-    const uint32_t sh_base = g * n_floats;
+    const uint32_t sh_base = g * sh_row_words(COMPACT, sp.SH_COEFFS);
     const float* sh = a.sh;
+    // COMPACT: the row (include/storage.glsl) decoded once into registers
+    uint32_t* sh_words = reinterpret_cast<uint32_t*>(a.sh);
+    float shp[COMPACT ? 48 : 1];
+    if (COMPACT) {
+        for (uint32_t f = 0u; f < n_floats; ++f) {
+            shp[COMPACT ? f : 0u] = sh_compact_value(sh_words[sh_base + sh_compact_word(f)], f);
+        }
+    }
+    auto sh_val = [&](uint32_t f) { return COMPACT ? shp[COMPACT ? f : 0u] : sh[sh_base + f]; };
     vec3 mean = make3(a.means[3u * g], a.means[3u * g + 1u], a.means[3u * g + 2u]);
     vec4 quat = load4(a.quats, g);
     vec3 log_scale = make3(a.scales[3u * g], a.scales[3u * g + 1u], a.scales[3u * g + 2u]);
@@ -96,13 +106,13 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         vec3 raw = make3(0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (uint32_t k = 0u; k < n_active / 3u; ++k) {
-            raw += basis[k] * make3(sh[sh_base + 3u * k], sh[sh_base + 3u * k + 1u], sh[sh_base + 3u * k + 2u]);
+            raw += basis[k] * make3(sh_val(3u * k), sh_val(3u * k + 1u), sh_val(3u * k + 2u));
         }
         vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5f, vec3(0.0f)));
         float w[16];
 #pragma unroll
         for (uint32_t k = 0u; k < n_active / 3u; ++k) {
-            w[k] = dot(make3(sh[sh_base + 3u * k], sh[sh_base + 3u * k + 1u], sh[sh_base + 3u * k + 2u]), v_raw);
+            w[k] = dot(make3(sh_val(3u * k), sh_val(3u * k + 1u), sh_val(3u * k + 2u)), v_raw);
             if (ONE_VIEW) {
                 view_basis[k] = basis[k];
             } else {
@@ -156,7 +166,51 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     // SH: gradient of float f = coefficient f / 3, channel f % 3. The active
     // floats (compile-time f) come first, unrolled; the rest have gradient 0.
     float lr_sh0 = params->lr_sh0, lr_shN = params->lr_shN;
-    if (sh_vec4) {
+    auto sh_grad = [&](uint32_t f) {
+        float grad = 0.0f;
+        if (f < n_active) {
+            if (ONE_VIEW) {
+                grad += view_basis[f / 3u] * view_vraw[int(f % 3u)];
+            } else {
+                grad = g_sh[ONE_VIEW ? 0u : f];
+            }
+        }
+        return grad;
+    };
+    if (COMPACT) {
+        // moments two per word; parameters updated in registers, then stored
+        uint32_t* m_words = reinterpret_cast<uint32_t*>(a.m_sh);
+        uint32_t* v_words = reinterpret_cast<uint32_t*>(a.v_sh);
+        const uint32_t n_words = moment_row_words(true, sp.SH_COEFFS);
+        const uint32_t m_base = g * n_words;
+        for (uint32_t j = 0u; j < n_words; ++j) {
+            uint32_t mw = m_words[m_base + j], vw = v_words[m_base + j];
+            uint32_t m_out = 0u, v_out = 0u;
+            for (uint32_t e = 0u; e < 2u; ++e) {
+                uint32_t f = 2u * j + e;
+                if (f < n_floats) {
+                    float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+                    float& p = shp[COMPACT ? f : 0u];
+                    p = adam_update(p, sh_grad(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+                    uint32_t r = storage_bits(params->seed, g, 64u + f);
+                    m_out |= float_to_bf16_sr(m, r) << (16u * e);
+                    v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * e);
+                }
+            }
+            m_words[m_base + j] = m_out;
+            v_words[m_base + j] = v_out;
+        }
+        for (uint32_t f = 0u; f < 3u; ++f) {
+            sh_words[sh_base + f] = floatBitsToUint(shp[COMPACT ? f : 0u]);
+        }
+        for (uint32_t f = 3u; f < n_floats; f += 2u) {
+            uint32_t lo = float_to_half_sr(shp[COMPACT ? f : 0u], storage_bits(params->seed, g, f));
+            uint32_t hi = f + 1u < n_floats
+                              ? float_to_half_sr(shp[COMPACT ? f + 1u : 0u], storage_bits(params->seed, g, f + 1u))
+                              : 0u;
+            sh_words[sh_base + sh_compact_word(f)] = lo | (hi << 16u);
+        }
+    } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);
         float4* m4 = reinterpret_cast<float4*>(a.m_sh);
         float4* v4 = reinterpret_cast<float4*>(a.v_sh);
@@ -255,12 +309,20 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     }
 }
 
-template <int SH_DEGREE>
-int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4) {
+template <int SH_DEGREE, bool COMPACT>
+int launch_views(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4) {
     if (sp.N_VIEWS == 1u) {
-        return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, true>, a, pc, sp, sh_vec4);
+        return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, true, COMPACT>, a, pc, sp, sh_vec4);
     }
-    return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, false>, a, pc, sp, sh_vec4);
+    return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, false, COMPACT>, a, pc, sp, sh_vec4);
+}
+
+template <int SH_DEGREE>
+int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4, bool compact) {
+    if (compact) {
+        return launch_views<SH_DEGREE, true>(L, a, pc, sp, false);
+    }
+    return launch_views<SH_DEGREE, false>(L, a, pc, sp, sh_vec4);
 }
 
 }  // namespace
@@ -282,11 +344,18 @@ SPIRULA_EXPORT int fpbo(const SpirulaLaunch* L) {
             return INVALID_LAUNCH;  // the shader's SH_VEC4 needs 3K % 4 == 0
         }
     }
+    const bool compact = (L->flags & COMPACT::FLAG) != 0u;
+    if (compact) {
+        COMPACT::Args ac;  // sh, m_sh, v_sh as words (include/storage.glsl)
+        if (sh_vec4 || unpack(L, ac, pc, sp) != 0) {
+            return INVALID_LAUNCH;
+        }
+    }
     switch (sp.SH_DEGREE) {
-        case 0: return launch_degree<0>(L, a, pc, sp, sh_vec4);
-        case 1: return launch_degree<1>(L, a, pc, sp, sh_vec4);
-        case 2: return launch_degree<2>(L, a, pc, sp, sh_vec4);
-        case 3: return launch_degree<3>(L, a, pc, sp, sh_vec4);
+        case 0: return launch_degree<0>(L, a, pc, sp, sh_vec4, compact);
+        case 1: return launch_degree<1>(L, a, pc, sp, sh_vec4, compact);
+        case 2: return launch_degree<2>(L, a, pc, sp, sh_vec4, compact);
+        case 3: return launch_degree<3>(L, a, pc, sp, sh_vec4, compact);
         default: return INVALID_LAUNCH;  // sh.glsl stops at degree 3
     }
 }

@@ -6,6 +6,7 @@
 #include "common/launch.cuh"
 #include "common/projection.cuh"
 #include "common/raster.cuh"
+#include "common/storage.cuh"
 #include "projection_fwd.h"
 
 namespace {
@@ -20,7 +21,7 @@ __device__ __forceinline__ void cull(const Args& a, uint32_t i) {
     a.depth_ids[i] = i;
 }
 
-template <uint32_t SH_DEGREE>
+template <uint32_t SH_DEGREE, bool COMPACT>
 __global__ void __launch_bounds__(LOCAL_THREADS)
     projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
     uint32_t i = global_index();
@@ -61,10 +62,15 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     float basis[16];
     sh_basis(SH_DEGREE, dir, basis);
     vec3 color = make3(0.0f, 0.0f, 0.0f);
-    uint32_t base = g * SH_COEFFS * 3u;
+    uint32_t base = g * sh_row_words(COMPACT, SH_COEFFS);
+    // COMPACT: the rows of include/storage.glsl, read as words
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(a.sh);
+    auto sh_at = [&](uint32_t f) {
+        return COMPACT ? sh_compact_value(words[base + sh_compact_word(f)], f) : a.sh[base + f];
+    };
 #pragma unroll
     for (uint32_t k = 0u; k < (SH_DEGREE + 1u) * (SH_DEGREE + 1u); ++k) {
-        color += basis[k] * make3(a.sh[base + 3u * k], a.sh[base + 3u * k + 1u], a.sh[base + 3u * k + 2u]);
+        color += basis[k] * make3(sh_at(3u * k), sh_at(3u * k + 1u), sh_at(3u * k + 2u));
     }
     color = make3(fmaxf(color.x + 0.5f, 0.0f), fmaxf(color.y + 0.5f, 0.0f), fmaxf(color.z + 0.5f, 0.0f));
 
@@ -81,6 +87,14 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     a.depth_ids[i] = i;
 }
 
+template <uint32_t SH_DEGREE>
+int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool compact) {
+    if (compact) {
+        return launch(L, LOCAL_SIZE, projection_fwd_kernel<SH_DEGREE, true>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+    }
+    return launch(L, LOCAL_SIZE, projection_fwd_kernel<SH_DEGREE, false>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+}
+
 }  // namespace
 
 SPIRULA_EXPORT int projection_fwd(const SpirulaLaunch* L) {
@@ -90,11 +104,18 @@ SPIRULA_EXPORT int projection_fwd(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
+    const bool compact = (L->flags & COMPACT::FLAG) != 0u;
+    if (compact) {
+        COMPACT::Args ac;  // the sh buffer as words
+        if (int err = unpack(L, ac, pc, sp)) {
+            return err;
+        }
+    }
     switch (sp.SH_DEGREE) {
-        case 0: return launch(L, LOCAL_SIZE, projection_fwd_kernel<0>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        case 1: return launch(L, LOCAL_SIZE, projection_fwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        case 2: return launch(L, LOCAL_SIZE, projection_fwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        case 3: return launch(L, LOCAL_SIZE, projection_fwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 0: return launch_degree<0>(L, a, pc, sp, compact);
+        case 1: return launch_degree<1>(L, a, pc, sp, compact);
+        case 2: return launch_degree<2>(L, a, pc, sp, compact);
+        case 3: return launch_degree<3>(L, a, pc, sp, compact);
         default: return static_cast<int>(cudaErrorInvalidValue);  // sh.glsl stops at degree 3
     }
 }

@@ -11,14 +11,18 @@
 //   binding 10   actions   [N]  u32  read
 //   binding 11   offsets   [N]  u32  read   where splat i's outputs start
 //   binding 12   out_counts[N]  u32  read   outputs of splat i (0: pruned)
+// COMPACT_ROWS (spec): src_sh and dst_sh hold the rows of include/storage.glsl; a copy
+// moves whole 32-bit words, so the bindings keep their f32 type.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "projection.glsl"
 #include "random.glsl"
+#include "storage.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint GROUP = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
+layout(constant_id = 2) const bool COMPACT_ROWS = false;
 
 layout(std430, binding = 0) readonly buffer SrcMeansBuf { float src_means[]; };
 layout(std430, binding = 1) readonly buffer SrcQuatsBuf { vec4 src_quats[]; };
@@ -48,8 +52,10 @@ void write_row(uint dst, uint src, bool zero, vec3 mean_offset, float scale_offs
     }
     dst_quats[dst] = zero ? vec4(0.0) : src_quats[src];
     dst_opacities[dst] = zero ? 0.0 : src_opacities[src];
-    for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
-        dst_sh[3u * SH_COEFFS * dst + k] = zero ? 0.0 : src_sh[3u * SH_COEFFS * src + k];
+    // GROUP 0: the parameters' rows; 1, 2: the moments'
+    uint sh_words = GROUP == 0u ? sh_row_words(COMPACT_ROWS, SH_COEFFS) : moment_row_words(COMPACT_ROWS, SH_COEFFS);
+    for (uint k = 0u; k < sh_words; ++k) {
+        dst_sh[sh_words * dst + k] = zero ? 0.0 : src_sh[sh_words * src + k];
     }
 }
 

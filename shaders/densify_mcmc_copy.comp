@@ -10,6 +10,8 @@
 //   APPEND = true (growth): one thread per draw j < count; splat n + j
 //     becomes a copy of draw j's source.
 // Workgroup 256, folded.
+// COMPACT_ROWS (spec): sh and m_sh / v_sh hold the rows of include/storage.glsl; a copy
+// moves whole 32-bit words, so the bindings keep their f32 type.
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3], opacities [N], sh [N,K,3]  f32  read/write
 //   binding 5-14  Adam moments m, v of the same                              f32  write
 //   binding 15    dead_offsets [N]   u32  read   exclusive prefix sum of the dead flags
@@ -21,11 +23,13 @@
 // culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
 #define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
+#include "storage.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool APPEND = false;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool RESET_MOMENTS = true;
+layout(constant_id = 3) const bool COMPACT_ROWS = false;
 
 layout(std430, binding = 0) buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) buffer QuatsBuf { vec4 quats[]; };
@@ -86,8 +90,9 @@ void main() {
     }
     quats[dst] = quats[src];
     opacities[dst] = opacities[src];
-    for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
-        sh[3u * SH_COEFFS * dst + k] = sh[3u * SH_COEFFS * src + k];
+    uint sh_words = sh_row_words(COMPACT_ROWS, SH_COEFFS);
+    for (uint k = 0u; k < sh_words; ++k) {
+        sh[sh_words * dst + k] = sh[sh_words * src + k];
     }
     if (reset) {
         for (uint k = 0u; k < 3u; ++k) {
@@ -100,9 +105,10 @@ void main() {
         v_quats[dst] = vec4(0.0);
         m_opacities[dst] = 0.0;
         v_opacities[dst] = 0.0;
-        for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
-            m_sh[3u * SH_COEFFS * dst + k] = 0.0;
-            v_sh[3u * SH_COEFFS * dst + k] = 0.0;
+        uint moment_words = moment_row_words(COMPACT_ROWS, SH_COEFFS);
+        for (uint k = 0u; k < moment_words; ++k) {
+            m_sh[moment_words * dst + k] = 0.0;
+            v_sh[moment_words * dst + k] = 0.0;
         }
     }
 }

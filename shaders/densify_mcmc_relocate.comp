@@ -11,12 +11,16 @@
 //   binding 1  scales      [N,3]  f32  read/write  log
 //   binding 2  copies      [N]    u32  read/write
 //   binding 3-12  Adam moments m, v of means, quats, scales, opacities, sh  f32 write (RESET_SOURCE)
+// COMPACT_ROWS (spec): m_sh / v_sh hold the rows of include/storage.glsl; a copy
+// moves whole 32-bit words, so the bindings keep their f32 type.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
+#include "storage.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool RESET_SOURCE = true;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
+layout(constant_id = 2) const bool COMPACT_ROWS = false;
 
 layout(std430, binding = 0) buffer OpacitiesBuf { float opacities[]; };
 layout(std430, binding = 1) buffer ScalesBuf { float scales[]; };
@@ -74,9 +78,10 @@ void main() {
         v_quats[i] = vec4(0.0);
         m_opacities[i] = 0.0;
         v_opacities[i] = 0.0;
-        for (uint k = 0u; k < 3u * SH_COEFFS; ++k) {
-            m_sh[3u * SH_COEFFS * i + k] = 0.0;
-            v_sh[3u * SH_COEFFS * i + k] = 0.0;
+        uint moment_words = moment_row_words(COMPACT_ROWS, SH_COEFFS);
+        for (uint k = 0u; k < moment_words; ++k) {
+            m_sh[moment_words * i + k] = 0.0;
+            v_sh[moment_words * i + k] = 0.0;
         }
     }
 }

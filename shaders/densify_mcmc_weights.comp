@@ -20,6 +20,7 @@
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool ALIVE_ONLY = true;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
+layout(constant_id = 2) const bool COMPACT_ROWS = false;  // sh holds include/storage.glsl's rows
 
 layout(std430, binding = 0) readonly buffer OpacitiesBuf { float opacities[]; };
 layout(std430, binding = 1) writeonly buffer WeightsBuf { float weights[]; };

@@ -10,6 +10,8 @@
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logit),
 //                 sh [N,K,3]                            f32  read/write
 //   binding 5-14  Adam first/second moments of each     f32  read/write
+//                 COMPACT: sh, m_sh, v_sh are [N,W] u32 rows (include/storage.glsl:
+//                 fp16 SH past the DC, bf16 moments, stochastic rounding)
 //   binding 15    cameras      [V,20]   f32  read
 //   binding 16    radii        [V*N,2]  i32  read
 //   binding 17-20 grad_xy [V*N,2], grad_conics [V*N,3], grad_rgb [V*N,3],
@@ -30,13 +32,19 @@
 #include "adam.glsl"
 #include "random.glsl"
 #include "step_params.glsl"
+#include "storage.glsl"
 
 // SH_VEC4=1 (3K a multiple of 4, e.g. degree 1 or 3): the SH coefficients and
 // their moments move as vec4s, the widest loads.
 #ifndef SH_VEC4
 #define SH_VEC4 0
 #endif
-#if SH_VEC4
+#ifndef COMPACT
+#define COMPACT 0
+#endif
+#if COMPACT
+#define SH_T uint
+#elif SH_VEC4
 #define SH_T vec4
 #define SH_GET(buf, f) buf[(f) >> 2u][(f) & 3u]
 #else
@@ -99,7 +107,17 @@ void main() {
     const int degree = int(SH_DEGREE);
     const uint n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint n_floats = 3u * SH_COEFFS;
-    uint sh_base = g * n_floats;
+    uint sh_base = g * sh_row_words(COMPACT != 0, SH_COEFFS);
+#if COMPACT
+    // the row decoded once into registers (the view loop reads it twice per view)
+    float shp[48];
+    for (uint f = 0u; f < n_floats; ++f) {
+        shp[f] = sh_compact_value(sh[sh_base + sh_compact_word(f)], f);
+    }
+#define SH_VAL(f) shp[f]
+#else
+#define SH_VAL(f) SH_GET(sh, sh_base + (f))
+#endif
     vec3 mean = vec3(means[3u * g], means[3u * g + 1u], means[3u * g + 2u]);
     vec4 quat = quats[g];
     vec3 log_scale = vec3(scales[3u * g], scales[3u * g + 1u], scales[3u * g + 2u]);
@@ -152,16 +170,13 @@ void main() {
         vec3 raw = vec3(0.0);
         [[unroll]]
         for (uint k = 0u; k < n_active / 3u; ++k) {
-            raw += basis[k] * vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
-                                   SH_GET(sh, sh_base + 3u * k + 2u));
+            raw += basis[k] * vec3(SH_VAL(3u * k), SH_VAL(3u * k + 1u), SH_VAL(3u * k + 2u));
         }
         v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5, vec3(0.0)));
         float w[16];
         [[unroll]]
         for (uint k = 0u; k < n_active / 3u; ++k) {
-            w[k] = dot(vec3(SH_GET(sh, sh_base + 3u * k), SH_GET(sh, sh_base + 3u * k + 1u),
-                            SH_GET(sh, sh_base + 3u * k + 2u)),
-                       v_raw);
+            w[k] = dot(vec3(SH_VAL(3u * k), SH_VAL(3u * k + 1u), SH_VAL(3u * k + 2u)), v_raw);
         }
         sh_direction_vjp(degree, dir, inv_len, w, g_mean);
         if (N_VIEWS > 1u) {
@@ -212,7 +227,34 @@ void main() {
     }
     // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
 #define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
-#if SH_VEC4
+#if COMPACT
+    // moments two per word; parameters updated in registers, then stored
+    uint m_base = g * moment_row_words(true, SH_COEFFS);
+    for (uint j = 0u; j < moment_row_words(true, SH_COEFFS); ++j) {
+        uint mw = m_sh[m_base + j], vw = v_sh[m_base + j];
+        uint m_out = 0u, v_out = 0u;
+        for (uint e = 0u; e < 2u; ++e) {
+            uint f = 2u * j + e;
+            if (f < n_floats) {
+                float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+                shp[f] = adam_update(shp[f], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+                uint r = storage_bits(params.seed, g, 64u + f);
+                m_out |= float_to_bf16_sr(m, r) << (16u * e);
+                v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * e);
+            }
+        }
+        m_sh[m_base + j] = m_out;
+        v_sh[m_base + j] = v_out;
+    }
+    for (uint f = 0u; f < 3u; ++f) {
+        sh[sh_base + f] = floatBitsToUint(shp[f]);
+    }
+    for (uint f = 3u; f < n_floats; f += 2u) {
+        uint lo = float_to_half_sr(shp[f], storage_bits(params.seed, g, f));
+        uint hi = f + 1u < n_floats ? float_to_half_sr(shp[f + 1u], storage_bits(params.seed, g, f + 1u)) : 0u;
+        sh[sh_base + sh_compact_word(f)] = lo | (hi << 16u);
+    }
+#elif SH_VEC4
     [[unroll]]
     for (uint j = 0u; j < n_floats / 4u; ++j) {
         uint idx = sh_base / 4u + j;

@@ -8,6 +8,7 @@
 //   binding 2  scales      [N,3]   f32  read   activated, or log when ACTIVATED = false
 //   binding 3  opacities   [N]     f32  read   activated, or logit when ACTIVATED = false
 //   binding 4  sh          [N,K,3] f32  read   K = SH_COEFFS >= (SH_DEGREE+1)^2
+//                                              (COMPACT: [N,W] u32 rows, include/storage.glsl)
 //   binding 5  cameras     [C,20]  f32  read   viewmat (row-major 4x4), fx, fy, cx, cy
 //   binding 6  xyop        [C*N,4] f32  write  mean2d.x, mean2d.y, opacity, depth
 //   binding 7  conics      [C*N,4] f32  write  a, b, c (inverse 2D covariance), 0
@@ -24,6 +25,11 @@
 #include "projection.glsl"
 #include "raster.glsl"
 #include "sh.glsl"
+#include "storage.glsl"
+
+#ifndef COMPACT
+#define COMPACT 0
+#endif
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SH_DEGREE = 0;
@@ -34,7 +40,13 @@ layout(std430, binding = 0) restrict readonly buffer MeansBuf { float means[]; }
 layout(std430, binding = 1) restrict readonly buffer QuatsBuf { vec4 quats[]; };
 layout(std430, binding = 2) restrict readonly buffer ScalesBuf { float scales[]; };
 layout(std430, binding = 3) restrict readonly buffer OpacitiesBuf { float opacities[]; };
+#if COMPACT
+layout(std430, binding = 4) restrict readonly buffer ShBuf { uint sh[]; };
+#define SH_AT(f) sh_compact_value(sh[base + sh_compact_word(f)], f)
+#else
 layout(std430, binding = 4) restrict readonly buffer ShBuf { float sh[]; };
+#define SH_AT(f) sh[base + (f)]
+#endif
 layout(std430, binding = 5) restrict readonly buffer CamerasBuf { float cameras[]; };
 layout(std430, binding = 6) restrict writeonly buffer XyopBuf { vec4 xyop[]; };
 layout(std430, binding = 7) restrict writeonly buffer ConicsBuf { vec4 conics[]; };
@@ -101,9 +113,9 @@ void main() {
     float basis[16];
     sh_basis(int(SH_DEGREE), dir, basis);
     vec3 color = vec3(0.0);
-    uint base = g * SH_COEFFS * 3u;
+    uint base = g * sh_row_words(COMPACT != 0, SH_COEFFS);
     for (uint k = 0u; k < (SH_DEGREE + 1u) * (SH_DEGREE + 1u); ++k) {
-        color += basis[k] * vec3(sh[base + 3u * k], sh[base + 3u * k + 1u], sh[base + 3u * k + 2u]);
+        color += basis[k] * vec3(SH_AT(3u * k), SH_AT(3u * k + 1u), SH_AT(3u * k + 2u));
     }
     color = max(color + 0.5, vec3(0.0));
 

@@ -332,15 +332,18 @@ def check_loss(dev, checked=48):
 FPBO_LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
 
 
-def check_fpbo(dev, sh_degree=3, step=7, n=150):
+def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
     """One fused update against the reference gradients (projection and
     rasterization, chained to log-scales and opacity logits, plus the
     regularizers) and Adam; tolerances of tests/test_fpbo.py: an update is at
     most ~lr, so 1e-3 lr + 1 ulp of the parameter; moments rtol 1e-3 and 2e-3
-    with atol 1e-4 of their largest."""
+    with atol 1e-4 of their largest. ``compact``: on --compact's rows, from
+    values they hold, plus one ulp of fp16 (SH past the DC) or bf16 (SH
+    moments) for the stochastic rounding of the stores (tests/test_compact.py)."""
     from spirula.reference.adam import fpbo_expected
     from spirula.reference.render import rasterization_bwd
     from spirula.render.rasterizer import Rasterizer
+    from spirula.train import storage
     from spirula.train.model import SplatModel
     from spirula.train.optimizer import record_fpbo
     from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
@@ -359,8 +362,12 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150):
         exp_avg={k: (rng.standard_normal(a.shape) * 1e-3).astype(np.float32) for k, a in raw.items()},
         exp_avg_sq={k: np.abs(rng.standard_normal(a.shape) * 1e-6).astype(np.float32) for k, a in raw.items()},
     )
+    if compact:  # values the compact rows hold exactly
+        raw["sh"] = s["sh_coeffs"] = storage.decode_sh(storage.encode_sh(raw["sh"]), K)
+        for key in moments:
+            moments[key]["sh"] = storage.decode_moments(storage.encode_moments(moments[key]["sh"]), K)
     pool = dev.pool
-    model = SplatModel(dev, n, n, K)
+    model = SplatModel(dev, n, n, K, compact=compact)
     model.upload(raw, moments)
     raster = Rasterizer(dev, s["width"], s["height"], 1, capacity=n, isect_capacity=100_000, name="selftest.raster")
     raster.set_cameras(s["viewmats"], s["Ks"])
@@ -403,21 +410,34 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150):
     g = rasterization_bwd(**_f64(s), grad_colors=gc.astype(np.float64))
     want = fpbo_expected(raw, moments, g, s["scales"], s["opacities"], reg, FPBO_LR, step)
     params_rows, m_rows = [], []
+    kernel = "fpbo (compact)" if compact else "fpbo"
     for name, (want_p, want_m, want_v, lr) in want.items():
         bound = 1e-3 * lr + 2**-22 * np.abs(want_p)
-        params_rows.append(_within("fpbo", got["params"][name], want_p, bound, "1e-3 lr + 2^-22 |p|"))
-        m_rows.append(
-            _within("", got["exp_avg"][name], want_m, 1e-4 * np.abs(want_m).max() + 1e-12 + 1e-3 * np.abs(want_m), "")
-        )
-        m_rows.append(
-            _within(
-                "", got["exp_avg_sq"][name], want_v, 1e-4 * np.abs(want_v).max() + 1e-18 + 2e-3 * np.abs(want_v), ""
-            )
-        )
-    row = _merge("fpbo", params_rows)
+        m_bound = 1e-4 * np.abs(want_m).max() + 1e-12 + 1e-3 * np.abs(want_m)
+        v_bound = 1e-4 * np.abs(want_v).max() + 1e-18 + 2e-3 * np.abs(want_v)
+        if compact and name == "sh":
+            bound = bound + _ulp(np.maximum(np.abs(got["params"][name]), np.abs(want_p)), 10, -14)
+            bound[:, 0] = (1e-3 * lr + 2**-22 * np.abs(want_p))[:, 0]  # the DC stays float32
+            m_bound = m_bound + _ulp(np.maximum(np.abs(got["exp_avg"][name]), np.abs(want_m)), 7, -126)
+            v_bound = v_bound + _ulp(np.maximum(np.abs(got["exp_avg_sq"][name]), np.abs(want_v)), 7, -126)
+        tolerance = "1e-3 lr + 2^-22 |p|" + (" + 1 fp16 ulp" if compact else "")
+        params_rows.append(_within(kernel, got["params"][name], want_p, bound, tolerance))
+        m_rows.append(_within("", got["exp_avg"][name], want_m, m_bound, ""))
+        m_rows.append(_within("", got["exp_avg_sq"][name], want_v, v_bound, ""))
+    row = _merge(kernel, params_rows)
     row.tolerance += " (moments: 1e-3, 2e-3 rel)"
     row.ok &= all(r.ok for r in m_rows) and bool(np.array_equal(count, vis.sum(0)))
     return [row]
+
+
+def _ulp(x, mantissa_bits, min_exponent):
+    """The spacing of a binary float format with ``mantissa_bits`` stored bits at |x|."""
+    e = np.floor(np.log2(np.maximum(np.abs(np.asarray(x, np.float64)), 2.0**min_exponent)))
+    return 2.0 ** (e - mantissa_bits)
+
+
+def check_fpbo_compact(dev):
+    return check_fpbo(dev, compact=True)
 
 
 # ---- densification ----------------------------------------------------------------------
@@ -583,7 +603,7 @@ def check_adc(dev):
     return out
 
 
-CHECKS = (check_runtime, check_sort, check_render, check_loss, check_fpbo, check_mcmc, check_adc)
+CHECKS = (check_runtime, check_sort, check_render, check_loss, check_fpbo, check_fpbo_compact, check_mcmc, check_adc)
 
 
 def run(dev, checks=CHECKS) -> list:

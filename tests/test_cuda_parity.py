@@ -174,8 +174,14 @@ def scene_inputs(scene, activated=True):
     )
 
 
-def project(dev, scene, sh_degree, activated=True):
-    """projection_fwd of ``scene`` on ``dev``: the outputs by binding name."""
+def project(dev, scene, sh_degree, activated=True, compact=False):
+    """projection_fwd of ``scene`` on ``dev``: the outputs by binding name
+    (``compact``: sh as spirula/train/storage.py's rows, the COMPACT variant)."""
+    from spirula.train import storage
+
+    inputs = scene_inputs(scene, activated)
+    if compact:
+        inputs["sh"] = storage.encode_sh(inputs["sh"])
     n, C = len(scene["means"]), len(scene["viewmats"])
     W, H = scene["width"], scene["height"]
     tw, th = tile_grid(W, H)
@@ -184,7 +190,7 @@ def project(dev, scene, sh_degree, activated=True):
         dev,
         "projection_fwd",
         Threads(rows),
-        scene_inputs(scene, activated),
+        inputs,
         dict(
             xyop=((rows, 4), np.float32),
             conics=((rows, 4), np.float32),
@@ -206,6 +212,7 @@ def project(dev, scene, sh_degree, activated=True):
             far_plane=FAR_PLANE,
         ),
         spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated)),
+        defines=dict(COMPACT=1) if compact else None,
     )
 
 
@@ -459,11 +466,12 @@ def test_whole_radix_sort_is_exact(backends):
 # ---- projection ----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("compact", [False, True], ids=["f32", "compact"])
 @pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
 @pytest.mark.parametrize("sh_degree", [0, 1, 2, 3])
-def test_projection_fwd_matches(backends, sh_degree, activated):
+def test_projection_fwd_matches(backends, sh_degree, activated, compact):
     scene = random_scene(n=1001, sh_degree=3, seed=30 + sh_degree, spread=1.6)
-    vk_out, cu_out = (project(dev, scene, sh_degree, activated) for dev in backends)
+    vk_out, cu_out = (project(dev, scene, sh_degree, activated, compact) for dev in backends)
     assert_exact(cu_out["depth_ids"], vk_out["depth_ids"], "depth_ids")
     # a radius or cull decision at a float boundary may flip; count those rows
     flipped = (cu_out["radii"] != vk_out["radii"]).any(-1) | (cu_out["tile_counts"] != vk_out["tile_counts"])
@@ -1126,6 +1134,56 @@ def test_fpbo_changes_nothing_when_the_intersections_overflowed(backends):
         assert_exact(vk_out[name], inputs[name], name + " (vulkan)")
 
 
+def _ulp(x, mantissa_bits, min_exponent):
+    """The spacing of a float format with ``mantissa_bits`` stored bits at |x|."""
+    e = np.floor(np.log2(np.maximum(np.abs(x), 2.0**min_exponent)))
+    return 2.0 ** (e - mantissa_bits)
+
+
+@pytest.mark.parametrize(
+    "sh_degree,sh_coeffs,views", [(3, 16, 1), (2, 9, 2), (1, 4, 1)], ids=["deg3", "deg2-2v", "deg1"]
+)
+def test_fpbo_compact_update_matches(backends, sh_degree, sh_coeffs, views):
+    """COMPACT fpbo (storage.glsl rows: fp16 SH past the DC, bf16 SH moments,
+    stochastic rounding with the same random bits on both backends). Before
+    rounding, the two backends' values are as close as in
+    test_fpbo_one_update_matches; the rounding then picks one of the two
+    neighbours of each, the same one unless a threshold falls between them:
+    at most one ulp of the 16-bit format apart (fp16: 10 stored bits,
+    subnormal below 2^-14; bf16: 7 bits) on top of the float32 tolerance."""
+    from spirula.train import storage
+
+    vk, _ = backends
+    inputs, push, n = fpbo_inputs(vk, sh_degree, sh_coeffs, views, 80 + sh_degree, 0.0, (5, 10))
+    inputs["sh"] = storage.encode_sh(inputs["sh"]).view(np.float32)
+    for key in ("m", "v"):
+        inputs[key + "_sh"] = storage.encode_moments(inputs[key + "_sh"]).view(np.float32)
+    read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS)
+    spec = dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=0, ADC_STATS=0, N_VIEWS=views, ABSGRAD=0)
+    vk_out, cu_out = both(
+        backends, "fpbo", Threads(n), inputs, {}, read=read, push=push, spec=spec, defines=dict(COMPACT=1)
+    )
+    old = storage.decode_sh(inputs["sh"].view(np.uint32), sh_coeffs).astype(np.float64).reshape(n, -1)
+    vk_sh = storage.decode_sh(vk_out["sh"].view(np.uint32), sh_coeffs).reshape(n, -1)
+    cu_sh = storage.decode_sh(cu_out["sh"].view(np.uint32), sh_coeffs).reshape(n, -1)
+    lr = np.full(old.shape, FPBO_LR["lr_shN"])
+    lr[:, :3] = FPBO_LR["lr_sh0"]
+    step_vk = vk_sh - old
+    atol = 2e-3 * lr + 2.0**-21 * np.abs(vk_sh) + 1e-4 * np.abs(step_vk)
+    atol[:, 3:] += _ulp(np.maximum(np.abs(vk_sh), np.abs(cu_sh))[:, 3:], 10, -14)
+    assert_near(cu_sh - old, step_vk, atol, 0.0, "sh step")
+    for key, rtol in (("m", 2e-3), ("v", 4e-3)):
+        vk_m = storage.decode_moments(vk_out[key + "_sh"].view(np.uint32), sh_coeffs)
+        cu_m = storage.decode_moments(cu_out[key + "_sh"].view(np.uint32), sh_coeffs)
+        ulp = _ulp(np.maximum(np.abs(vk_m), np.abs(cu_m)), 7, -126)
+        assert_near(cu_m, vk_m, 2e-4 * np.abs(vk_m).max() + ulp, rtol, key + "_sh")
+    # the padding halves stay 0 on both
+    for out in (vk_out, cu_out):
+        words = out["sh"].view(np.uint32)
+        if (3 * sh_coeffs - 3) % 2:
+            assert not (words[:, -1] >> 16).any()
+
+
 # ---- MCMC densification -------------------------------------------------------------------
 
 
@@ -1265,9 +1323,13 @@ def test_densify_mcmc_relocate_matches(backends, reset):
 @pytest.mark.parametrize("append", [False, True], ids=["relocate", "append"])
 @pytest.mark.parametrize("drawn", [True, False], ids=["drawn", "nothing-drawn"])
 @pytest.mark.parametrize("reset", [True, False], ids=["reset-moments", "keep-moments"])
-def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
+@pytest.mark.parametrize("compact", [False, True], ids=["f32", "compact"])
+def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset, compact):
     """Copies bit-exact; moments of the copies zeroed when appended or with
-    RESET_MOMENTS, else kept, except in slots that held a diverged splat."""
+    RESET_MOMENTS, else kept, except in slots that held a diverged splat.
+    Compact: sh and its moments are storage.py's rows of words."""
+    from spirula.train import storage
+
     n, K, count = 2000, 9, 700
     rows = n + count if append else n
     rng = np.random.default_rng(73)
@@ -1286,6 +1348,9 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
             ("sh", (rows, K, 3)),
         ):
             inputs[key + name] = rng.standard_normal(shape).astype(np.float32)
+        if compact:  # the rows as words, viewed as the bindings' f32
+            encode = storage.encode_moments if key else storage.encode_sh
+            inputs[key + "sh"] = encode(inputs[key + "sh"]).view(np.float32)
     diverged = np.flatnonzero(dead)[:5]  # dead because not finite
     for row, (name, value) in zip(
         diverged,
@@ -1307,7 +1372,7 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset):
         {},
         read=tuple(inputs),
         push=dict(n=n, count=count if append else 0, dead_total_offset=1, weight_total_offset=2),
-        spec=dict(APPEND=int(append), SH_COEFFS=K, RESET_MOMENTS=int(reset)),
+        spec=dict(APPEND=int(append), SH_COEFFS=K, RESET_MOMENTS=int(reset), COMPACT_ROWS=int(compact)),
     )
     if append:
         dst, src = n + np.arange(count), sample_src[:count]

@@ -4,6 +4,7 @@
 #define SPIRULA_MOMENTS_CUH
 
 #include "launch.cuh"
+#include "storage.cuh"
 
 namespace spirula {
 
@@ -28,9 +29,10 @@ inline Moments moments_of(const Args& a) {
 }
 
 // Splat i's optimizer state restarts at 0 (a moved or new splat); `mo` is a
-// Moments or an Args struct with the same fields.
+// Moments or an Args struct with the same fields; `compact`: m_sh and v_sh
+// hold the rows of storage.glsl.
 template <class M>
-__device__ __forceinline__ void zero_moments(const M& mo, uint32_t i, uint32_t sh_coeffs) {
+__device__ __forceinline__ void zero_moments(const M& mo, uint32_t i, uint32_t sh_coeffs, bool compact) {
     for (uint32_t k = 0u; k < 3u; ++k) {
         mo.m_means[3u * i + k] = 0.0f;
         mo.v_means[3u * i + k] = 0.0f;
@@ -41,9 +43,10 @@ __device__ __forceinline__ void zero_moments(const M& mo, uint32_t i, uint32_t s
     mo.v_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     mo.m_opacities[i] = 0.0f;
     mo.v_opacities[i] = 0.0f;
-    for (uint32_t k = 0u; k < 3u * sh_coeffs; ++k) {
-        mo.m_sh[3u * sh_coeffs * i + k] = 0.0f;
-        mo.v_sh[3u * sh_coeffs * i + k] = 0.0f;
+    const uint32_t words = moment_row_words(compact, sh_coeffs);
+    for (uint32_t k = 0u; k < words; ++k) {
+        mo.m_sh[words * i + k] = 0.0f;
+        mo.v_sh[words * i + k] = 0.0f;
     }
 }
 

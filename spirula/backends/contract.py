@@ -27,7 +27,7 @@ from spirula.runtime.kernels import Kernel, parse_contract, shader_dir
 # (native_cuda/common/launch.cuh), and each generated contract header names
 # its variants' bits (spirula/backends/contract_gen.py).
 CUDA_DEFINES = {"ATOMIC_FLOAT": 1}
-FLAGS = {"VEC4": 1, "FLOAT": 2, "SH_VEC4": 4}
+FLAGS = {"VEC4": 1, "FLOAT": 2, "SH_VEC4": 4, "COMPACT": 8}
 
 _RE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _RE_DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")

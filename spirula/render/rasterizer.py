@@ -57,6 +57,9 @@ class Splats:
     opacities: Buffer
     sh: Buffer
     activated: bool = True
+    # compact storage (training with --compact): K, and sh holds
+    # spirula/train/storage.py's rows [N, W] uint32; 0: sh is [N,K,3] float32
+    sh_k: int = 0
 
     @property
     def n(self) -> int:
@@ -64,7 +67,11 @@ class Splats:
 
     @property
     def sh_coeffs(self) -> int:
-        return self.sh.shape[1]
+        return self.sh_k or self.sh.shape[1]
+
+    @property
+    def compact(self) -> bool:
+        return self.sh_k > 0
 
     @classmethod
     def alloc(
@@ -374,6 +381,7 @@ class Rasterizer:
                 far_plane=FAR_PLANE,
             ),
             spec=self._spec(splats, sh_degree),
+            defines=dict(COMPACT=1) if splats.compact else None,
         )
         keys, ids = self.depth_sort.record(
             rec,
@@ -474,7 +482,10 @@ class Rasterizer:
     def record_backward(self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
         ``grads`` (a Splats-shaped set of gradient buffers, fully overwritten).
-        Record after :meth:`record_raster` (it uses that forward's buffers)."""
+        Record after :meth:`record_raster` (it uses that forward's buffers).
+        Float32 splats only (training's compact splats go through fpbo)."""
+        if splats.compact:
+            raise ValueError("projection_bwd reads float32 SH; compact splats are trained through fpbo")
         self.record_raster_backward(rec, absgrad)
         v = self._per_view
         rec.dispatch(

@@ -12,25 +12,29 @@ from __future__ import annotations
 import numpy as np
 
 from spirula.render.rasterizer import Splats
-
-PARAM_NAMES = ("means", "quats", "scales", "opacities", "sh")
-_WIDTHS = {"means": (3,), "quats": (4,), "scales": (3,), "opacities": (), "sh": None}
-
-
-def _shape(name: str, n: int, sh_coeffs: int) -> tuple:
-    return (n, sh_coeffs, 3) if name == "sh" else (n,) + _WIDTHS[name]
+from spirula.train import storage
+from spirula.train.storage import PARAM_NAMES
 
 
-def alloc_splats(device, n: int, capacity: int, sh_coeffs: int, prefix: str) -> Splats:
-    """Splats-shaped raw buffers (activated=False) of ``n`` rows and room for ``capacity``."""
+def _shape(name: str, n: int, sh_coeffs: int, moment: bool = False, compact: bool = False) -> tuple:
+    return (n,) + storage.row_layout(name, moment, sh_coeffs, compact)[0]
+
+
+def alloc_splats(
+    device, n: int, capacity: int, sh_coeffs: int, prefix: str, moment: bool = False, compact: bool = False
+) -> Splats:
+    """Splats-shaped raw buffers (activated=False) of ``n`` rows and room for
+    ``capacity``, laid out as :func:`spirula.train.storage.row_layout` says."""
     bufs = []
     for name in PARAM_NAMES:
-        shape = _shape(name, n, sh_coeffs)
-        row = int(np.prod(shape[1:], dtype=np.int64)) * 4
+        row_shape, dtype = storage.row_layout(name, moment, sh_coeffs, compact)
+        row = storage.row_bytes(name, moment, sh_coeffs, compact)
         bufs.append(
-            device.pool.alloc("%s.%s" % (prefix, name), shape, np.float32, "splat", capacity=row * max(capacity, 1))
+            device.pool.alloc(
+                "%s.%s" % (prefix, name), (n,) + row_shape, dtype, "splat", capacity=row * max(capacity, 1)
+            )
         )
-    return Splats(*bufs, activated=False)
+    return Splats(*bufs, activated=False, sh_k=sh_coeffs if compact else 0)
 
 
 GROUPS = (("params", "splat"), ("exp_avg", "splat.adam_m"), ("exp_avg_sq", "splat.adam_v"))  # attribute, prefix
@@ -43,9 +47,10 @@ class SplatModel:
     grows with :meth:`reserve` (or :meth:`set_count` past the capacity),
     by :data:`~spirula.runtime.buffers.GROWTH` unless told exactly."""
 
-    def __init__(self, device, n: int, capacity: int, sh_coeffs: int):
+    def __init__(self, device, n: int, capacity: int, sh_coeffs: int, compact: bool = False):
         self.device = device
         self.sh_coeffs = sh_coeffs
+        self.compact = compact  # storage.py's compact rows for sh and its moments
         self.capacity = max(capacity, n, 1)
         for g in range(len(GROUPS)):
             setattr(self, GROUPS[g][0], self.alloc_group(g, n, self.capacity))
@@ -54,7 +59,7 @@ class SplatModel:
     def alloc_group(self, group: int, n: int, capacity: int) -> Splats:
         """Group ``group`` (0 params, 1 first moments, 2 second moments) of
         ``n`` rows with room for ``capacity``."""
-        return alloc_splats(self.device, n, capacity, self.sh_coeffs, GROUPS[group][1])
+        return alloc_splats(self.device, n, capacity, self.sh_coeffs, GROUPS[group][1], group > 0, self.compact)
 
     def groups(self):
         return tuple(getattr(self, attr) for attr, _ in GROUPS)
@@ -88,8 +93,10 @@ class SplatModel:
 
         grew = self.reserve(int(np.ceil(n * GROWTH))) if n > self.capacity else False
         for group in self.groups():
+            moment = group is not self.params
             for name, buf in zip(PARAM_NAMES, group.buffers()):
-                grew |= self.device.pool.resize(buf, _shape(name, n, self.sh_coeffs), keep=True)
+                shape = _shape(name, n, self.sh_coeffs, moment, self.compact)
+                grew |= self.device.pool.resize(buf, shape, keep=True)
         self.n = n
         return grew
 
@@ -100,19 +107,30 @@ class SplatModel:
         n = len(arrays["means"])
         self.set_count(n)
         for name, buf in zip(PARAM_NAMES, self.params.buffers()):
-            self.device.upload(buf, np.ascontiguousarray(arrays[name], np.float32).reshape(buf.shape))
+            self.device.upload(buf, self._encode(name, arrays[name], False, n))
         for key, group in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
             for name, buf in zip(PARAM_NAMES, group.buffers()):
                 if moments is None:
                     self.device.fill(buf, 0, nbytes=buf.nbytes)
                 else:
-                    self.device.upload(buf, np.ascontiguousarray(moments[key][name], np.float32).reshape(buf.shape))
+                    self.device.upload(buf, self._encode(name, moments[key][name], True, n))
+
+    def _encode(self, name: str, array, moment: bool, n: int) -> np.ndarray:
+        """float32 numpy -> the buffer's layout (compact: storage.py's rows)."""
+        x = np.ascontiguousarray(array, np.float32)
+        if name == "sh" and self.compact:
+            x = x.reshape(n, self.sh_coeffs, 3)
+            return storage.encode_moments(x) if moment else storage.encode_sh(x)
+        return x.reshape(_shape(name, n, self.sh_coeffs))
 
     def download(self) -> dict:
         """{'params': {...}, 'exp_avg': {...}, 'exp_avg_sq': {...}} as float32 numpy."""
         out = {}
         for key, group in (("params", self.params), ("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
             out[key] = {name: self.device.readback(buf) for name, buf in zip(PARAM_NAMES, group.buffers())}
+            if self.compact:  # float32 always: checkpoints resume in either mode
+                decode = storage.decode_sh if key == "params" else storage.decode_moments
+                out[key]["sh"] = decode(out[key]["sh"], self.sh_coeffs)
         return out
 
     def free(self):

@@ -64,5 +64,5 @@ def record_fpbo(
             N_VIEWS=raster.n_cameras,
             ABSGRAD=int(absgrad and adc_stats),
         ),
-        defines=dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
+        defines=dict(COMPACT=1) if model.compact else dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
     )

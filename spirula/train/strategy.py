@@ -225,7 +225,7 @@ class MCMC(Strategy):
             groups,
             dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
             push=dict(n=n, min_opacity=cfg.min_opacity),
-            spec=dict(RESET_SOURCE=1, SH_COEFFS=model.sh_coeffs),
+            spec=dict(RESET_SOURCE=1, SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
         )
         rec.dispatch(
             "densify_mcmc_copy",
@@ -248,7 +248,12 @@ class MCMC(Strategy):
                 dead_total_offset=self._scan_u.total_offset(n),
                 weight_total_offset=self._scan_f.total_offset(n),
             ),
-            spec=dict(APPEND=0, SH_COEFFS=model.sh_coeffs, RESET_MOMENTS=int(not cfg.mcmc_keep_moments)),
+            spec=dict(
+                APPEND=0,
+                SH_COEFFS=model.sh_coeffs,
+                RESET_MOMENTS=int(not cfg.mcmc_keep_moments),
+                COMPACT_ROWS=int(model.compact),
+            ),
         )
         if n_add > 0:
             model.set_count(n + n_add)  # within the room reserved above: no reallocation
@@ -268,7 +273,7 @@ class MCMC(Strategy):
                 groups,
                 dict(opacities=p.opacities, scales=p.scales, copies=b["copies"], **moments),
                 push=dict(n=n, min_opacity=cfg.min_opacity),
-                spec=dict(RESET_SOURCE=0, SH_COEFFS=model.sh_coeffs),
+                spec=dict(RESET_SOURCE=0, SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
             )
             rec.dispatch(
                 "densify_mcmc_copy",
@@ -286,7 +291,7 @@ class MCMC(Strategy):
                     weight_totals=self._scan_f.scratch,
                 ),
                 push=dict(n=n, count=n_add, dead_total_offset=0, weight_total_offset=self._scan_f.total_offset(n)),
-                spec=dict(APPEND=1, SH_COEFFS=model.sh_coeffs),
+                spec=dict(APPEND=1, SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
             )
         rec.finish().run()
         # one word read back every refine_every steps: how many were relocated
@@ -313,7 +318,7 @@ class MCMC(Strategy):
                 sh=p.sh,
             ),
             push=dict(n=n, min_opacity=self.cfg.min_opacity),
-            spec=dict(ALIVE_ONLY=int(alive_only), SH_COEFFS=sh_coeffs),
+            spec=dict(ALIVE_ONLY=int(alive_only), SH_COEFFS=sh_coeffs, COMPACT_ROWS=int(p.compact)),
         )
         if count_offset is None:
             self._scan_u.record(rec, b["dead"], n)
@@ -390,7 +395,7 @@ class ADC(Strategy):
                 prune_big=int(step > cfg.reset_every),
                 grow=int(grow),
             ),
-            spec=dict(SH_COEFFS=model.sh_coeffs),
+            spec=dict(SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
         )
         rec.copy(counts, offsets, nbytes=4 * max(n, 1))
         scan.record(rec, offsets, n)
@@ -445,7 +450,7 @@ class ADC(Strategy):
                     out_counts=counts,
                 ),
                 push=dict(n=n, seed=_seed(cfg, step, 3)),
-                spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs),
+                spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
             )
             rec.finish().run()
             src.free(dev)

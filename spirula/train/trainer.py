@@ -125,7 +125,7 @@ class Trainer:
         self.budget = self._budget()
         pool.set_budget(self.budget)
         try:
-            self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs)
+            self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs, compact=cfg.compact)
         except OutOfMemoryError as exc:
             raise OutOfMemoryError("%s; lower the splat count or the SH degree (--sh-degree)" % exc) from None
         self.model.upload(init)

@@ -1,0 +1,92 @@
+// Compact storage (--compact; docs/design.md, "Compact storage"): the row
+// layouts of the SH coefficients and their Adam moments, and the 16-bit
+// formats they use. The host's twin is spirula/train/storage.py.
+//   sh row, compact: the 3 DC floats as f32 words, then the 3K - 3 higher
+//     coefficients as fp16, two per word (low half first), the last word's
+//     high half 0 when 3K - 3 is odd: 3 + ceil((3K - 3) / 2) words.
+//   m_sh / v_sh rows, compact: the 3K moments as bf16, two per word, padded
+//     to ceil(3K / 2) words.
+// Rows are whole words: no two splats share a word. Every 16-bit store
+// rounds stochastically with bits from storage_bits(seed, splat, element):
+// round-to-nearest would freeze values whose step is below half an ulp
+// (Adam's v moves by 0.1% a step; bf16 resolves 2^-8).
+// Integer maths only (no packHalf2x16, whose rounding and denormal handling
+// drivers choose), so both backends store the same bits.
+// Shared by the shaders and the CUDA kernels (dialect.glsl).
+#ifndef SPIRULA_STORAGE_GLSL
+#define SPIRULA_STORAGE_GLSL
+#include "dialect.glsl"
+#include "random.glsl"
+
+// words in one splat's row of sh (params) and of m_sh / v_sh (moments)
+FN uint sh_row_words(bool compact, uint k) { return compact ? 3u + (3u * k - 2u) / 2u : 3u * k; }
+FN uint moment_row_words(bool compact, uint k) { return compact ? (3u * k + 1u) / 2u : 3u * k; }
+
+// 32 random bits for the rounding of element `element` of splat `row`
+FN uint storage_bits(uint seed, uint row, uint element) {
+    return pcg_hash(seed ^ pcg_hash(row ^ pcg_hash(element + 2654435769u)));
+}
+
+// fp16 (low 16 bits of h) to f32, exact (subnormals included)
+FN float half_to_float(uint h) {
+    uint s = (h & 32768u) << 16u;
+    uint e = (h >> 10u) & 31u;
+    uint m = h & 1023u;
+    if (e == 0u) {
+        float v = float(m) * (1.0f / 16777216.0f);
+        return s != 0u ? -v : v;
+    }
+    if (e == 31u) {
+        return uintBitsToFloat(s | 2139095040u | (m << 13u));
+    }
+    return uintBitsToFloat(s | ((e + 112u) << 23u) | (m << 13u));
+}
+
+// f32 to fp16, rounded stochastically: up with probability (distance to the
+// value below) / ulp, using r's low bits as the uniform. Past 65504 rounds to
+// Inf; NaN stays NaN; magnitudes below 2^-32 go to (signed) zero.
+FN uint float_to_half_sr(float x, uint r) {
+    uint b = floatBitsToUint(x);
+    uint s = (b >> 16u) & 32768u;
+    uint mag = b & 2147483647u;
+    if (mag >= 2139095040u) {
+        return s | (mag > 2139095040u ? 32256u : 31744u);
+    }
+    if (mag >= 947912704u) {  // >= 2^-14: a normal fp16; 13 bits drop, the carry may raise the exponent
+        return s | min((mag - 939524096u + (r & 8191u)) >> 13u, 31744u);
+    }
+    uint shift = 126u - (mag >> 23u);  // fp16 subnormal: M * 2^(e - 126) units of 2^-24
+    if (shift > 31u) {
+        return s;
+    }
+    uint mant = (mag & 8388607u) | 8388608u;
+    return s | ((mant + (r & ((1u << shift) - 1u))) >> shift);
+}
+
+// bf16 (low 16 bits of h) to f32, exact
+FN float bf16_to_float(uint h) { return uintBitsToFloat(h << 16u); }
+
+// f32 to bf16, rounded stochastically with r's low 16 bits; Inf and NaN kept
+FN uint float_to_bf16_sr(float x, uint r) {
+    uint b = floatBitsToUint(x);
+    if ((b & 2139095040u) == 2139095040u) {
+        return (b >> 16u) | ((b & 8388607u) != 0u ? 64u : 0u);
+    }
+    return (b + (r & 65535u)) >> 16u;
+}
+
+// half `which` (0: low, 1: high) of a word
+FN uint word_half(uint word, uint which) { return which != 0u ? word >> 16u : word & 65535u; }
+
+// SH float f of a compact row: the word that holds it, and its value
+FN uint sh_compact_word(uint f) { return f < 3u ? f : 3u + (f - 3u) / 2u; }
+FN float sh_compact_value(uint word, uint f) {
+    return f < 3u ? uintBitsToFloat(word) : half_to_float(word_half(word, (f - 3u) & 1u));
+}
+// whether SH float f of a compact row, in `word`, is finite (on the bits)
+FN bool sh_compact_finite(uint word, uint f) {
+    return f < 3u ? (word & 2139095040u) != 2139095040u : (word_half(word, (f - 3u) & 1u) & 31744u) != 31744u;
+}
+// moment f of a compact row: word f / 2, half f % 2
+FN float moment_compact_value(uint word, uint f) { return bf16_to_float(word_half(word, f & 1u)); }
+#endif
