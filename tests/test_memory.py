@@ -172,7 +172,9 @@ def test_adc_stops_growing_at_the_budget_in_one_line(device, scene):
 
 
 def _cli(*args, env=None, timeout=300):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    # the project first, then what made kp importable here (the GPU machine's /tmp/site)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "spirula", "train", *map(str, args)],
         capture_output=True,
