@@ -105,7 +105,7 @@ def trains_within(device, scene, n: int, budget: int, steps: int = 6, **cfg_fiel
         vram_budget=str(budget),
         **cfg_fields,
     )
-    trainer, before = None, set(pool.buffers)
+    trainer = None
     pool._high_total = -1
     try:
         trainer = Trainer(scene, cfg, device, init=slab_init(n, scene.width * scene.height))
@@ -124,8 +124,6 @@ def trains_within(device, scene, n: int, budget: int, steps: int = 6, **cfg_fiel
     finally:
         if trainer is not None:
             trainer.free()
-        for key in set(pool.buffers) - before:  # what a constructor that ran out left behind
-            pool.free(pool.buffers[key])
         pool.set_budget(None)
 
 

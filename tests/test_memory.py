@@ -224,3 +224,42 @@ def test_out_of_memory_while_growing_is_a_checkpoint_and_one_line(device, scene,
     assert "\n" not in msg and "SPIRULA_MEMORY_LIMIT" in msg and "checkpoint of step" in msg, msg
     assert any("'%s" % name in msg for name in ("splat.", "mcmc.", "train.")), msg  # growth with the splats
     assert list((tmp_path / "run" / "ckpt").glob("step-*.npz"))
+
+
+def test_ground_truth_past_the_buffer_range_is_split_into_chunks(device, scene, monkeypatch):
+    """The training images of one size go to the GPU in chunks that each fit
+    the buffer range (two images a chunk here, trainer.gt_chunk_bytes): every
+    step reads its image from the right chunk, so the losses are those of one
+    unsplit buffer."""
+    from spirula.train import trainer as trainer_module
+
+    f = scene.frames[scene.train[0]]
+    cfg = _mcmc(refine_start=10**9)
+    losses = []
+    for chunk_bytes in (None, 2 * 4 * f.width * f.height):
+        if chunk_bytes is not None:
+            monkeypatch.setattr(trainer_module, "gt_chunk_bytes", lambda device, b=chunk_bytes: b)
+        trainer = Trainer(scene, cfg, device, init=random_init(20, 1))
+        try:
+            chunks = [b.shape[0] for b in trainer.sizes[(f.width, f.height)].gt_chunks]
+            losses.append([trainer.train_step()["loss"] for _ in range(2 * len(scene.train))])
+        finally:
+            monkeypatch.undo()
+            trainer.free()
+    n = len(scene.train)
+    assert n > 2 and chunks == [2] * (n // 2) + [1] * (n % 2)
+    # the same images in the same order; the runs differ only by float atomics' order (~1e-6)
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+
+
+def test_an_image_past_the_buffer_range_is_one_clear_error(device, scene, monkeypatch):
+    from spirula.train import trainer as trainer_module
+
+    f = scene.frames[scene.train[0]]
+    monkeypatch.setattr(trainer_module, "gt_chunk_bytes", lambda device: 4 * f.width * f.height - 4)
+    held = set(device.pool.buffers)
+    with pytest.raises(
+        OutOfMemoryError, match=r"a %dx%d training image needs .*; lower --downscale" % (f.width, f.height)
+    ):
+        Trainer(scene, _mcmc(), device, init=random_init(20, 1))
+    assert set(device.pool.buffers) == held  # nothing left behind

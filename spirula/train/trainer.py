@@ -48,32 +48,54 @@ ISECT_HEADROOM = 1.25
 DEFAULT_BUDGET_FRACTION = 0.85
 
 
+def gt_chunk_bytes(device) -> int:
+    """The most bytes of ground truth in one buffer: the device's storage buffer range."""
+    return device.info.max_storage_buffer_range if device.info is not None else 1 << 62
+
+
 class _ImageSize:
     """The training views of one image size: their ground truth on the GPU
-    (RGBA8, [I,H,W]), a rasterizer and loss scratch of that size, and the
-    step sequence recorded for them. ``images``: their train-list indices;
-    ``capacity``: splats the rasterizer starts with room for."""
+    (RGBA8, [I,H,W], in chunks of at most the device's storage buffer range:
+    42 views at 1080p are 332 MiB, and lavapipe binds 128 MiB a buffer), a
+    rasterizer and loss scratch of that size, and the step sequence recorded
+    for each chunk. ``images``: their train-list indices; ``capacity``:
+    splats the rasterizer starts with room for."""
 
     def __init__(self, dev, scene, width: int, height: int, images: list, name: str, capacity: int, max_alpha: float):
         self.width, self.height, self.images = width, height, images
-        self.local = {img: k for k, img in enumerate(images)}  # train index -> index in gt_images
-        self.gt_images = dev.pool.alloc(name + ".gt_images", (len(images), height, width), np.uint32, "image")
-        dev.upload(
-            self.gt_images,
-            pack_rgba8(
-                np.stack([scene.load_image(scene.train[i]) for i in track(images, "loading images", unit="image")])
-            ),
-        )
+        image_bytes = 4 * width * height
+        rng = gt_chunk_bytes(dev)
+        if image_bytes > rng:
+            raise OutOfMemoryError(
+                "a %dx%d training image needs %s but %s binds at most %s per buffer; lower --downscale"
+                % (width, height, fmt_bytes(image_bytes), dev.info.name, fmt_bytes(rng))
+            )
+        per_chunk = max(1, rng // image_bytes)
+        # train index -> (chunk, index in that chunk's gt buffer)
+        self.local = {img: (k // per_chunk, k % per_chunk) for k, img in enumerate(images)}
+        self.gt_chunks = []
+        for c in range(0, len(images), per_chunk):
+            part = images[c : c + per_chunk]
+            label = name + ".gt_images" + (".%d" % (c // per_chunk) if c else "")
+            buf = dev.pool.alloc(label, (len(part), height, width), np.uint32, "image")
+            pixels = [scene.load_image(scene.train[i]) for i in track(part, "loading images", unit="image")]
+            dev.upload(buf, pack_rgba8(np.stack(pixels)))
+            self.gt_chunks.append(buf)
+        self.chunk = 0  # the chunk of the image being trained
         self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha)
         self.raster.set_backgrounds(scene.background[None])
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
-        self.seq = None
-        self.seq_key = None
+        self.seqs = {}  # chunk -> (key, recorded step)
+
+    @property
+    def gt_images(self):
+        return self.gt_chunks[self.chunk]
 
     def free(self, device):
         self.raster.free()
         self.loss.free()
-        device.pool.free(self.gt_images)
+        for buf in self.gt_chunks:
+            device.pool.free(buf)
 
 
 class Trainer:
@@ -95,6 +117,18 @@ class Trainer:
         world: WorldTransform | None = None,
         log=None,
     ):
+        before = set(device.pool.buffers)
+        try:
+            self._build(scene, cfg, device, init, world, log)
+        except BaseException:
+            # what was allocated before the failure goes back to the pool (a
+            # caller may go on: a smaller run, the memory bench's search)
+            for key in set(device.pool.buffers) - before:
+                device.pool.free(device.pool.buffers[key])
+            device.pool.set_budget(None)
+            raise
+
+    def _build(self, scene, cfg, device, init, world, log):
         self.scene, self.cfg, self.device = scene, cfg, device
         self.notes = []  # the one-line messages about memory (budget, caps), also sent to ``log``
         self._log = log
@@ -294,10 +328,11 @@ class Trainer:
     def _sequence(self, sh_degree: int):
         group = self._active
         key = (self.model.n, sh_degree, group.raster.isect_capacity)
-        if group.seq is None or group.seq_key != key or group.seq.stale:
-            group.seq = self._record(sh_degree)
-            group.seq_key = key
-        return group.seq
+        old_key, seq = group.seqs.get(group.chunk, (None, None))
+        if seq is None or old_key != key or seq.stale:
+            seq = self._record(sh_degree)
+            group.seqs[group.chunk] = (key, seq)
+        return seq
 
     def _record(self, sh_degree: int):
         dev, raster, cfg = self.device, self.raster, self.cfg
@@ -339,7 +374,7 @@ class Trainer:
             seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF,
             n_views=1,
             n_splats=self.model.n,
-            image_index=[self._active.local[image]] + [0] * 7,
+            image_index=[self._active.local[image][1]] + [0] * 7,
             lr_means=lr.means,
             lr_quats=lr.quats,
             lr_scales=lr.scales,
@@ -375,6 +410,7 @@ class Trainer:
         sh_degree = sh_degree_at(self.cfg, self.step)
         image = self._next_image()
         self._active = self._size_of_image[image]
+        self._active.chunk = self._active.local[image][0]
         while True:
             self._write_params(image, sh_degree)
             self._sequence(sh_degree).run()
@@ -501,7 +537,7 @@ class Trainer:
         for group in self.sizes.values():
             isects = int(state.get("isect_capacity", 1))
             group.raster.reserve(self.model.n, int(isects / ISECT_HEADROOM), isect_room=isects)
-            group.seq = None
+            group.seqs.clear()
 
     def free(self):
         self.model.free()
