@@ -25,7 +25,6 @@ Three figures:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -182,13 +181,9 @@ def test_memory_run(benchmark, bench_opts, device, request):
 @pytest.mark.parametrize("compact", [False, True], ids=["f32", "compact"])
 def test_memory_per_splat(benchmark, bench_opts, device, compact):
     """memory_per_splat: the pool's bytes per live splat at SH degree 3."""
-    from spirula.train.config import TrainConfig
-
-    if compact and "compact" not in {f.name for f in dataclasses.fields(TrainConfig)}:
-        pytest.skip("no compact storage in this build")
     n = bench_opts.pick(20_000, 1_000_000)
     scene = SyntheticScene(*bench_opts.pick((320, 180), (1920, 1080)))
-    extra = dict(compact=True) if compact else {}
+    extra = dict(compact=compact)
     base = trains_within(device, scene, 1, 1 << 62, steps=5, **extra)
     result = benchmark.pedantic(lambda: trains_within(device, scene, n, 1 << 62, steps=5, **extra), rounds=1)
     bench_opts.record(
@@ -199,22 +194,20 @@ def test_memory_per_splat(benchmark, bench_opts, device, compact):
 
 
 @pytest.mark.benchmark(group="memory")
-def test_memory_max_splats(benchmark, bench_opts, device):
+@pytest.mark.parametrize("compact", [False, True], ids=["f32", "compact"])
+def test_memory_max_splats(benchmark, bench_opts, device, compact):
     """memory_max_splats: the largest SH3 count that trains at 1080p in 8 GiB."""
-    from spirula.train.config import TrainConfig
-
     width, height = bench_opts.pick((320, 180), (1920, 1080))
     budget = bench_opts.pick(64 * MIB, 8 * GIB)
-    compact = "compact" in {f.name for f in dataclasses.fields(TrainConfig)}
     scene = SyntheticScene(width, height)
-    lo_hi = bench_opts.pick((10_000, 400_000), (1_000_000, 40_000_000))
+    lo, hi = bench_opts.pick((10_000, 400_000), (1_000_000, 40_000_000))
 
-    def search(**extra):
-        lo, hi = lo_hi
+    def search():
+        nonlocal lo, hi
         best = None
         while hi - lo > max(lo // 50, 1000):
             mid = (lo + hi) // 2
-            r = trains_within(device, scene, mid, budget, **extra)
+            r = trains_within(device, scene, mid, budget, compact=compact)
             if r is None:
                 hi = mid
             else:
@@ -223,20 +216,10 @@ def test_memory_max_splats(benchmark, bench_opts, device):
 
     best = benchmark.pedantic(search, rounds=1)
     bench_opts.record(
-        "memory_max_splats_f32",
+        "memory_max_splats_" + ("compact" if compact else "f32"),
         splats=best and best["n"],
         peak_MiB=best and best["peak"] / MIB,
         ms_per_step=best and best["ms_per_step"],
         budget_MiB=budget / MIB,
         size="%dx%d" % (width, height),
     )
-    if compact:
-        best = search(compact=True)
-        bench_opts.record(
-            "memory_max_splats_compact",
-            splats=best and best["n"],
-            peak_MiB=best and best["peak"] / MIB,
-            ms_per_step=best and best["ms_per_step"],
-            budget_MiB=budget / MIB,
-            size="%dx%d" % (width, height),
-        )
