@@ -135,27 +135,82 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     g_opacity = (g_opacity + params->opacity_reg / n_splats) * opacity * (1.0f - opacity);
 
     float b1 = params->beta1, b2 = params->beta2, c1 = params->bias1, c2 = params->bias2, eps = params->adam_eps;
+    if (COMPACT) {
+        // bf16 rows of 2 words (storage.glsl): value k in word k / 2, half k % 2
+        const uint32_t seed = params->seed;
+        uint32_t* m_means = reinterpret_cast<uint32_t*>(a.m_means);
+        uint32_t* v_means = reinterpret_cast<uint32_t*>(a.v_means);
+        uint32_t* m_scales = reinterpret_cast<uint32_t*>(a.m_scales);
+        uint32_t* v_scales = reinterpret_cast<uint32_t*>(a.v_scales);
+        uint32_t* m_quats = reinterpret_cast<uint32_t*>(a.m_quats);
+        uint32_t* v_quats = reinterpret_cast<uint32_t*>(a.v_quats);
+        const uint32_t mw[2] = {m_means[2u * g], m_means[2u * g + 1u]}, vw[2] = {v_means[2u * g], v_means[2u * g + 1u]};
+        const uint32_t msw[2] = {m_scales[2u * g], m_scales[2u * g + 1u]};
+        const uint32_t vsw[2] = {v_scales[2u * g], v_scales[2u * g + 1u]};
+        const uint32_t mqw[2] = {m_quats[2u * g], m_quats[2u * g + 1u]};
+        const uint32_t vqw[2] = {v_quats[2u * g], v_quats[2u * g + 1u]};
+        float mm[4], vm[4], ms[4], vs[4], mq[4], vq[4];
+        uint32_t rm[4], rs[4], rq[4];
 #pragma unroll
-    for (int k = 0; k < 3; ++k) {
-        uint32_t j = 3u * g + uint32_t(k);
-        float m = a.m_means[j], v = a.v_means[j];
-        mean[k] = adam_update(mean[k], g_mean[k], m, v, params->lr_means, b1, b2, c1, c2, eps);
-        a.m_means[j] = m;
-        a.v_means[j] = v;
-        m = a.m_scales[j];
-        v = a.v_scales[j];
-        log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params->lr_scales, b1, b2, c1, c2, eps);
-        a.m_scales[j] = m;
-        a.v_scales[j] = v;
-    }
-    {
-        float4 mq = a.m_quats[g], vq = a.v_quats[g];
-        quat.x = adam_update(quat.x, g_quat.x, mq.x, vq.x, params->lr_quats, b1, b2, c1, c2, eps);
-        quat.y = adam_update(quat.y, g_quat.y, mq.y, vq.y, params->lr_quats, b1, b2, c1, c2, eps);
-        quat.z = adam_update(quat.z, g_quat.z, mq.z, vq.z, params->lr_quats, b1, b2, c1, c2, eps);
-        quat.w = adam_update(quat.w, g_quat.w, mq.w, vq.w, params->lr_quats, b1, b2, c1, c2, eps);
-        a.m_quats[g] = mq;
-        a.v_quats[g] = vq;
+        for (uint32_t k = 0u; k < 4u; ++k) {
+            mm[k] = moment_compact_value(mw[k >> 1u], k);
+            vm[k] = moment_compact_value(vw[k >> 1u], k);
+            ms[k] = moment_compact_value(msw[k >> 1u], k);
+            vs[k] = moment_compact_value(vsw[k >> 1u], k);
+            mq[k] = moment_compact_value(mqw[k >> 1u], k);
+            vq[k] = moment_compact_value(vqw[k >> 1u], k);
+        }
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            mean[k] = adam_update(mean[k], g_mean[k], mm[k], vm[k], params->lr_means, b1, b2, c1, c2, eps);
+            rm[k] = storage_bits(seed, g, geom_moment_element(0u, uint32_t(k)));
+            log_scale[k] = adam_update(log_scale[k], g_scale[k], ms[k], vs[k], params->lr_scales, b1, b2, c1, c2, eps);
+            rs[k] = storage_bits(seed, g, geom_moment_element(1u, uint32_t(k)));
+        }
+        quat.x = adam_update(quat.x, g_quat.x, mq[0], vq[0], params->lr_quats, b1, b2, c1, c2, eps);
+        quat.y = adam_update(quat.y, g_quat.y, mq[1], vq[1], params->lr_quats, b1, b2, c1, c2, eps);
+        quat.z = adam_update(quat.z, g_quat.z, mq[2], vq[2], params->lr_quats, b1, b2, c1, c2, eps);
+        quat.w = adam_update(quat.w, g_quat.w, mq[3], vq[3], params->lr_quats, b1, b2, c1, c2, eps);
+#pragma unroll
+        for (uint32_t k = 0u; k < 4u; ++k) {
+            rq[k] = storage_bits(seed, g, geom_moment_element(2u, k));
+        }
+        // m rounds with a value's low 16 random bits, v with its high 16; the pads stay 0
+        m_means[2u * g] = pack_bf16_sr(mm[0], mm[1], rm[0], rm[1]);
+        m_means[2u * g + 1u] = float_to_bf16_sr(mm[2], rm[2]);
+        v_means[2u * g] = pack_bf16_sr(vm[0], vm[1], rm[0] >> 16u, rm[1] >> 16u);
+        v_means[2u * g + 1u] = float_to_bf16_sr(vm[2], rm[2] >> 16u);
+        m_scales[2u * g] = pack_bf16_sr(ms[0], ms[1], rs[0], rs[1]);
+        m_scales[2u * g + 1u] = float_to_bf16_sr(ms[2], rs[2]);
+        v_scales[2u * g] = pack_bf16_sr(vs[0], vs[1], rs[0] >> 16u, rs[1] >> 16u);
+        v_scales[2u * g + 1u] = float_to_bf16_sr(vs[2], rs[2] >> 16u);
+        m_quats[2u * g] = pack_bf16_sr(mq[0], mq[1], rq[0], rq[1]);
+        m_quats[2u * g + 1u] = pack_bf16_sr(mq[2], mq[3], rq[2], rq[3]);
+        v_quats[2u * g] = pack_bf16_sr(vq[0], vq[1], rq[0] >> 16u, rq[1] >> 16u);
+        v_quats[2u * g + 1u] = pack_bf16_sr(vq[2], vq[3], rq[2] >> 16u, rq[3] >> 16u);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            uint32_t j = 3u * g + uint32_t(k);
+            float m = a.m_means[j], v = a.v_means[j];
+            mean[k] = adam_update(mean[k], g_mean[k], m, v, params->lr_means, b1, b2, c1, c2, eps);
+            a.m_means[j] = m;
+            a.v_means[j] = v;
+            m = a.m_scales[j];
+            v = a.v_scales[j];
+            log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params->lr_scales, b1, b2, c1, c2, eps);
+            a.m_scales[j] = m;
+            a.v_scales[j] = v;
+        }
+        {
+            float4 mq = a.m_quats[g], vq = a.v_quats[g];
+            quat.x = adam_update(quat.x, g_quat.x, mq.x, vq.x, params->lr_quats, b1, b2, c1, c2, eps);
+            quat.y = adam_update(quat.y, g_quat.y, mq.y, vq.y, params->lr_quats, b1, b2, c1, c2, eps);
+            quat.z = adam_update(quat.z, g_quat.z, mq.z, vq.z, params->lr_quats, b1, b2, c1, c2, eps);
+            quat.w = adam_update(quat.w, g_quat.w, mq.w, vq.w, params->lr_quats, b1, b2, c1, c2, eps);
+            a.m_quats[g] = mq;
+            a.v_quats[g] = vq;
+        }
     }
     {
         float m = a.m_opacities[g], v = a.v_opacities[g];
