@@ -49,15 +49,12 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     const uint32_t n_floats = 3u * sp.SH_COEFFS;
     const uint32_t sh_base = g * sh_row_words(COMPACT, sp.SH_COEFFS);
     const float* sh = a.sh;
-    // COMPACT: the row (include/storage.glsl) decoded once into registers
+    // COMPACT: the row (include/storage.glsl) decoded where read (f is a
+    // compile-time index there): no local array
     uint32_t* sh_words = reinterpret_cast<uint32_t*>(a.sh);
-    float shp[COMPACT ? 48 : 1];
-    if (COMPACT) {
-        for (uint32_t f = 0u; f < n_floats; ++f) {
-            shp[COMPACT ? f : 0u] = sh_compact_value(sh_words[sh_base + sh_compact_word(f)], f);
-        }
-    }
-    auto sh_val = [&](uint32_t f) { return COMPACT ? shp[COMPACT ? f : 0u] : sh[sh_base + f]; };
+    auto sh_val = [&](uint32_t f) {
+        return COMPACT ? sh_compact_value(sh_words[sh_base + sh_compact_word(f)], f) : sh[sh_base + f];
+    };
     vec3 mean = make3(a.means[3u * g], a.means[3u * g + 1u], a.means[3u * g + 2u]);
     vec4 quat = load4(a.quats, g);
     vec3 log_scale = make3(a.scales[3u * g], a.scales[3u * g + 1u], a.scales[3u * g + 2u]);
@@ -233,37 +230,60 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         return grad;
     };
     if (COMPACT) {
-        // moments two per word; parameters updated in registers, then stored
+        // one float at a time, as the float32 loop; a word is loaded at its
+        // first half and stored, rounded, after its last (moment f: word f / 2;
+        // SH f >= 3: word 3 + (f - 3) / 2), the pending words in registers
         uint32_t* m_words = reinterpret_cast<uint32_t*>(a.m_sh);
         uint32_t* v_words = reinterpret_cast<uint32_t*>(a.v_sh);
-        const uint32_t n_words = moment_row_words(true, sp.SH_COEFFS);
-        const uint32_t m_base = g * n_words;
-        for (uint32_t j = 0u; j < n_words; ++j) {
-            uint32_t mw = m_words[m_base + j], vw = v_words[m_base + j];
-            uint32_t m_out = 0u, v_out = 0u;
-            for (uint32_t e = 0u; e < 2u; ++e) {
-                uint32_t f = 2u * j + e;
-                if (f < n_floats) {
-                    float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-                    float& p = shp[COMPACT ? f : 0u];
-                    p = adam_update(p, sh_grad(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-                    uint32_t r = storage_bits(params->seed, g, 64u + f);
-                    m_out |= float_to_bf16_sr(m, r) << (16u * e);
-                    v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * e);
+        const uint32_t m_base = g * moment_row_words(true, sp.SH_COEFFS);
+        uint32_t pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
+        auto step = [&](uint32_t f, float grad) {
+            const uint32_t hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
+            float p;
+            if (f < 3u) {
+                p = uintBitsToFloat(sh_words[sh_base + f]);
+            } else {
+                if (hp == 0u) {
+                    pw = sh_words[sh_base + sh_compact_word(f)];
+                    p_out = 0u;
+                }
+                p = half_to_float(word_half(pw, hp));
+            }
+            if (hm == 0u) {
+                mw = m_words[m_base + f / 2u];
+                vw = v_words[m_base + f / 2u];
+                m_out = 0u;
+                v_out = 0u;
+            }
+            float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+            p = adam_update(p, grad, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+            const uint32_t r = storage_bits(params->seed, g, 64u + f);
+            m_out |= float_to_bf16_sr(m, r) << (16u * hm);
+            v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
+            const bool last = f + 1u == n_floats;
+            if (hm == 1u || last) {
+                m_words[m_base + f / 2u] = m_out;
+                v_words[m_base + f / 2u] = v_out;
+            }
+            if (f < 3u) {
+                sh_words[sh_base + f] = floatBitsToUint(p);
+            } else {
+                p_out |= float_to_half_sr(p, storage_bits(params->seed, g, f)) << (16u * hp);
+                if (hp == 1u || last) {
+                    sh_words[sh_base + sh_compact_word(f)] = p_out;
                 }
             }
-            m_words[m_base + j] = m_out;
-            v_words[m_base + j] = v_out;
+        };
+        // the active floats (compile-time f) first, unrolled; the rest have gradient 0
+#pragma unroll
+        for (uint32_t f = 0u; f < n_active; ++f) {
+            if (f >= n_floats) {
+                break;
+            }
+            step(f, sh_grad(f));
         }
-        for (uint32_t f = 0u; f < 3u; ++f) {
-            sh_words[sh_base + f] = floatBitsToUint(shp[COMPACT ? f : 0u]);
-        }
-        for (uint32_t f = 3u; f < n_floats; f += 2u) {
-            uint32_t lo = float_to_half_sr(shp[COMPACT ? f : 0u], storage_bits(params->seed, g, f));
-            uint32_t hi = f + 1u < n_floats
-                              ? float_to_half_sr(shp[COMPACT ? f + 1u : 0u], storage_bits(params->seed, g, f + 1u))
-                              : 0u;
-            sh_words[sh_base + sh_compact_word(f)] = lo | (hi << 16u);
+        for (uint32_t f = n_active; f < n_floats; ++f) {
+            step(f, 0.0f);
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);

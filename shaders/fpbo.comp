@@ -116,12 +116,8 @@ void main() {
     const uint n_floats = 3u * SH_COEFFS;
     uint sh_base = g * sh_row_words(COMPACT != 0, SH_COEFFS);
 #if COMPACT
-    // the row decoded once into registers (the view loop reads it twice per view)
-    float shp[48];
-    for (uint f = 0u; f < n_floats; ++f) {
-        shp[f] = sh_compact_value(sh[sh_base + sh_compact_word(f)], f);
-    }
-#define SH_VAL(f) shp[f]
+    // decoded where read (f is a compile-time index there): no local array
+#define SH_VAL(f) sh_compact_value(sh[sh_base + sh_compact_word(f)], f)
 #else
 #define SH_VAL(f) SH_GET(sh, sh_base + (f))
 #endif
@@ -291,31 +287,48 @@ void main() {
     // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
 #define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
 #if COMPACT
-    // moments two per word; parameters updated in registers, then stored
+    // one float at a time, as the float32 loop; a word is loaded at its first
+    // half and stored, rounded, after its last (moment f: word f / 2; SH f >= 3:
+    // word 3 + (f - 3) / 2), the pending words in registers
     uint m_base = g * moment_row_words(true, SH_COEFFS);
-    for (uint j = 0u; j < moment_row_words(true, SH_COEFFS); ++j) {
-        uint mw = m_sh[m_base + j], vw = v_sh[m_base + j];
-        uint m_out = 0u, v_out = 0u;
-        for (uint e = 0u; e < 2u; ++e) {
-            uint f = 2u * j + e;
-            if (f < n_floats) {
-                float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-                shp[f] = adam_update(shp[f], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-                uint r = storage_bits(params.seed, g, 64u + f);
-                m_out |= float_to_bf16_sr(m, r) << (16u * e);
-                v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * e);
+    uint pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
+    [[unroll]]
+    for (uint f = 0u; f < n_floats; ++f) {
+        uint hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
+        float p;
+        if (f < 3u) {
+            p = uintBitsToFloat(sh[sh_base + f]);
+        } else {
+            if (hp == 0u) {
+                pw = sh[sh_base + sh_compact_word(f)];
+                p_out = 0u;
+            }
+            p = half_to_float(word_half(pw, hp));
+        }
+        if (hm == 0u) {
+            mw = m_sh[m_base + f / 2u];
+            vw = v_sh[m_base + f / 2u];
+            m_out = 0u;
+            v_out = 0u;
+        }
+        float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+        p = adam_update(p, SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+        uint r = storage_bits(params.seed, g, 64u + f);
+        m_out |= float_to_bf16_sr(m, r) << (16u * hm);
+        v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
+        bool last = f + 1u == n_floats;
+        if (hm == 1u || last) {
+            m_sh[m_base + f / 2u] = m_out;
+            v_sh[m_base + f / 2u] = v_out;
+        }
+        if (f < 3u) {
+            sh[sh_base + f] = floatBitsToUint(p);
+        } else {
+            p_out |= float_to_half_sr(p, storage_bits(params.seed, g, f)) << (16u * hp);
+            if (hp == 1u || last) {
+                sh[sh_base + sh_compact_word(f)] = p_out;
             }
         }
-        m_sh[m_base + j] = m_out;
-        v_sh[m_base + j] = v_out;
-    }
-    for (uint f = 0u; f < 3u; ++f) {
-        sh[sh_base + f] = floatBitsToUint(shp[f]);
-    }
-    for (uint f = 3u; f < n_floats; f += 2u) {
-        uint lo = float_to_half_sr(shp[f], storage_bits(params.seed, g, f));
-        uint hi = f + 1u < n_floats ? float_to_half_sr(shp[f + 1u], storage_bits(params.seed, g, f + 1u)) : 0u;
-        sh[sh_base + sh_compact_word(f)] = lo | (hi << 16u);
     }
 #elif SH_VEC4
     [[unroll]]
