@@ -21,12 +21,26 @@ using namespace contract;
 constexpr float LOG_SPLIT_SHRINK = 0.47000362924573558f;  // log(1.6)
 
 __device__ void write_row(const Args& a, uint32_t sh_words, uint32_t dst, uint32_t src, bool zero, vec3 mean_offset,
-                          float scale_offset) {
-    for (uint32_t k = 0u; k < 3u; ++k) {
-        a.dst_means[3u * dst + k] = zero ? 0.0f : a.src_means[3u * src + k] + mean_offset[int(k)];
-        a.dst_scales[3u * dst + k] = zero ? 0.0f : a.src_scales[3u * src + k] + scale_offset;
+                          float scale_offset, bool packed) {
+    if (packed) {  // bf16 moment rows of 2 words (storage.glsl), copied as words
+        const uint32_t* sq = reinterpret_cast<const uint32_t*>(a.src_quats);
+        uint32_t* dq = reinterpret_cast<uint32_t*>(a.dst_quats);
+        const uint32_t* sm = reinterpret_cast<const uint32_t*>(a.src_means);
+        uint32_t* dm = reinterpret_cast<uint32_t*>(a.dst_means);
+        const uint32_t* ss = reinterpret_cast<const uint32_t*>(a.src_scales);
+        uint32_t* ds = reinterpret_cast<uint32_t*>(a.dst_scales);
+        for (uint32_t k = 0u; k < 2u; ++k) {
+            dm[2u * dst + k] = zero ? 0u : sm[2u * src + k];
+            ds[2u * dst + k] = zero ? 0u : ss[2u * src + k];
+            dq[2u * dst + k] = zero ? 0u : sq[2u * src + k];
+        }
+    } else {
+        for (uint32_t k = 0u; k < 3u; ++k) {
+            a.dst_means[3u * dst + k] = zero ? 0.0f : a.src_means[3u * src + k] + mean_offset[int(k)];
+            a.dst_scales[3u * dst + k] = zero ? 0.0f : a.src_scales[3u * src + k] + scale_offset;
+        }
+        a.dst_quats[dst] = zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : a.src_quats[src];
     }
-    a.dst_quats[dst] = zero ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : a.src_quats[src];
     a.dst_opacities[dst] = zero ? 0.0f : a.src_opacities[src];
     for (uint32_t k = 0u; k < sh_words; ++k) {  // whole words (COMPACT: storage.glsl's rows)
         a.dst_sh[sh_words * dst + k] = zero ? 0.0f : a.src_sh[sh_words * src + k];
@@ -45,16 +59,16 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     uint32_t o = a.offsets[i];
     const vec3 zero3 = make3(0.0f, 0.0f, 0.0f);
     if (group != 0u) {  // Adam moments
-        write_row(a, sh_words, o, i, action == 2u, zero3, 0.0f);
+        write_row(a, sh_words, o, i, action == 2u, zero3, 0.0f, compact);
         if (action != 0u) {
-            write_row(a, sh_words, o + 1u, i, true, zero3, 0.0f);
+            write_row(a, sh_words, o + 1u, i, true, zero3, 0.0f, compact);
         }
         return;
     }
     if (action != 2u) {
-        write_row(a, sh_words, o, i, false, zero3, 0.0f);
+        write_row(a, sh_words, o, i, false, zero3, 0.0f, false);
         if (action == 1u) {
-            write_row(a, sh_words, o + 1u, i, false, zero3, 0.0f);
+            write_row(a, sh_words, o + 1u, i, false, zero3, 0.0f, false);
         }
         return;
     }
@@ -64,7 +78,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     for (uint32_t c = 0u; c < 2u; ++c) {
         vec2 z01 = random_normal2(pc.seed, i, 4u * c);
         vec2 z23 = random_normal2(pc.seed, i, 4u * c + 2u);
-        write_row(a, sh_words, o + c, i, false, R * (s * make3(z01.x, z01.y, z23.x)), -LOG_SPLIT_SHRINK);
+        write_row(a, sh_words, o + c, i, false, R * (s * make3(z01.x, z01.y, z23.x)), -LOG_SPLIT_SHRINK, false);
     }
 }
 

@@ -49,15 +49,12 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     const uint32_t n_floats = 3u * sp.SH_COEFFS;
     const uint32_t sh_base = g * sh_row_words(COMPACT, sp.SH_COEFFS);
     const float* sh = a.sh;
-    // COMPACT: the row (include/storage.glsl) decoded once into registers
+    // COMPACT: the row (include/storage.glsl) decoded where read (f is a
+    // compile-time index there): no local array
     uint32_t* sh_words = reinterpret_cast<uint32_t*>(a.sh);
-    float shp[COMPACT ? 48 : 1];
-    if (COMPACT) {
-        for (uint32_t f = 0u; f < n_floats; ++f) {
-            shp[COMPACT ? f : 0u] = sh_compact_value(sh_words[sh_base + sh_compact_word(f)], f);
-        }
-    }
-    auto sh_val = [&](uint32_t f) { return COMPACT ? shp[COMPACT ? f : 0u] : sh[sh_base + f]; };
+    auto sh_val = [&](uint32_t f) {
+        return COMPACT ? sh_compact_value(sh_words[sh_base + sh_compact_word(f)], f) : sh[sh_base + f];
+    };
     vec3 mean = make3(a.means[3u * g], a.means[3u * g + 1u], a.means[3u * g + 2u]);
     vec4 quat = load4(a.quats, g);
     vec3 log_scale = make3(a.scales[3u * g], a.scales[3u * g + 1u], a.scales[3u * g + 2u]);
@@ -135,27 +132,82 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     g_opacity = (g_opacity + params->opacity_reg / n_splats) * opacity * (1.0f - opacity);
 
     float b1 = params->beta1, b2 = params->beta2, c1 = params->bias1, c2 = params->bias2, eps = params->adam_eps;
+    if (COMPACT) {
+        // bf16 rows of 2 words (storage.glsl): value k in word k / 2, half k % 2
+        const uint32_t seed = params->seed;
+        uint32_t* m_means = reinterpret_cast<uint32_t*>(a.m_means);
+        uint32_t* v_means = reinterpret_cast<uint32_t*>(a.v_means);
+        uint32_t* m_scales = reinterpret_cast<uint32_t*>(a.m_scales);
+        uint32_t* v_scales = reinterpret_cast<uint32_t*>(a.v_scales);
+        uint32_t* m_quats = reinterpret_cast<uint32_t*>(a.m_quats);
+        uint32_t* v_quats = reinterpret_cast<uint32_t*>(a.v_quats);
+        const uint32_t mw[2] = {m_means[2u * g], m_means[2u * g + 1u]}, vw[2] = {v_means[2u * g], v_means[2u * g + 1u]};
+        const uint32_t msw[2] = {m_scales[2u * g], m_scales[2u * g + 1u]};
+        const uint32_t vsw[2] = {v_scales[2u * g], v_scales[2u * g + 1u]};
+        const uint32_t mqw[2] = {m_quats[2u * g], m_quats[2u * g + 1u]};
+        const uint32_t vqw[2] = {v_quats[2u * g], v_quats[2u * g + 1u]};
+        float mm[4], vm[4], ms[4], vs[4], mq[4], vq[4];
+        uint32_t rm[4], rs[4], rq[4];
 #pragma unroll
-    for (int k = 0; k < 3; ++k) {
-        uint32_t j = 3u * g + uint32_t(k);
-        float m = a.m_means[j], v = a.v_means[j];
-        mean[k] = adam_update(mean[k], g_mean[k], m, v, params->lr_means, b1, b2, c1, c2, eps);
-        a.m_means[j] = m;
-        a.v_means[j] = v;
-        m = a.m_scales[j];
-        v = a.v_scales[j];
-        log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params->lr_scales, b1, b2, c1, c2, eps);
-        a.m_scales[j] = m;
-        a.v_scales[j] = v;
-    }
-    {
-        float4 mq = a.m_quats[g], vq = a.v_quats[g];
-        quat.x = adam_update(quat.x, g_quat.x, mq.x, vq.x, params->lr_quats, b1, b2, c1, c2, eps);
-        quat.y = adam_update(quat.y, g_quat.y, mq.y, vq.y, params->lr_quats, b1, b2, c1, c2, eps);
-        quat.z = adam_update(quat.z, g_quat.z, mq.z, vq.z, params->lr_quats, b1, b2, c1, c2, eps);
-        quat.w = adam_update(quat.w, g_quat.w, mq.w, vq.w, params->lr_quats, b1, b2, c1, c2, eps);
-        a.m_quats[g] = mq;
-        a.v_quats[g] = vq;
+        for (uint32_t k = 0u; k < 4u; ++k) {
+            mm[k] = moment_compact_value(mw[k >> 1u], k);
+            vm[k] = moment_compact_value(vw[k >> 1u], k);
+            ms[k] = moment_compact_value(msw[k >> 1u], k);
+            vs[k] = moment_compact_value(vsw[k >> 1u], k);
+            mq[k] = moment_compact_value(mqw[k >> 1u], k);
+            vq[k] = moment_compact_value(vqw[k >> 1u], k);
+        }
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            mean[k] = adam_update(mean[k], g_mean[k], mm[k], vm[k], params->lr_means, b1, b2, c1, c2, eps);
+            rm[k] = storage_bits(seed, g, geom_moment_element(0u, uint32_t(k)));
+            log_scale[k] = adam_update(log_scale[k], g_scale[k], ms[k], vs[k], params->lr_scales, b1, b2, c1, c2, eps);
+            rs[k] = storage_bits(seed, g, geom_moment_element(1u, uint32_t(k)));
+        }
+        quat.x = adam_update(quat.x, g_quat.x, mq[0], vq[0], params->lr_quats, b1, b2, c1, c2, eps);
+        quat.y = adam_update(quat.y, g_quat.y, mq[1], vq[1], params->lr_quats, b1, b2, c1, c2, eps);
+        quat.z = adam_update(quat.z, g_quat.z, mq[2], vq[2], params->lr_quats, b1, b2, c1, c2, eps);
+        quat.w = adam_update(quat.w, g_quat.w, mq[3], vq[3], params->lr_quats, b1, b2, c1, c2, eps);
+#pragma unroll
+        for (uint32_t k = 0u; k < 4u; ++k) {
+            rq[k] = storage_bits(seed, g, geom_moment_element(2u, k));
+        }
+        // m rounds with a value's low 16 random bits, v with its high 16; the pads stay 0
+        m_means[2u * g] = pack_bf16_sr(mm[0], mm[1], rm[0], rm[1]);
+        m_means[2u * g + 1u] = float_to_bf16_sr(mm[2], rm[2]);
+        v_means[2u * g] = pack_bf16_sr(vm[0], vm[1], rm[0] >> 16u, rm[1] >> 16u);
+        v_means[2u * g + 1u] = float_to_bf16_sr(vm[2], rm[2] >> 16u);
+        m_scales[2u * g] = pack_bf16_sr(ms[0], ms[1], rs[0], rs[1]);
+        m_scales[2u * g + 1u] = float_to_bf16_sr(ms[2], rs[2]);
+        v_scales[2u * g] = pack_bf16_sr(vs[0], vs[1], rs[0] >> 16u, rs[1] >> 16u);
+        v_scales[2u * g + 1u] = float_to_bf16_sr(vs[2], rs[2] >> 16u);
+        m_quats[2u * g] = pack_bf16_sr(mq[0], mq[1], rq[0], rq[1]);
+        m_quats[2u * g + 1u] = pack_bf16_sr(mq[2], mq[3], rq[2], rq[3]);
+        v_quats[2u * g] = pack_bf16_sr(vq[0], vq[1], rq[0] >> 16u, rq[1] >> 16u);
+        v_quats[2u * g + 1u] = pack_bf16_sr(vq[2], vq[3], rq[2] >> 16u, rq[3] >> 16u);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 3; ++k) {
+            uint32_t j = 3u * g + uint32_t(k);
+            float m = a.m_means[j], v = a.v_means[j];
+            mean[k] = adam_update(mean[k], g_mean[k], m, v, params->lr_means, b1, b2, c1, c2, eps);
+            a.m_means[j] = m;
+            a.v_means[j] = v;
+            m = a.m_scales[j];
+            v = a.v_scales[j];
+            log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params->lr_scales, b1, b2, c1, c2, eps);
+            a.m_scales[j] = m;
+            a.v_scales[j] = v;
+        }
+        {
+            float4 mq = a.m_quats[g], vq = a.v_quats[g];
+            quat.x = adam_update(quat.x, g_quat.x, mq.x, vq.x, params->lr_quats, b1, b2, c1, c2, eps);
+            quat.y = adam_update(quat.y, g_quat.y, mq.y, vq.y, params->lr_quats, b1, b2, c1, c2, eps);
+            quat.z = adam_update(quat.z, g_quat.z, mq.z, vq.z, params->lr_quats, b1, b2, c1, c2, eps);
+            quat.w = adam_update(quat.w, g_quat.w, mq.w, vq.w, params->lr_quats, b1, b2, c1, c2, eps);
+            a.m_quats[g] = mq;
+            a.v_quats[g] = vq;
+        }
     }
     {
         float m = a.m_opacities[g], v = a.v_opacities[g];
@@ -178,37 +230,60 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         return grad;
     };
     if (COMPACT) {
-        // moments two per word; parameters updated in registers, then stored
+        // one float at a time, as the float32 loop; a word is loaded at its
+        // first half and stored, rounded, after its last (moment f: word f / 2;
+        // SH f >= 3: word 3 + (f - 3) / 2), the pending words in registers
         uint32_t* m_words = reinterpret_cast<uint32_t*>(a.m_sh);
         uint32_t* v_words = reinterpret_cast<uint32_t*>(a.v_sh);
-        const uint32_t n_words = moment_row_words(true, sp.SH_COEFFS);
-        const uint32_t m_base = g * n_words;
-        for (uint32_t j = 0u; j < n_words; ++j) {
-            uint32_t mw = m_words[m_base + j], vw = v_words[m_base + j];
-            uint32_t m_out = 0u, v_out = 0u;
-            for (uint32_t e = 0u; e < 2u; ++e) {
-                uint32_t f = 2u * j + e;
-                if (f < n_floats) {
-                    float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-                    float& p = shp[COMPACT ? f : 0u];
-                    p = adam_update(p, sh_grad(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-                    uint32_t r = storage_bits(params->seed, g, 64u + f);
-                    m_out |= float_to_bf16_sr(m, r) << (16u * e);
-                    v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * e);
+        const uint32_t m_base = g * moment_row_words(true, sp.SH_COEFFS);
+        uint32_t pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
+        auto step = [&](uint32_t f, float grad) {
+            const uint32_t hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
+            float p;
+            if (f < 3u) {
+                p = uintBitsToFloat(sh_words[sh_base + f]);
+            } else {
+                if (hp == 0u) {
+                    pw = sh_words[sh_base + sh_compact_word(f)];
+                    p_out = 0u;
+                }
+                p = half_to_float(word_half(pw, hp));
+            }
+            if (hm == 0u) {
+                mw = m_words[m_base + f / 2u];
+                vw = v_words[m_base + f / 2u];
+                m_out = 0u;
+                v_out = 0u;
+            }
+            float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+            p = adam_update(p, grad, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+            const uint32_t r = storage_bits(params->seed, g, 64u + f);
+            m_out |= float_to_bf16_sr(m, r) << (16u * hm);
+            v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
+            const bool last = f + 1u == n_floats;
+            if (hm == 1u || last) {
+                m_words[m_base + f / 2u] = m_out;
+                v_words[m_base + f / 2u] = v_out;
+            }
+            if (f < 3u) {
+                sh_words[sh_base + f] = floatBitsToUint(p);
+            } else {
+                p_out |= float_to_half_sr(p, storage_bits(params->seed, g, f)) << (16u * hp);
+                if (hp == 1u || last) {
+                    sh_words[sh_base + sh_compact_word(f)] = p_out;
                 }
             }
-            m_words[m_base + j] = m_out;
-            v_words[m_base + j] = v_out;
+        };
+        // the active floats (compile-time f) first, unrolled; the rest have gradient 0
+#pragma unroll
+        for (uint32_t f = 0u; f < n_active; ++f) {
+            if (f >= n_floats) {
+                break;
+            }
+            step(f, sh_grad(f));
         }
-        for (uint32_t f = 0u; f < 3u; ++f) {
-            sh_words[sh_base + f] = floatBitsToUint(shp[COMPACT ? f : 0u]);
-        }
-        for (uint32_t f = 3u; f < n_floats; f += 2u) {
-            uint32_t lo = float_to_half_sr(shp[COMPACT ? f : 0u], storage_bits(params->seed, g, f));
-            uint32_t hi = f + 1u < n_floats
-                              ? float_to_half_sr(shp[COMPACT ? f + 1u : 0u], storage_bits(params->seed, g, f + 1u))
-                              : 0u;
-            sh_words[sh_base + sh_compact_word(f)] = lo | (hi << 16u);
+        for (uint32_t f = n_active; f < n_floats; ++f) {
+            step(f, 0.0f);
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);

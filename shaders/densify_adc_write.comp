@@ -11,7 +11,8 @@
 //   binding 10   actions   [N]  u32  read
 //   binding 11   offsets   [N]  u32  read   where splat i's outputs start
 //   binding 12   out_counts[N]  u32  read   outputs of splat i (0: pruned)
-// COMPACT_ROWS (spec): src_sh and dst_sh hold the rows of include/storage.glsl; a copy
+// COMPACT_ROWS (spec): src_sh and dst_sh hold the rows of include/storage.glsl, and in
+// GROUP 1, 2 so do the means', quats' and scales' (bf16 rows of 2 words); a copy
 // moves whole 32-bit words, so the bindings keep their f32 type.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
@@ -46,11 +47,20 @@ layout(push_constant) uniform Push {
 const float LOG_SPLIT_SHRINK = 0.47000362924573558;  // log(1.6)
 
 void write_row(uint dst, uint src, bool zero, vec3 mean_offset, float scale_offset) {
-    for (uint k = 0u; k < 3u; ++k) {
-        dst_means[3u * dst + k] = zero ? 0.0 : src_means[3u * src + k] + mean_offset[k];
-        dst_scales[3u * dst + k] = zero ? 0.0 : src_scales[3u * src + k] + scale_offset;
+    if (GROUP != 0u && COMPACT_ROWS) {
+        // bf16 moment rows of 2 words (means, scales; quats: half of vec4 i / 2), copied as words
+        for (uint k = 0u; k < 2u; ++k) {
+            dst_means[2u * dst + k] = zero ? 0.0 : src_means[2u * src + k];
+            dst_scales[2u * dst + k] = zero ? 0.0 : src_scales[2u * src + k];
+            dst_quats[dst >> 1u][2u * (dst & 1u) + k] = zero ? 0.0 : src_quats[src >> 1u][2u * (src & 1u) + k];
+        }
+    } else {
+        for (uint k = 0u; k < 3u; ++k) {
+            dst_means[3u * dst + k] = zero ? 0.0 : src_means[3u * src + k] + mean_offset[k];
+            dst_scales[3u * dst + k] = zero ? 0.0 : src_scales[3u * src + k] + scale_offset;
+        }
+        dst_quats[dst] = zero ? vec4(0.0) : src_quats[src];
     }
-    dst_quats[dst] = zero ? vec4(0.0) : src_quats[src];
     dst_opacities[dst] = zero ? 0.0 : src_opacities[src];
     // GROUP 0: the parameters' rows; 1, 2: the moments'
     uint sh_words = GROUP == 0u ? sh_row_words(COMPACT_ROWS, SH_COEFFS) : moment_row_words(COMPACT_ROWS, SH_COEFFS);

@@ -10,8 +10,9 @@
 //   APPEND = true (growth): one thread per draw j < count; splat n + j
 //     becomes a copy of draw j's source.
 // Workgroup 256, folded.
-// COMPACT_ROWS (spec): sh and m_sh / v_sh hold the rows of include/storage.glsl; a copy
-// moves whole 32-bit words, so the bindings keep their f32 type.
+// COMPACT_ROWS (spec): sh, m_sh / v_sh and the moments of means, quats, scales hold
+// the rows of include/storage.glsl; a copy or reset moves whole 32-bit words (bf16
+// 0 is 0 bits), so the bindings keep their f32 type.
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3], opacities [N], sh [N,K,3]  f32  read/write
 //   binding 5-14  Adam moments m, v of the same                              f32  write
 //   binding 15    dead_offsets [N]   u32  read   exclusive prefix sum of the dead flags
@@ -95,14 +96,22 @@ void main() {
         sh[sh_words * dst + k] = sh[sh_words * src + k];
     }
     if (reset) {
-        for (uint k = 0u; k < 3u; ++k) {
-            m_means[3u * dst + k] = 0.0;
-            v_means[3u * dst + k] = 0.0;
-            m_scales[3u * dst + k] = 0.0;
-            v_scales[3u * dst + k] = 0.0;
+        uint w3 = geom_moment_words(COMPACT_ROWS, 3u);  // COMPACT_ROWS: bf16 rows of 2 words
+        for (uint k = 0u; k < w3; ++k) {
+            m_means[w3 * dst + k] = 0.0;
+            v_means[w3 * dst + k] = 0.0;
+            m_scales[w3 * dst + k] = 0.0;
+            v_scales[w3 * dst + k] = 0.0;
         }
-        m_quats[dst] = vec4(0.0);
-        v_quats[dst] = vec4(0.0);
+        if (COMPACT_ROWS) {  // words 2i, 2i + 1: half of vec4 i / 2
+            for (uint k = 0u; k < 2u; ++k) {
+                m_quats[dst >> 1u][2u * (dst & 1u) + k] = 0.0;
+                v_quats[dst >> 1u][2u * (dst & 1u) + k] = 0.0;
+            }
+        } else {
+            m_quats[dst] = vec4(0.0);
+            v_quats[dst] = vec4(0.0);
+        }
         m_opacities[dst] = 0.0;
         v_opacities[dst] = 0.0;
         uint moment_words = moment_row_words(COMPACT_ROWS, SH_COEFFS);

@@ -11,8 +11,9 @@
 //   binding 1  scales      [N,3]  f32  read/write  log
 //   binding 2  copies      [N]    u32  read/write
 //   binding 3-12  Adam moments m, v of means, quats, scales, opacities, sh  f32 write (RESET_SOURCE)
-// COMPACT_ROWS (spec): m_sh / v_sh hold the rows of include/storage.glsl; a copy
-// moves whole 32-bit words, so the bindings keep their f32 type.
+// COMPACT_ROWS (spec): m_sh / v_sh and the moments of means, quats, scales hold the
+// rows of include/storage.glsl; a reset writes whole 32-bit words (bf16 0 is 0
+// bits), so the bindings keep their f32 type.
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "storage.glsl"
@@ -68,14 +69,22 @@ void main() {
         scales[3u * i + k] += log(coeff);
     }
     if (RESET_SOURCE) {
-        for (uint k = 0u; k < 3u; ++k) {
-            m_means[3u * i + k] = 0.0;
-            v_means[3u * i + k] = 0.0;
-            m_scales[3u * i + k] = 0.0;
-            v_scales[3u * i + k] = 0.0;
+        uint w3 = geom_moment_words(COMPACT_ROWS, 3u);  // COMPACT_ROWS: bf16 rows of 2 words
+        for (uint k = 0u; k < w3; ++k) {
+            m_means[w3 * i + k] = 0.0;
+            v_means[w3 * i + k] = 0.0;
+            m_scales[w3 * i + k] = 0.0;
+            v_scales[w3 * i + k] = 0.0;
         }
-        m_quats[i] = vec4(0.0);
-        v_quats[i] = vec4(0.0);
+        if (COMPACT_ROWS) {  // words 2i, 2i + 1: half of vec4 i / 2
+            for (uint k = 0u; k < 2u; ++k) {
+                m_quats[i >> 1u][2u * (i & 1u) + k] = 0.0;
+                v_quats[i >> 1u][2u * (i & 1u) + k] = 0.0;
+            }
+        } else {
+            m_quats[i] = vec4(0.0);
+            v_quats[i] = vec4(0.0);
+        }
         m_opacities[i] = 0.0;
         v_opacities[i] = 0.0;
         uint moment_words = moment_row_words(COMPACT_ROWS, SH_COEFFS);

@@ -10,8 +10,9 @@
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logit),
 //                 sh [N,K,3]                            f32  read/write
 //   binding 5-14  Adam first/second moments of each     f32  read/write
-//                 COMPACT: sh, m_sh, v_sh are [N,W] u32 rows (include/storage.glsl:
-//                 fp16 SH past the DC, bf16 moments, stochastic rounding)
+//                 COMPACT: sh, m_sh, v_sh are [N,W] u32 rows, the moments of means,
+//                 quats, scales [N,2] u32 rows (include/storage.glsl: fp16 SH past
+//                 the DC, bf16 moments, stochastic rounding)
 //   binding 15    cameras      [V,20]   f32  read
 //   binding 16    radii        [V*N,2]  i32  read
 //   binding 17-20 grad_xy [V*N,2], grad_conics [V*N,3], grad_rgb [V*N,3],
@@ -44,12 +45,18 @@
 #endif
 #if COMPACT
 #define SH_T uint
+#define MOM3_T uint
+#define MOM4_T uint
 #elif SH_VEC4
 #define SH_T vec4
 #define SH_GET(buf, f) buf[(f) >> 2u][(f) & 3u]
 #else
 #define SH_T float
 #define SH_GET(buf, f) buf[f]
+#endif
+#ifndef MOM3_T
+#define MOM3_T float
+#define MOM4_T vec4
 #endif
 
 layout(local_size_x = 128) in;
@@ -67,12 +74,12 @@ layout(std430, binding = 1) restrict buffer QuatsBuf { vec4 quats[]; };
 layout(std430, binding = 2) restrict buffer ScalesBuf { float scales[]; };
 layout(std430, binding = 3) restrict buffer OpacitiesBuf { float opacities[]; };
 layout(std430, binding = 4) restrict buffer ShBuf { SH_T sh[]; };
-layout(std430, binding = 5) restrict buffer MMeansBuf { float m_means[]; };
-layout(std430, binding = 6) restrict buffer VMeansBuf { float v_means[]; };
-layout(std430, binding = 7) restrict buffer MQuatsBuf { vec4 m_quats[]; };
-layout(std430, binding = 8) restrict buffer VQuatsBuf { vec4 v_quats[]; };
-layout(std430, binding = 9) restrict buffer MScalesBuf { float m_scales[]; };
-layout(std430, binding = 10) restrict buffer VScalesBuf { float v_scales[]; };
+layout(std430, binding = 5) restrict buffer MMeansBuf { MOM3_T m_means[]; };
+layout(std430, binding = 6) restrict buffer VMeansBuf { MOM3_T v_means[]; };
+layout(std430, binding = 7) restrict buffer MQuatsBuf { MOM4_T m_quats[]; };
+layout(std430, binding = 8) restrict buffer VQuatsBuf { MOM4_T v_quats[]; };
+layout(std430, binding = 9) restrict buffer MScalesBuf { MOM3_T m_scales[]; };
+layout(std430, binding = 10) restrict buffer VScalesBuf { MOM3_T v_scales[]; };
 layout(std430, binding = 11) restrict buffer MOpacitiesBuf { float m_opacities[]; };
 layout(std430, binding = 12) restrict buffer VOpacitiesBuf { float v_opacities[]; };
 layout(std430, binding = 13) restrict buffer MShBuf { SH_T m_sh[]; };
@@ -109,12 +116,8 @@ void main() {
     const uint n_floats = 3u * SH_COEFFS;
     uint sh_base = g * sh_row_words(COMPACT != 0, SH_COEFFS);
 #if COMPACT
-    // the row decoded once into registers (the view loop reads it twice per view)
-    float shp[48];
-    for (uint f = 0u; f < n_floats; ++f) {
-        shp[f] = sh_compact_value(sh[sh_base + sh_compact_word(f)], f);
-    }
-#define SH_VAL(f) shp[f]
+    // decoded where read (f is a compile-time index there): no local array
+#define SH_VAL(f) sh_compact_value(sh[sh_base + sh_compact_word(f)], f)
 #else
 #define SH_VAL(f) SH_GET(sh, sh_base + (f))
 #endif
@@ -196,6 +199,61 @@ void main() {
 
     float b1 = params.beta1, b2 = params.beta2, c1 = params.bias1, c2 = params.bias2, eps = params.adam_eps;
     float lr_sh0 = params.lr_sh0, lr_shN = params.lr_shN;
+#if COMPACT
+    {
+        // bf16 rows of 2 words: value k in word k / 2, half k % 2
+        uvec2 mw = uvec2(m_means[2u * g], m_means[2u * g + 1u]), vw = uvec2(v_means[2u * g], v_means[2u * g + 1u]);
+        uvec2 msw = uvec2(m_scales[2u * g], m_scales[2u * g + 1u]);
+        uvec2 vsw = uvec2(v_scales[2u * g], v_scales[2u * g + 1u]);
+        uvec2 mqw = uvec2(m_quats[2u * g], m_quats[2u * g + 1u]), vqw = uvec2(v_quats[2u * g], v_quats[2u * g + 1u]);
+        vec4 mm, vm, ms, vs, mq, vq;
+        [[unroll]]
+        for (uint k = 0u; k < 4u; ++k) {
+            mm[k] = moment_compact_value(mw[k >> 1u], k);
+            vm[k] = moment_compact_value(vw[k >> 1u], k);
+            ms[k] = moment_compact_value(msw[k >> 1u], k);
+            vs[k] = moment_compact_value(vsw[k >> 1u], k);
+            mq[k] = moment_compact_value(mqw[k >> 1u], k);
+            vq[k] = moment_compact_value(vqw[k >> 1u], k);
+        }
+        uvec4 rm = uvec4(0u), rs = uvec4(0u), rq;
+        [[unroll]]
+        for (uint k = 0u; k < 3u; ++k) {
+            float m = mm[k], v = vm[k];
+            mean[k] = adam_update(mean[k], g_mean[k], m, v, params.lr_means, b1, b2, c1, c2, eps);
+            mm[k] = m;
+            vm[k] = v;
+            rm[k] = storage_bits(params.seed, g, geom_moment_element(0u, k));
+            m = ms[k];
+            v = vs[k];
+            log_scale[k] = adam_update(log_scale[k], g_scale[k], m, v, params.lr_scales, b1, b2, c1, c2, eps);
+            ms[k] = m;
+            vs[k] = v;
+            rs[k] = storage_bits(params.seed, g, geom_moment_element(1u, k));
+        }
+        [[unroll]]
+        for (int k = 0; k < 4; ++k) {
+            float m = mq[k], v = vq[k];
+            quat[k] = adam_update(quat[k], g_quat[k], m, v, params.lr_quats, b1, b2, c1, c2, eps);
+            mq[k] = m;
+            vq[k] = v;
+            rq[k] = storage_bits(params.seed, g, geom_moment_element(2u, uint(k)));
+        }
+        // m rounds with a value's low 16 random bits, v with its high 16; the pads stay 0
+        m_means[2u * g] = pack_bf16_sr(mm.x, mm.y, rm.x, rm.y);
+        m_means[2u * g + 1u] = float_to_bf16_sr(mm.z, rm.z);
+        v_means[2u * g] = pack_bf16_sr(vm.x, vm.y, rm.x >> 16u, rm.y >> 16u);
+        v_means[2u * g + 1u] = float_to_bf16_sr(vm.z, rm.z >> 16u);
+        m_scales[2u * g] = pack_bf16_sr(ms.x, ms.y, rs.x, rs.y);
+        m_scales[2u * g + 1u] = float_to_bf16_sr(ms.z, rs.z);
+        v_scales[2u * g] = pack_bf16_sr(vs.x, vs.y, rs.x >> 16u, rs.y >> 16u);
+        v_scales[2u * g + 1u] = float_to_bf16_sr(vs.z, rs.z >> 16u);
+        m_quats[2u * g] = pack_bf16_sr(mq.x, mq.y, rq.x, rq.y);
+        m_quats[2u * g + 1u] = pack_bf16_sr(mq.z, mq.w, rq.z, rq.w);
+        v_quats[2u * g] = pack_bf16_sr(vq.x, vq.y, rq.x >> 16u, rq.y >> 16u);
+        v_quats[2u * g + 1u] = pack_bf16_sr(vq.z, vq.w, rq.z >> 16u, rq.w >> 16u);
+    }
+#else
     [[unroll]]
     for (uint k = 0u; k < 3u; ++k) {
         uint j = 3u * g + k;
@@ -219,6 +277,7 @@ void main() {
     }
     m_quats[g] = mq;
     v_quats[g] = vq;
+#endif
     {
         float m = m_opacities[g], v = v_opacities[g];
         logit = adam_update(logit, g_opacity, m, v, params.lr_opacities, b1, b2, c1, c2, eps);
@@ -228,31 +287,48 @@ void main() {
     // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
 #define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
 #if COMPACT
-    // moments two per word; parameters updated in registers, then stored
+    // one float at a time, as the float32 loop; a word is loaded at its first
+    // half and stored, rounded, after its last (moment f: word f / 2; SH f >= 3:
+    // word 3 + (f - 3) / 2), the pending words in registers
     uint m_base = g * moment_row_words(true, SH_COEFFS);
-    for (uint j = 0u; j < moment_row_words(true, SH_COEFFS); ++j) {
-        uint mw = m_sh[m_base + j], vw = v_sh[m_base + j];
-        uint m_out = 0u, v_out = 0u;
-        for (uint e = 0u; e < 2u; ++e) {
-            uint f = 2u * j + e;
-            if (f < n_floats) {
-                float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-                shp[f] = adam_update(shp[f], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-                uint r = storage_bits(params.seed, g, 64u + f);
-                m_out |= float_to_bf16_sr(m, r) << (16u * e);
-                v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * e);
+    uint pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
+    [[unroll]]
+    for (uint f = 0u; f < n_floats; ++f) {
+        uint hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
+        float p;
+        if (f < 3u) {
+            p = uintBitsToFloat(sh[sh_base + f]);
+        } else {
+            if (hp == 0u) {
+                pw = sh[sh_base + sh_compact_word(f)];
+                p_out = 0u;
+            }
+            p = half_to_float(word_half(pw, hp));
+        }
+        if (hm == 0u) {
+            mw = m_sh[m_base + f / 2u];
+            vw = v_sh[m_base + f / 2u];
+            m_out = 0u;
+            v_out = 0u;
+        }
+        float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+        p = adam_update(p, SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+        uint r = storage_bits(params.seed, g, 64u + f);
+        m_out |= float_to_bf16_sr(m, r) << (16u * hm);
+        v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
+        bool last = f + 1u == n_floats;
+        if (hm == 1u || last) {
+            m_sh[m_base + f / 2u] = m_out;
+            v_sh[m_base + f / 2u] = v_out;
+        }
+        if (f < 3u) {
+            sh[sh_base + f] = floatBitsToUint(p);
+        } else {
+            p_out |= float_to_half_sr(p, storage_bits(params.seed, g, f)) << (16u * hp);
+            if (hp == 1u || last) {
+                sh[sh_base + sh_compact_word(f)] = p_out;
             }
         }
-        m_sh[m_base + j] = m_out;
-        v_sh[m_base + j] = v_out;
-    }
-    for (uint f = 0u; f < 3u; ++f) {
-        sh[sh_base + f] = floatBitsToUint(shp[f]);
-    }
-    for (uint f = 3u; f < n_floats; f += 2u) {
-        uint lo = float_to_half_sr(shp[f], storage_bits(params.seed, g, f));
-        uint hi = f + 1u < n_floats ? float_to_half_sr(shp[f + 1u], storage_bits(params.seed, g, f + 1u)) : 0u;
-        sh[sh_base + sh_compact_word(f)] = lo | (hi << 16u);
     }
 #elif SH_VEC4
     [[unroll]]

@@ -338,8 +338,9 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
     regularizers) and Adam; tolerances of tests/test_fpbo.py: an update is at
     most ~lr, so 1e-3 lr + 1 ulp of the parameter; moments rtol 1e-3 and 2e-3
     with atol 1e-4 of their largest. ``compact``: on --compact's rows, from
-    values they hold, plus one ulp of fp16 (SH past the DC) or bf16 (SH
-    moments) for the stochastic rounding of the stores (tests/test_compact.py)."""
+    values they hold, plus one ulp of fp16 (SH past the DC) or bf16 (the
+    moments of SH, means, quats, scales) for the stochastic rounding of the
+    stores (tests/test_compact.py)."""
     from spirula.reference.adam import fpbo_expected
     from spirula.reference.render import rasterization_bwd
     from spirula.render.rasterizer import Rasterizer
@@ -365,7 +366,8 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
     if compact:  # values the compact rows hold exactly
         raw["sh"] = s["sh_coeffs"] = storage.decode_sh(storage.encode_sh(raw["sh"]), K)
         for key in moments:
-            moments[key]["sh"] = storage.decode_moments(storage.encode_moments(moments[key]["sh"]), K)
+            for name in moments[key]:
+                moments[key][name] = storage.quantize(name, moments[key][name], True, K)
     pool = dev.pool
     model = SplatModel(dev, n, n, K, compact=compact)
     model.upload(raw, moments)
@@ -418,6 +420,7 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
         if compact and name == "sh":
             bound = bound + _ulp(np.maximum(np.abs(got["params"][name]), np.abs(want_p)), 10, -14)
             bound[:, 0] = (1e-3 * lr + 2**-22 * np.abs(want_p))[:, 0]  # the DC stays float32
+        if compact and name in ("sh",) + storage.BF16_MOMENTS:  # bf16 moments
             m_bound = m_bound + _ulp(np.maximum(np.abs(got["exp_avg"][name]), np.abs(want_m)), 7, -126)
             v_bound = v_bound + _ulp(np.maximum(np.abs(got["exp_avg_sq"][name]), np.abs(want_v)), 7, -126)
         tolerance = "1e-3 lr + 2^-22 |p|" + (" + 1 fp16 ulp" if compact else "")
@@ -425,7 +428,7 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
         m_rows.append(_within("", got["exp_avg"][name], want_m, m_bound, ""))
         m_rows.append(_within("", got["exp_avg_sq"][name], want_v, v_bound, ""))
     row = _merge(kernel, params_rows)
-    row.tolerance += " (moments: 1e-3, 2e-3 rel)"
+    row.tolerance += " (moments: 1e-3, 2e-3 rel%s)" % (" + 1 bf16 ulp" if compact else "")
     row.ok &= all(r.ok for r in m_rows) and bool(np.array_equal(count, vis.sum(0)))
     return [row]
 

@@ -60,10 +60,16 @@ def test_rows_are_whole_words_of_the_designed_size():
     assert [storage.sh_row_words(True, k) for k in (1, 4, 9)] == [3, 8, 15]
     assert [storage.moment_row_words(True, k) for k in (1, 4, 9)] == [2, 6, 14]
     assert storage.sh_row_words(False, 16) == storage.moment_row_words(False, 16) == 48
+    # the moments of means, quats, scales: 3, 4, 3 bf16 in 2 words each; the
+    # opacity's stays one f32 word
+    for name in ("means", "quats", "scales"):
+        assert storage.row_layout(name, True, 16, True) == ((2,), np.uint32)
+        assert storage.row_layout(name, False, 16, True) == (storage.row_layout(name, False, 16, False))
+    assert storage.row_layout("opacities", True, 16, True) == ((), np.float32)
     # SH3: 11 + 48 floats of parameters and twice that of moments; compact
-    # 11 + 26 words and 2 x (11 + 24)
+    # 11 + 26 words and 2 x (2 + 2 + 2 + 1 + 24)
     assert storage.splat_bytes(16, False) == 4 * 3 * 59
-    assert storage.splat_bytes(16, True) == 4 * (37 + 2 * 35)
+    assert storage.splat_bytes(16, True) == 4 * (37 + 2 * 31) == 396
 
 
 @pytest.mark.parametrize("k", [1, 16])
@@ -75,8 +81,10 @@ def test_bytes_per_splat_drop_as_designed(device, k):
         got[compact] = sum(b.nbytes for group in model.groups() for b in group.buffers())
         model.free()
         assert got[compact] == n * storage.splat_bytes(k, compact)
-    want = {1: (11 + 3 + 2 * (11 + 2)) / (3 * 14), 16: 428 / 708}[k]
+    want = {1: (11 + 3 + 2 * (7 + 2)) / (3 * 14), 16: 396 / 708}[k]
     assert got[True] / got[False] == pytest.approx(want)
+    if k == 16:  # SH3, from the pool's own buffers: 708 B float32, 396 B compact
+        assert got[True] == 396 * n and got[False] == 708 * n
 
 
 def test_download_is_float32_and_upload_of_it_is_exact(device):
@@ -90,9 +98,20 @@ def test_download_is_float32_and_upload_of_it_is_exact(device):
     assert got["params"]["sh"].shape == (50, 16, 3) and got["params"]["sh"].dtype == np.float32
     np.testing.assert_array_equal(got["params"]["sh"], quantized(a["sh"]))
     np.testing.assert_array_equal(got["exp_avg"]["sh"], quantized_moments(moments["exp_avg"]["sh"]))
-    words = device.readback(model.params.sh).copy()
+    for name in ("means", "quats", "scales", "opacities"):
+        for key in ("exp_avg", "exp_avg_sq"):
+            m = got[key][name]
+            assert m.dtype == np.float32 and m.shape == a[name].shape, name
+            np.testing.assert_array_equal(m, storage.quantize(name, moments[key][name], True, 16))
+            if name == "opacities":  # float32 in both modes
+                np.testing.assert_array_equal(m, moments[key][name])
+            else:  # bf16: within half an ulp (round to nearest)
+                assert (np.abs(m - moments[key][name]) <= 0.5 * ulp_bf16(moments[key][name])).all(), name
+    rows = _rows(device, model)
     model.upload(got["params"], {k: got[k] for k in ("exp_avg", "exp_avg_sq")})
-    assert np.array_equal(device.readback(model.params.sh), words)
+    again = _rows(device, model)
+    for key in rows:
+        assert np.array_equal(again[key], rows[key]), key
     model.free()
 
 
@@ -258,8 +277,9 @@ def test_compact_fpbo_matches_reference_update(device, sh_degree, step, views):
     }
     for a in moments["exp_avg_sq"].values():
         np.abs(a, out=a)
-    for k in moments:
-        moments[k]["sh"] = quantized_moments(moments[k]["sh"])
+    for k in moments:  # the values the compact moments hold
+        for name in moments[k]:
+            moments[k][name] = storage.quantize(name, moments[k][name], True, K)
     model = SplatModel(device, n, n, K, compact=True)
     model.upload(raw, moments)
     raster = Rasterizer(device, s["width"], s["height"], views, capacity=n, isect_capacity=100_000)
@@ -311,13 +331,18 @@ def test_compact_fpbo_matches_reference_update(device, sh_degree, step, views):
         for key, w, rtol in (("exp_avg", want_m, 1e-3), ("exp_avg_sq", want_v, 2e-3)):
             gm = got[key][name].astype(np.float64)
             tol = rtol * np.abs(w) + 1e-4 * np.abs(w).max() + 1e-18
-            if name == "sh":
+            if name in ("sh",) + storage.BF16_MOMENTS:
                 tol = tol + ulp_bf16(np.maximum(np.abs(gm), np.abs(w)))
             assert (np.abs(gm - w) <= tol).all(), (key, name, np.abs(gm - w).max())
     # the higher coefficients moved (steps of about lr_shN, an fp16 ulp at 0.1)
     assert (got["params"]["sh"][:, 1:] != raw["sh"][:, 1:]).mean() > 0.25
     if (3 * K - 3) % 2:
         assert not (words[:, -1] >> 16).any()  # the padding half stays 0
+    for key, group in (("exp_avg", model.exp_avg), ("exp_avg_sq", model.exp_avg_sq)):
+        for buf in (group.means, group.scales):
+            assert not (device.readback(buf)[:, 1] >> 16).any(), (key, buf.name)  # the pad
+        # the moments moved
+        assert (got[key]["quats"] != moments[key]["quats"]).mean() > 0.5
     raster.free()
     model.free()
 
@@ -366,11 +391,18 @@ def test_mcmc_relocation_and_growth_copy_compact_rows_bit_for_bit(device, scene)
     assert (src >= 0).all() and (src != np.arange(len(src))).sum() >= 40
     assert np.array_equal(after[("params", "sh")], before[("params", "sh")][src])
     for key in ("exp_avg", "exp_avg_sq"):
-        rows, old = after[(key, "sh")], before[(key, "sh")]
+        # every moment row (bf16 rows of sh, means, quats, scales; f32 opacities):
         # kept (a live splat not drawn, or a slot keeping its moments) or restarted at 0
-        same = (rows == old[np.minimum(np.arange(len(rows)), n - 1)]).all(1) & (np.arange(len(rows)) < n)
-        assert (same | ~rows.any(1)).all(), key
-        assert (~rows.any(1)).sum() >= 15  # the appended copies start at 0
+        kept = None
+        for name in storage.PARAM_NAMES:
+            rows, old = after[(key, name)], before[(key, name)]
+            same = (rows == old[np.minimum(np.arange(len(rows)), n - 1)]).all(1) & (np.arange(len(rows)) < n)
+            assert (same | ~rows.any(1)).all(), (key, name)
+            assert (~rows.any(1)).sum() >= 15  # the appended copies start at 0
+            # a row is kept or reset as a whole: every attribute alike
+            kept = same if kept is None else kept
+            assert np.array_equal(same, kept), (key, name)
+        assert before[(key, "quats")].shape == (n, 2) and before[(key, "means")].shape == (n, 2)
     trainer.free()
 
 
@@ -393,8 +425,9 @@ def test_adc_refine_copies_compact_rows_bit_for_bit(device, scene):
     assert np.array_equal(after[("params", "sh")], before[("params", "sh")][want])
     for key in ("exp_avg", "exp_avg_sq"):
         kept = [0, 4, 5]
-        assert np.array_equal(after[(key, "sh")][kept], before[(key, "sh")][[0, 2, 3]])
-        assert not after[(key, "sh")][[1, 2, 3]].any()
+        for name in storage.PARAM_NAMES:  # bf16 rows of sh, means, quats, scales; f32 opacities
+            assert np.array_equal(after[(key, name)][kept], before[(key, name)][[0, 2, 3]]), (key, name)
+            assert not after[(key, name)][[1, 2, 3]].any(), (key, name)
     assert np.isfinite(trainer.train_step()["loss"])
     trainer.free()
 

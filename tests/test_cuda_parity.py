@@ -1158,6 +1158,8 @@ def test_fpbo_compact_update_matches(backends, sh_degree, sh_coeffs, views):
     inputs["sh"] = storage.encode_sh(inputs["sh"]).view(np.float32)
     for key in ("m", "v"):
         inputs[key + "_sh"] = storage.encode_moments(inputs[key + "_sh"]).view(np.float32)
+        for name in storage.BF16_MOMENTS:  # bf16 rows of 2 words
+            inputs["%s_%s" % (key, name)] = storage.encode_geom_moments(inputs["%s_%s" % (key, name)]).view(np.float32)
     read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS)
     spec = dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=0, ADC_STATS=0, N_VIEWS=views, ABSGRAD=0)
     vk_out, cu_out = both(
@@ -1177,11 +1179,33 @@ def test_fpbo_compact_update_matches(backends, sh_degree, sh_coeffs, views):
         cu_m = storage.decode_moments(cu_out[key + "_sh"].view(np.uint32), sh_coeffs)
         ulp = _ulp(np.maximum(np.abs(vk_m), np.abs(cu_m)), 7, -126)
         assert_near(cu_m, vk_m, 2e-4 * np.abs(vk_m).max() + ulp, rtol, key + "_sh")
+        for name, width in (("means", 3), ("quats", 4), ("scales", 3)):
+            vk_m = storage.decode_geom_moments(vk_out["%s_%s" % (key, name)].view(np.uint32), width)
+            cu_m = storage.decode_geom_moments(cu_out["%s_%s" % (key, name)].view(np.uint32), width)
+            ulp = _ulp(np.maximum(np.abs(vk_m), np.abs(cu_m)), 7, -126)
+            assert_near(cu_m, vk_m, 2e-4 * np.abs(vk_m).max() + ulp, rtol, "%s_%s" % (key, name))
+        assert_near(
+            cu_out[key + "_opacities"],
+            vk_out[key + "_opacities"],
+            2e-4 * np.abs(vk_out[key + "_opacities"]).max(),
+            rtol,
+            key + "_opacities",
+        )
+    # the parameters of the geometry (float32): their steps as in test_fpbo_one_update_matches,
+    # the moments they read being the same bf16 values on both
+    for name in ("means", "quats", "scales", "opacities"):
+        lr = FPBO_LR["lr_" + name]
+        step_vk = vk_out[name].astype(np.float64) - inputs[name]
+        step_cu = cu_out[name].astype(np.float64) - inputs[name]
+        assert_near(step_cu, step_vk, 2e-3 * lr + 2.0**-21 * np.abs(vk_out[name]), 0.0, name + " step")
     # the padding halves stay 0 on both
     for out in (vk_out, cu_out):
         words = out["sh"].view(np.uint32)
         if (3 * sh_coeffs - 3) % 2:
             assert not (words[:, -1] >> 16).any()
+        for key in ("m", "v"):
+            for name in ("means", "scales"):
+                assert not (out["%s_%s" % (key, name)].view(np.uint32).reshape(n, 2)[:, 1] >> 16).any()
 
 
 # ---- MCMC densification -------------------------------------------------------------------
@@ -1264,11 +1288,16 @@ def test_densify_mcmc_sample_is_exact(backends):
 
 
 @pytest.mark.parametrize("reset", [True, False], ids=["reset-source", "keep-moments"])
-def test_densify_mcmc_relocate_matches(backends, reset):
+@pytest.mark.parametrize("compact", [False, True], ids=["f32", "compact"])
+def test_densify_mcmc_relocate_matches(backends, reset, compact):
     """Integers and untouched rows exact; the shared opacity (logit) and the
     scale correction (log) within 1e-3: pow/log/exp a few ulps apart on each
-    backend, through 1 - (1 - o)^(1/n) and the alternating sum."""
-    n, K, min_opacity = 2500, 4, 0.005
+    backend, through 1 - (1 - o)^(1/n) and the alternating sum. Compact: the
+    moments are storage.py's rows of words (sh; means, quats, scales: 2 words;
+    an odd n puts the last quats row in half of a vec4)."""
+    from spirula.train import storage
+
+    n, K, min_opacity = 2501 if compact else 2500, 4, 0.005
     rng = np.random.default_rng(72)
     copies = np.where(rng.random(n) < 0.5, 0, rng.integers(1, 70, n)).astype(np.uint32)
     inputs = dict(
@@ -1285,6 +1314,10 @@ def test_densify_mcmc_relocate_matches(backends, reset):
             ("sh", (n, K, 3)),
         ):
             inputs["%s_%s" % (key, name)] = rng.standard_normal(shape).astype(np.float32)
+            if compact and name != "opacities":
+                x = inputs["%s_%s" % (key, name)]
+                rows = storage.encode_moments(x) if name == "sh" else storage.encode_geom_moments(x)
+                inputs["%s_%s" % (key, name)] = rows.view(np.float32)
     vk_out, cu_out = both(
         backends,
         "densify_mcmc_relocate",
@@ -1293,7 +1326,7 @@ def test_densify_mcmc_relocate_matches(backends, reset):
         {},
         read=tuple(inputs),
         push=dict(n=n, min_opacity=min_opacity),
-        spec=dict(RESET_SOURCE=int(reset), SH_COEFFS=K),
+        spec=dict(RESET_SOURCE=int(reset), SH_COEFFS=K, COMPACT_ROWS=int(compact)),
     )
     drawn = copies > 0
     assert (cu_out["copies"] == 0).all() and (vk_out["copies"] == 0).all()
@@ -1330,7 +1363,7 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset, compact):
     Compact: sh and its moments are storage.py's rows of words."""
     from spirula.train import storage
 
-    n, K, count = 2000, 9, 700
+    n, K, count = 2000, 9, 701 if compact else 700  # compact: an odd row count (quats in half a vec4)
     rows = n + count if append else n
     rng = np.random.default_rng(73)
     dead = (rng.random(n) < 0.3).astype(np.uint32)
@@ -1351,6 +1384,8 @@ def test_densify_mcmc_copy_is_exact(backends, append, drawn, reset, compact):
         if compact:  # the rows as words, viewed as the bindings' f32
             encode = storage.encode_moments if key else storage.encode_sh
             inputs[key + "sh"] = encode(inputs[key + "sh"]).view(np.float32)
+            for name in storage.BF16_MOMENTS if key else ():  # bf16 rows of 2 words
+                inputs[key + name] = storage.encode_geom_moments(inputs[key + name]).view(np.float32)
     diverged = np.flatnonzero(dead)[:5]  # dead because not finite
     for row, (name, value) in zip(
         diverged,
@@ -1483,11 +1518,16 @@ def test_densify_adc_classify_is_exact(backends, grow, prune_big):
     assert len(set(action)) == (3 if grow else 1) and prune.any()
 
 
-def test_densify_adc_write_matches(backends):
+@pytest.mark.parametrize("compact", [False, True], ids=["f32", "compact"])
+def test_densify_adc_write_matches(backends, compact):
     """Kept, cloned and moment rows bit-exact; split children's scales,
     quats, opacities and SH exact (one correctly rounded add), their means
-    within 1e-5 (Box-Muller and exp a few ulps apart) and as numpy draws."""
-    n, K, seed = 1500, 4, 0xBADC0DE
+    within 1e-5 (Box-Muller and exp a few ulps apart) and as numpy draws.
+    Compact: the moment groups (1, 2) copy storage.py's rows as words (sh;
+    means, quats, scales: 2 words), bit for bit."""
+    from spirula.train import storage
+
+    n, K, seed = 1501 if compact else 1500, 4, 0xBADC0DE
     rng = np.random.default_rng(75)
     src = dict(
         src_means=rng.standard_normal((n, 3)).astype(np.float32),
@@ -1508,7 +1548,17 @@ def test_densify_adc_write_matches(backends):
         dst_sh=((total, K, 3), np.float32),
     )
     live = counts > 0
-    for group in (0, 1, 2):
+    if compact:  # the moments' rows, as the moment groups see them
+        msrc = dict(src, src_sh=storage.encode_moments(src["src_sh"]).view(np.float32))
+        mouts = dict(outs, dst_sh=((total, storage.moment_row_words(True, K)), np.float32))
+        for name in storage.BF16_MOMENTS:
+            msrc["src_" + name] = storage.encode_geom_moments(src["src_" + name]).view(np.float32)
+            mouts["dst_" + name] = ((total, 2), np.float32)
+        psrc = dict(src, src_sh=storage.encode_sh(src["src_sh"]).view(np.float32))
+        pouts = dict(outs, dst_sh=((total, storage.sh_row_words(True, K)), np.float32))
+    for group in (1, 2, 0) if compact else (0, 1, 2):
+        if compact:
+            src, outs = (psrc, pouts) if group == 0 else (msrc, mouts)
         vk_out, cu_out = both(
             backends,
             "densify_adc_write",
@@ -1516,7 +1566,7 @@ def test_densify_adc_write_matches(backends):
             dict(src, actions=actions, offsets=offsets, out_counts=counts),
             outs,
             push=dict(n=n, seed=seed),
-            spec=dict(GROUP=group, SH_COEFFS=K),
+            spec=dict(GROUP=group, SH_COEFFS=K, COMPACT_ROWS=int(compact)),
         )
         first, second = offsets[live], offsets[live & (actions != 0)] + 1
         written = np.zeros(total, bool)
@@ -1560,9 +1610,11 @@ def test_densify_adc_write_matches(backends):
             zero = np.zeros(total, bool)
             zero[offsets[live & (actions == 2)]] = True
             zero[second] = True
-            key = "src_sh"
-            assert (cu_out["dst_sh"][zero] == 0).all()
-            assert np.array_equal(cu_out["dst_sh"][~zero], src[key][np.repeat(np.arange(n), counts)][~zero])
+            for name in ("sh",) + (storage.BF16_MOMENTS + ("opacities",) if compact else ()):
+                got, key = cu_out["dst_" + name].view(np.uint32), "src_" + name
+                assert (got[zero] == 0).all(), name
+                want = src[key].view(np.uint32)[np.repeat(np.arange(n), counts)]
+                assert np.array_equal(got[~zero], want[~zero]), name
 
 
 def test_densify_adc_reset_is_exact(backends):

@@ -29,18 +29,26 @@ inline Moments moments_of(const Args& a) {
 }
 
 // Splat i's optimizer state restarts at 0 (a moved or new splat); `mo` is a
-// Moments or an Args struct with the same fields; `compact`: m_sh and v_sh
-// hold the rows of storage.glsl.
+// Moments or an Args struct with the same fields; `compact`: m_sh, v_sh and
+// the moments of means, quats and scales hold the rows of storage.glsl.
 template <class M>
 __device__ __forceinline__ void zero_moments(const M& mo, uint32_t i, uint32_t sh_coeffs, bool compact) {
-    for (uint32_t k = 0u; k < 3u; ++k) {
-        mo.m_means[3u * i + k] = 0.0f;
-        mo.v_means[3u * i + k] = 0.0f;
-        mo.m_scales[3u * i + k] = 0.0f;
-        mo.v_scales[3u * i + k] = 0.0f;
+    const uint32_t w3 = geom_moment_words(compact, 3u);  // compact: bf16 rows of 2 words
+    for (uint32_t k = 0u; k < w3; ++k) {
+        mo.m_means[w3 * i + k] = 0.0f;
+        mo.v_means[w3 * i + k] = 0.0f;
+        mo.m_scales[w3 * i + k] = 0.0f;
+        mo.v_scales[w3 * i + k] = 0.0f;
     }
-    mo.m_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    mo.v_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (compact) {
+        for (uint32_t k = 0u; k < 2u; ++k) {
+            reinterpret_cast<float*>(mo.m_quats)[2u * i + k] = 0.0f;
+            reinterpret_cast<float*>(mo.v_quats)[2u * i + k] = 0.0f;
+        }
+    } else {
+        mo.m_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        mo.v_quats[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     mo.m_opacities[i] = 0.0f;
     mo.v_opacities[i] = 0.0f;
     const uint32_t words = moment_row_words(compact, sh_coeffs);

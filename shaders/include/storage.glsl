@@ -6,6 +6,9 @@
 //     high half 0 when 3K - 3 is odd: 3 + ceil((3K - 3) / 2) words.
 //   m_sh / v_sh rows, compact: the 3K moments as bf16, two per word, padded
 //     to ceil(3K / 2) words.
+//   Adam moments of means, scales (3) and quats (4), compact: bf16, two per
+//     word, 2 words a row (the third value's word has a 0 high half).
+//     Opacities' moments stay f32: one value is a word either way.
 // Rows are whole words: no two splats share a word. Every 16-bit store
 // rounds stochastically with bits from storage_bits(seed, splat, element):
 // round-to-nearest would freeze values whose step is below half an ulp
@@ -21,6 +24,12 @@
 // words in one splat's row of sh (params) and of m_sh / v_sh (moments)
 FN uint sh_row_words(bool compact, uint k) { return compact ? 3u + (3u * k - 2u) / 2u : 3u * k; }
 FN uint moment_row_words(bool compact, uint k) { return compact ? (3u * k + 1u) / 2u : 3u * k; }
+
+// words in one splat's row of the Adam moments of means, scales or quats (width 3 or 4)
+FN uint geom_moment_words(bool compact, uint width) { return compact ? 2u : width; }
+// the element storage_bits rounds value k of those moments with: SH parameters
+// use 0 .. 47, their moments 64 .. 111; attr 0 means, 1 scales, 2 quats
+FN uint geom_moment_element(uint attr, uint k) { return 112u + 4u * attr + k; }
 
 // 32 random bits for the rounding of element `element` of splat `row`
 FN uint storage_bits(uint seed, uint row, uint element) {
@@ -73,6 +82,11 @@ FN uint float_to_bf16_sr(float x, uint r) {
         return (b >> 16u) | ((b & 8388607u) != 0u ? 64u : 0u);
     }
     return (b + (r & 65535u)) >> 16u;
+}
+
+// two bf16, rounded stochastically with the low 16 bits of ra and rb, in one word (a low)
+FN uint pack_bf16_sr(float a, float b, uint ra, uint rb) {
+    return float_to_bf16_sr(a, ra) | (float_to_bf16_sr(b, rb) << 16u);
 }
 
 // half `which` (0: low, 1: high) of a word

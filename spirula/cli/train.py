@@ -51,8 +51,8 @@ def _default(field: str) -> str:
 @click.option(
     "--compact/--no-compact",
     default=None,
-    help="Store the SH coefficients past the DC in fp16 and their Adam moments in bf16, rounded"
-    " stochastically (about 45%% fewer bytes per SH3 splat) %s." % _default("compact"),
+    help="Store the SH coefficients past the DC in fp16 and the Adam moments of the SH, means, quats"
+    " and scales in bf16, rounded stochastically (44%% fewer bytes per SH3 splat) %s." % _default("compact"),
 )
 @click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
 @click.option("--eval-split", default=None, help="interval:N or none %s." % _default("eval_split"))

@@ -50,7 +50,7 @@ class SplatModel:
     def __init__(self, device, n: int, capacity: int, sh_coeffs: int, compact: bool = False):
         self.device = device
         self.sh_coeffs = sh_coeffs
-        self.compact = compact  # storage.py's compact rows for sh and its moments
+        self.compact = compact  # storage.py's compact rows (sh, the moments)
         self.capacity = max(capacity, n, 1)
         for g in range(len(GROUPS)):
             setattr(self, GROUPS[g][0], self.alloc_group(g, n, self.capacity))
@@ -118,10 +118,14 @@ class SplatModel:
     def _encode(self, name: str, array, moment: bool, n: int) -> np.ndarray:
         """float32 numpy -> the buffer's layout (compact: storage.py's rows)."""
         x = np.ascontiguousarray(array, np.float32)
-        if name == "sh" and self.compact:
-            x = x.reshape(n, self.sh_coeffs, 3)
-            return storage.encode_moments(x) if moment else storage.encode_sh(x)
-        return x.reshape(_shape(name, n, self.sh_coeffs))
+        if self.compact:
+            x = storage.encode(
+                name,
+                x.reshape((n,) + storage.row_layout(name, False, self.sh_coeffs, False)[0]),
+                moment,
+                self.sh_coeffs,
+            )
+        return x.reshape(_shape(name, n, self.sh_coeffs, moment, self.compact))
 
     def download(self) -> dict:
         """{'params': {...}, 'exp_avg': {...}, 'exp_avg_sq': {...}} as float32 numpy."""
@@ -129,8 +133,8 @@ class SplatModel:
         for key, group in (("params", self.params), ("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
             out[key] = {name: self.device.readback(buf) for name, buf in zip(PARAM_NAMES, group.buffers())}
             if self.compact:  # float32 always: checkpoints resume in either mode
-                decode = storage.decode_sh if key == "params" else storage.decode_moments
-                out[key]["sh"] = decode(out[key]["sh"], self.sh_coeffs)
+                for name in PARAM_NAMES:
+                    out[key][name] = storage.decode(name, out[key][name], key != "params", self.sh_coeffs)
         return out
 
     def free(self):

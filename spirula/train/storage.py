@@ -11,7 +11,11 @@ Compact rows (K SH coefficients per splat, 3K floats):
   last word's high half 0 when 3K - 3 is odd: 3 + ceil((3K - 3) / 2) words
   (K = 16: 26 words, 104 B instead of 192 B).
 - ``m_sh`` / ``v_sh`` (Adam moments): bf16, two per word, ceil(3K / 2) words.
-- means, quats, scales and opacities and their moments stay float32.
+- the Adam moments of means, quats and scales: bf16, two per word, 2 words
+  a row (means, scales: x | y << 16, z with a 0 high half; quats: w | x << 16,
+  y | z << 16).
+- means, quats, scales and opacities stay float32, and so do the opacities'
+  moments (one value: a word either way, bf16 would save no byte).
 
 Checkpoints and splat.ply always hold float32 (:func:`decode_sh`,
 :func:`decode_moments`): a compact run resumes in either mode.
@@ -23,6 +27,9 @@ import numpy as np
 
 PARAM_NAMES = ("means", "quats", "scales", "opacities", "sh")
 _WIDTHS = {"means": (3,), "quats": (4,), "scales": (3,), "opacities": ()}
+# compact: the moments of these are bf16 rows of 2 words (storage.glsl's GEOM_MOMENT_WORDS)
+GEOM_MOMENT_WORDS = 2
+BF16_MOMENTS = ("means", "quats", "scales")
 
 
 def sh_row_words(compact: bool, k: int) -> int:
@@ -39,6 +46,8 @@ def row_layout(name: str, moment: bool, sh_coeffs: int, compact: bool) -> tuple:
     """(shape of one row, dtype) of buffer ``name`` (a parameter, or with
     ``moment`` an Adam moment of it)."""
     if name != "sh":
+        if compact and moment and name in BF16_MOMENTS:
+            return (GEOM_MOMENT_WORDS,), np.uint32
         return _WIDTHS[name], np.float32
     if not compact:
         return (sh_coeffs, 3), np.float32
@@ -163,6 +172,47 @@ def encode_moments(x) -> np.ndarray:
 def decode_moments(rows, k: int) -> np.ndarray:
     rows = np.asarray(rows, np.uint32).reshape(-1, moment_row_words(True, k))
     return bf16_to_float(_unpairs(rows, 3 * k)).reshape(-1, k, 3)
+
+
+def encode_geom_moments(x) -> np.ndarray:
+    """[N, 3 or 4] float32 moments of means, scales or quats -> bf16 rows
+    [N, 2] uint32 (round to nearest)."""
+    x = np.asarray(x, np.float32)
+    x = x.reshape(x.shape[0], -1)
+    return _pairs(_rne_bf16(x), GEOM_MOMENT_WORDS)
+
+
+def decode_geom_moments(rows, width: int) -> np.ndarray:
+    """bf16 rows [N, 2] uint32 -> [N, width] float32, exact."""
+    rows = np.asarray(rows, np.uint32).reshape(-1, GEOM_MOMENT_WORDS)
+    return bf16_to_float(_unpairs(rows, width))
+
+
+def encode(name: str, x, moment: bool, k: int) -> np.ndarray:
+    """float32 values of buffer ``name`` (a parameter, or an Adam moment of
+    it) -> its compact layout (round to nearest)."""
+    x = np.asarray(x, np.float32)
+    if name == "sh":
+        x = x.reshape(-1, k, 3)
+        return encode_moments(x) if moment else encode_sh(x)
+    if moment and name in BF16_MOMENTS:
+        return encode_geom_moments(x)
+    return x
+
+
+def decode(name: str, rows, moment: bool, k: int) -> np.ndarray:
+    """The compact layout of buffer ``name`` -> float32 (sh: [N,K,3]), exact."""
+    if name == "sh":
+        return (decode_moments if moment else decode_sh)(rows, k)
+    if moment and name in BF16_MOMENTS:
+        return decode_geom_moments(rows, _WIDTHS[name][0])
+    return np.asarray(rows)
+
+
+def quantize(name: str, x, moment: bool, k: int) -> np.ndarray:
+    """The float32 values compact storage holds for ``x`` (an upload's rounding)."""
+    x = np.asarray(x, np.float32)
+    return decode(name, encode(name, x, moment, k), moment, k).reshape(x.shape)
 
 
 # -- the random bits (random.glsl's pcg_hash; storage.glsl's storage_bits) ----------
