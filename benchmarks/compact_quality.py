@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from quality_sweep import parse_seeds, spirula_command, summarize  # noqa: E402
 
 GATE_DB = 0.05
-MODES = (("float32", []), ("compact", ["compact=true"]))
+MODES = (("float32", ["compact=false"]), ("compact", ["compact=true"]))
 
 
 def main():

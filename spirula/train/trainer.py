@@ -244,7 +244,9 @@ class Trainer:
             per_view_groups = len(self.sizes)
             isect = 16 * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
             # one buffer exists twice while it grows; ADC writes one group at a time
-            transient = row if cfg.strategy == "mcmc" else sum(self.model.row_bytes().values()) / 3 + 12
+            model_rows = self.model.row_bytes()
+            largest_group = max(sum(model_rows[b.name] for b in group.buffers()) for group in self.model.groups())
+            transient = row if cfg.strategy == "mcmc" else largest_group + 12
             per_splat = sum(rows.values()) + isect + transient
             fixed = sum(b.capacity for b in pool.buffers.values() if b.category not in ("splat", "splat x img"))
             fit = max(int((self.budget - fixed) // per_splat), 0)
