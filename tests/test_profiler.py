@@ -191,3 +191,30 @@ def test_cli_profile_flag_turns_the_profiler_on():
     assert len(_sections(proc.stderr)) == 3
     proc = _run("from spirula.cli.main import main; main(['selftest', '--size', '4096'])")
     assert "[spirula-profile]" not in proc.stderr
+
+
+def test_host_stages_are_rows_of_the_timing_breakdown(monkeypatch):
+    """profiler.stage times a host stage (frames, SfM) into a `stage NAME` row,
+    taken out of the host estimate; off, it reads no clock."""
+    monkeypatch.setenv("SS_PROFILE", "0")
+    profiler.reset()
+    with profiler.stage("frames"):
+        pass
+    assert profiler.active() is None
+    monkeypatch.setenv("SS_PROFILE", "1")
+    profiler.reset()
+    prof = profiler.active()
+    try:
+        ticks = iter(range(0, 10**12, 10**9))  # a clock that advances 1 s a read
+        prof.clock = lambda: next(ticks)
+        prof.t0 = prof.clock()
+        for name in ("frames", "sfm extract", "frames"):
+            with profiler.stage(name):
+                pass
+        rows = {ln[:22].strip(): ln[22:].split() for ln in prof.timing_report().splitlines()[2:-1]}
+    finally:
+        profiler.reset()
+    assert rows["stage frames"] == ["2", "-", "2000.000", "-"]
+    assert rows["stage sfm extract"] == ["1", "-", "1000.000", "-"]
+    wall, host = float(rows["wall (total)"][0]), float(rows["host (est.)"][0])
+    assert wall - host == 3000.000

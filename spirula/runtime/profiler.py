@@ -5,7 +5,8 @@ On, it collects three things and prints them on stderr at exit, each framed by
 
 1. GPU time by kernel, from a timestamp pair around every dispatch;
 2. the timing breakdown: H2D / D2H / D2D / memset / device wait (of which
-   GPU-exec) and the host time left over;
+   GPU-exec), the host stages before training (frames, SfM: :func:`stage`)
+   and the host time left over;
 3. the VRAM high-water breakdown of the buffer pool, by category.
 
 Off (unset or ``0``), :func:`active` returns None, and every caller guards its
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import os
 import sys
 import time
@@ -52,6 +54,21 @@ def reset():
     _active = None
 
 
+@contextlib.contextmanager
+def stage(name: str):
+    """Time a host stage (``frames``, ``sfm extract``, ...) for the timing
+    breakdown; nothing when profiling is off."""
+    prof = active()
+    if prof is None:
+        yield
+        return
+    t0 = prof.clock()
+    try:
+        yield
+    finally:
+        prof.stage(name, prof.clock() - t0)
+
+
 class _Row:
     __slots__ = ("count", "bytes", "ns")
 
@@ -76,6 +93,7 @@ class Profiler:
         self.transfers = {k: _Row() for k in self.TRANSFERS}
         self.wait = _Row()  # device (GPU wait): evals of recorded sequences
         self.gpu_exec = _Row()  # of which: dispatch time from timestamps
+        self.stages = collections.defaultdict(_Row)  # host stages before training, in order
         self.pools = []  # BufferPools to report
         self.devices = []  # each device used (its process_memory_used() for the VRAM report)
         self.reported = False
@@ -90,6 +108,11 @@ class Profiler:
         row = self.transfers[kind]
         row.count += count
         row.bytes += nbytes
+        row.ns += ns
+
+    def stage(self, name: str, ns: int):
+        row = self.stages[name]
+        row.count += 1
         row.ns += ns
 
     def device_wait(self, ns: int, gpu_ns: int, dispatches: int):
@@ -151,6 +174,9 @@ class Profiler:
             "%-22s %7d %14s %12.3f %10s"
             % ("  of which GPU-exec", self.gpu_exec.count, "-", self.gpu_exec.ns / 1e6, "-")
         )
+        for name, row in self.stages.items():
+            spent += row.ns
+            lines.append("%-22s %7d %14s %12.3f %10s" % ("stage " + name, row.count, "-", row.ns / 1e6, "-"))
         host = wall - spent - self.wait.ns
         lines.append("%-22s %7s %14s %12.3f" % ("  host (est.)", "", "", host / 1e6))
         lines.append("%-22s %7s %14s %12.3f" % ("  wall (total)", "", "", wall / 1e6))
