@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli
+from spirula.cli.main import cli, common_options
 from spirula.sfm.frames import DEFAULT_FPS, DEFAULT_MAX_FRAMES
 
 
@@ -15,6 +15,7 @@ def _log(msg):
 
 
 @cli.command()
+@common_options  # every command takes them (tests/test_backends.py); frames runs on the CPU
 @click.argument("video", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option(
