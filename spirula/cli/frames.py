@@ -1,0 +1,41 @@
+"""``spirula frames``: the sharpest frames of a video, as images for SfM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from spirula.cli.main import cli, common_options
+from spirula.sfm.frames import DEFAULT_FPS, DEFAULT_MAX_FRAMES
+
+
+def _log(msg):
+    click.echo(msg, err=True)
+
+
+@cli.command()
+@common_options  # every command takes them (tests/test_backends.py); frames runs on the CPU
+@click.argument("video", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--fps",
+    type=float,
+    default=None,
+    help="Frames kept per second of video: the sharpest of each 1/F s window [default: %g]." % DEFAULT_FPS,
+)
+@click.option("--every", type=int, default=None, help="Keep the sharpest of every N decoded frames instead of --fps.")
+@click.option(
+    "--max-frames",
+    type=int,
+    default=None,
+    help="At most this many frames (the windows widen) [default: %d]." % DEFAULT_MAX_FRAMES,
+)
+def frames(video, out, fps, every, max_frames):
+    """Decode VIDEO (any format FFmpeg reads; phone videos come out upright)
+    and write the sharpest frame of each time window into the folder OUT as
+    frame_00001.jpg, ... (JPEG quality 95), ready for `spirula sfm`.
+    Earlier frame_*.jpg in OUT are replaced."""
+    from spirula.sfm.frames import extract_frames
+
+    extract_frames(video, out, fps=fps, every=every, max_frames=max_frames, log=_log)

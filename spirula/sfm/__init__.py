@@ -1,0 +1,1 @@
+"""From a video or a folder of photos to a dataset: frames (frames.py), ..."""
