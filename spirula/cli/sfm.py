@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli
+from spirula.cli.main import cli, common_options
 from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, cores
 
 
 @cli.command()
+@common_options  # accepted like every command's; SfM runs on the CPU (pycolmap's CPU wheel)
 @click.argument("images", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option(
@@ -41,7 +42,13 @@ from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MAT
     default=None,
     help="Folder of masks (white = keep) [default: masks/ beside IMAGES, when it exists].",
 )
-def sfm(images, out, matcher, mapper, camera_model, masks):
+@click.option(
+    "--single-camera/--camera-per-image",
+    default=None,
+    help="One camera (intrinsics) shared by all images, or one per image"
+    " [default: shared for numbered frames, per image otherwise].",
+)
+def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
     """Estimate camera poses for the images in IMAGES; write a dataset to OUT.
 
     OUT gets images/ (undistorted) and sparse/0/ (a PINHOLE COLMAP model), ready
@@ -55,5 +62,14 @@ def sfm(images, out, matcher, mapper, camera_model, masks):
         click.echo("sfm: " + msg, err=True)
 
     log("%s on %d cores" % (images, cores()))
-    result = run_sfm(images, out, matcher=matcher, mapper=mapper, camera_model=camera_model, masks=masks, log=log)
+    result = run_sfm(
+        images,
+        out,
+        matcher=matcher,
+        mapper=mapper,
+        camera_model=camera_model,
+        masks=masks,
+        single_camera=single_camera,
+        log=log,
+    )
     log("total     %6.1f s  train with: spirula train %s" % (sum(result.times.values()), result.out))

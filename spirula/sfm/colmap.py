@@ -5,8 +5,8 @@
 - **extract**: SIFT features (pycolmap.extract_features), honouring masks.
   Video frames share one camera (one lens at one zoom: every observation then
   constrains the same focal length and distortion, which is far better
-  conditioned than one camera per frame); a photo set gets COLMAP's AUTO mode
-  (images of one size and EXIF focal length share a camera).
+  conditioned than one camera per frame); a photo set gets a camera per image
+  (COLMAP's AUTO mode: photos may come from several cameras or zooms).
 - **match**: sequential (each frame against the next ``overlap`` frames, with
   quadratic overlap; loop detection off, as it needs a vocabulary tree file)
   or exhaustive (every pair). ``matcher="auto"`` picks sequential for
@@ -146,7 +146,8 @@ def run_sfm(
         mapper: ``"incremental"`` (default) or ``"global"``.
         camera_model: the COLMAP model estimated (one of :data:`CAMERA_MODELS`).
         masks: folder of masks (white = keep); default ``masks/`` beside ``images``, used when it exists.
-        single_camera: one camera for all images; default: True for a frame sequence, else COLMAP's AUTO.
+        single_camera: one camera for all images (True) or one per image (False);
+            default: True for a frame sequence, else False.
         num_threads: -1 = all cores.
         log: called with one line per stage.
 
@@ -197,12 +198,11 @@ def run_sfm(
     )
     times["extract"] = time.perf_counter() - t0
     log(
-        "extract   %6.1f s  %d images, SIFT, %s camera%s (%s)%s"
+        "extract   %6.1f s  %d images, SIFT, %s (%s)%s"
         % (
             times["extract"],
             len(names),
-            "one shared" if single_camera else "per-size",
-            "" if single_camera else "s",
+            "one shared camera" if single_camera else "a camera per image",
             camera_model,
             ", %d masks" % len(mask_files) if mask_files else "",
         )
