@@ -185,6 +185,23 @@ def test_photos_that_do_not_overlap_fail_the_gate(tmp_path):
     assert_one_line_error(proc, "registered", "try")
 
 
+def test_gate_names_the_number_that_failed():
+    from spirula.sfm.gate import Quality
+
+    assert Quality(20, 20, 1, 3000, 0.5, 6.0).failure() is None
+    cases = [
+        (Quality(20, 2, 1, 50, 0.5, 3.0), "only 2 of 20 images registered (need at least 3)"),
+        (Quality(20, 9, 2, 900, 0.5, 4.0), "only 9 of 20 images (45%) registered in the largest model"),
+        (Quality(20, 20, 1, 900, 2.5, 4.0), "mean reprojection error 2.50 px is above 2.0 px"),
+        (Quality(20, 20, 1, 900, float("nan"), 4.0), "mean reprojection error nan px"),
+        (Quality(20, 20, 1, 900, 1.0, 2.2), "mean track length 2.20 is below 2.5"),
+    ]
+    for quality, words in cases:
+        failure = quality.failure()
+        assert failure is not None and words in failure and "try" in failure, failure
+        assert "\n" not in failure
+
+
 def test_frame_sequences_are_matched_sequentially():
     from spirula.sfm.colmap import choose_matcher
 

@@ -187,7 +187,10 @@ def run_sfm(
     extraction = pycolmap.FeatureExtractionOptions()
     extraction.num_threads = num_threads
     mode = pycolmap.CameraMode.SINGLE if single_camera else pycolmap.CameraMode.AUTO
-    pycolmap.extract_features(
+    _stage(
+        "extract",
+        work,
+        pycolmap.extract_features,
         db,
         images,
         image_names=names,
@@ -217,10 +220,18 @@ def run_sfm(
         pairing.overlap = SEQUENTIAL_OVERLAP
         pairing.quadratic_overlap = True
         pairing.loop_detection = False
-        pycolmap.match_sequential(db, matching_options=matching, pairing_options=pairing, device=pycolmap.Device.cpu)
+        _stage(
+            "match",
+            work,
+            pycolmap.match_sequential,
+            db,
+            matching_options=matching,
+            pairing_options=pairing,
+            device=pycolmap.Device.cpu,
+        )
         how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
     else:
-        pycolmap.match_exhaustive(db, matching_options=matching, device=pycolmap.Device.cpu)
+        _stage("match", work, pycolmap.match_exhaustive, db, matching_options=matching, device=pycolmap.Device.cpu)
         how = "exhaustive, %s pairs" % format(len(names) * (len(names) - 1) // 2, ",")
     times["match"] = time.perf_counter() - t0
     log("match     %6.1f s  %s" % (times["match"], how))
@@ -232,11 +243,11 @@ def run_sfm(
     if mapper == "incremental":
         options = pycolmap.IncrementalPipelineOptions()
         options.num_threads = num_threads
-        models = pycolmap.incremental_mapping(db, images, sparse, options)
+        models = _stage("map", work, pycolmap.incremental_mapping, db, images, sparse, options)
     else:
         options = pycolmap.GlobalPipelineOptions()
         options.num_threads = num_threads
-        models = pycolmap.global_mapping(db, images, sparse, options)
+        models = _stage("map", work, pycolmap.global_mapping, db, images, sparse, options)
     ranked = sorted(models.items(), key=lambda kv: -kv[1].num_reg_images())
     sizes = [rec.num_reg_images() for _, rec in ranked]
     kept_id, kept = ranked[0] if ranked else (None, None)
@@ -267,7 +278,16 @@ def run_sfm(
         model_dir.mkdir()
         kept.write(model_dir)
     staging = work / "undistorted"
-    pycolmap.undistort_images(staging, model_dir, images, output_type="COLMAP", num_threads=num_threads)
+    _stage(
+        "undistort",
+        work,
+        pycolmap.undistort_images,
+        staging,
+        model_dir,
+        images,
+        output_type="COLMAP",
+        num_threads=num_threads,
+    )
     shutil.move(staging / "images", out / "images")
     (out / "sparse").mkdir()
     shutil.move(staging / "sparse", out / "sparse" / "0")
@@ -281,6 +301,15 @@ def run_sfm(
         % (times["undistort"], quality.n_registered, ", %d masks" % n_masks if n_masks else "", out)
     )
     return SfmResult(out, quality, sizes, matcher, times, n_masks)
+
+
+def _stage(name: str, work: Path, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; an exception from COLMAP becomes one line naming the stage and its log."""
+    try:
+        return fn(*args, **kwargs)
+    except (RuntimeError, ValueError, OSError) as exc:
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        raise SpirulaError("sfm %s failed in COLMAP: %s (log: %s/colmap.log.*)" % (name, msg, work)) from None
 
 
 def _quiet_colmap(pycolmap, work: Path) -> None:
