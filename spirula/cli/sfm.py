@@ -1,0 +1,75 @@
+"""``spirula sfm IMAGES OUT``: camera poses for a folder of images (pycolmap), docs/sfm.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from spirula.cli.main import cli, common_options
+from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, cores
+
+
+@cli.command()
+@common_options  # accepted like every command's; SfM runs on the CPU (pycolmap's CPU wheel)
+@click.argument("images", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--matcher",
+    type=click.Choice(MATCHERS),
+    default="auto",
+    show_default=True,
+    help="Which image pairs are matched: sequential (video frames: each against the next 10, more far"
+    " apart), exhaustive (every pair: photo sets), auto (sequential for numbered frames, else exhaustive).",
+)
+@click.option(
+    "--mapper",
+    type=click.Choice(MAPPERS),
+    default="incremental",
+    show_default=True,
+    help="Incremental mapping with bundle adjustment, or global mapping (GLOMAP: faster, less robust).",
+)
+@click.option(
+    "--camera-model",
+    type=click.Choice(CAMERA_MODELS),
+    default=DEFAULT_CAMERA_MODEL,
+    show_default=True,
+    help="Lens model estimated; OPENCV for wide or distorting lenses. The output is always undistorted (PINHOLE).",
+)
+@click.option(
+    "--masks",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Folder of masks (white = keep) [default: masks/ beside IMAGES, when it exists].",
+)
+@click.option(
+    "--single-camera/--camera-per-image",
+    default=None,
+    help="One camera (intrinsics) shared by all images, or one per image"
+    " [default: shared for numbered frames, per image otherwise].",
+)
+def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
+    """Estimate camera poses for the images in IMAGES; write a dataset to OUT.
+
+    OUT gets images/ (undistorted) and sparse/0/ (a PINHOLE COLMAP model), ready
+    for `spirula train OUT`, plus masks/ when masks were used and colmap/ (the
+    database and raw models). A result that fails the quality gate (too few
+    images registered, high reprojection error, short tracks) exits with 2.
+    """
+    from spirula.sfm.colmap import run_sfm
+
+    def log(msg):
+        click.echo("sfm: " + msg, err=True)
+
+    log("%s on %d cores" % (images, cores()))
+    result = run_sfm(
+        images,
+        out,
+        matcher=matcher,
+        mapper=mapper,
+        camera_model=camera_model,
+        masks=masks,
+        single_camera=single_camera,
+        log=log,
+    )
+    log("total     %6.1f s  train with: spirula train %s" % (sum(result.times.values()), result.out))

@@ -1,0 +1,123 @@
+"""A textured scene with known cameras, for the SfM tests (tests/test_sfm.py).
+
+Axis-aligned boxes (a floor slab, a back wall, a side wall and three blocks of
+different heights, so the scene is not one plane) are ray cast in numpy. Every
+face is textured with multi-octave value noise sampled in world units: blobs
+from ~1 cm to ~30 cm, which SIFT finds at several scales and matches across
+views. Cameras sit on an arc of radius 4 at height 1.6 (world z up) looking at
+a point above the floor centre; the images are pinhole with fx = fy = 0.95 W
+and the principal point at the centre.
+
+Written independently of spirula.data and pycolmap: the test compares the
+poses COLMAP recovers with these.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+# (min corner, max corner) of each box, metres; world z up.
+BOXES = [
+    ((-3.0, -2.5, -0.2), (3.0, 2.5, 0.0)),  # floor slab
+    ((-3.0, 2.0, 0.0), (3.0, 2.3, 2.5)),  # back wall
+    ((-3.0, -2.5, 0.0), (-2.7, 2.0, 2.5)),  # left wall
+    ((-0.9, -0.3, 0.0), (-0.2, 0.4, 0.9)),  # blocks
+    ((0.3, 0.2, 0.0), (1.0, 0.8, 0.5)),
+    ((-0.2, -1.0, 0.0), (0.3, -0.6, 1.3)),
+]
+TARGET = np.array([0.0, 0.3, 0.5])
+
+
+def look_at(center, target=TARGET, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """World->camera rotation R [3,3] (rows: camera x right, y down, z forward) and
+    translation t [3] of a camera at ``center`` looking at ``target`` (COLMAP's frame)."""
+    c = np.asarray(center, float)
+    fwd = np.asarray(target, float) - c
+    fwd /= np.linalg.norm(fwd)
+    right = np.cross(fwd, up)
+    right /= np.linalg.norm(right)
+    down = np.cross(fwd, right)
+    R = np.stack([right, down, fwd])
+    return R, -R @ c
+
+
+def arc_centres(n: int, radius=4.0, height=1.6, span_deg=80.0) -> np.ndarray:
+    """[n,3] camera centres on an arc in front of the scene (y < 0), evenly spaced."""
+    a = np.radians(np.linspace(-span_deg / 2, span_deg / 2, n))
+    return np.stack([radius * np.sin(a), -radius * np.cos(a), np.full(n, height)], axis=1)
+
+
+def _noise_table(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).random((4, 256, 256))
+
+
+def _texture(u, v, table) -> np.ndarray:
+    """Value noise in [0,1] at surface coordinates (u, v) metres: 4 octaves,
+    bilinear on a random lattice (periodic over 256 cells)."""
+    out = np.zeros_like(u)
+    total = 0.0
+    for k, (cell, amp) in enumerate(((0.25, 1.0), (0.09, 0.8), (0.035, 0.6), (0.014, 0.4))):
+        x, y = u / cell, v / cell
+        x0, y0 = np.floor(x), np.floor(y)
+        fx, fy = x - x0, y - y0
+        fx, fy = fx * fx * (3 - 2 * fx), fy * fy * (3 - 2 * fy)
+        i0, j0 = x0.astype(np.int64) % 256, y0.astype(np.int64) % 256
+        i1, j1 = (i0 + 1) % 256, (j0 + 1) % 256
+        t = table[k]
+        val = (t[i0, j0] * (1 - fx) + t[i1, j0] * fx) * (1 - fy) + (t[i0, j1] * (1 - fx) + t[i1, j1] * fx) * fy
+        out += amp * val
+        total += amp
+    return out / total
+
+
+def render(R, t, K, width, height, table) -> np.ndarray:
+    """[H,W,3] uint8 image of the boxes seen by the camera (R, t, K), one ray per pixel centre."""
+    px, py = np.meshgrid(np.arange(width) + 0.5, np.arange(height) + 0.5)
+    d_cam = np.stack([(px - K[0, 2]) / K[0, 0], (py - K[1, 2]) / K[1, 1], np.ones_like(px)], -1).reshape(-1, 3)
+    d = d_cam @ R  # camera -> world: R^T d
+    o = -R.T @ t
+    best = np.full(len(d), np.inf)
+    hit_axis = np.zeros(len(d), np.int64)
+    hit_box = np.full(len(d), -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv = 1.0 / d
+        for b, (lo, hi) in enumerate(BOXES):
+            t0 = (np.asarray(lo) - o) * inv
+            t1 = (np.asarray(hi) - o) * inv
+            tmin, tmax = np.minimum(t0, t1), np.maximum(t0, t1)
+            tnear, axis = tmin.max(1), tmin.argmax(1)
+            hit = (tnear <= tmax.min(1)) & (tnear > 1e-6) & (tnear < best)
+            best[hit], hit_axis[hit], hit_box[hit] = tnear[hit], axis[hit], b
+    p = o + d * np.where(np.isfinite(best), best, 0)[:, None]
+    # Surface coordinates: the two world axes other than the face's normal, offset per box and face.
+    ua = np.where(hit_axis == 0, 1, 0)
+    va = np.where(hit_axis == 2, 1, 2)
+    rows = np.arange(len(d))
+    u = p[rows, ua] + 37.0 * hit_box + 11.0 * hit_axis
+    v = p[rows, va] + 53.0 * hit_box
+    albedo = _texture(u, v, table)
+    shade = np.array([0.75, 0.9, 1.0])[hit_axis]  # a face's brightness by its normal's axis
+    tint = np.array([[1.0, 0.85, 0.7], [0.7, 0.9, 1.0], [0.85, 1.0, 0.8]])[hit_axis]
+    rgb = (0.1 + 0.85 * albedo * shade)[:, None] * tint
+    rgb[hit_box < 0] = 0.05
+    return (np.clip(rgb, 0, 1) * 255 + 0.5).astype(np.uint8).reshape(height, width, 3)
+
+
+def make_scene(folder, n=20, width=320, height=240, seed=0, name="frame_%05d.png"):
+    """Render ``n`` views into ``folder``; returns (names, R [n,3,3], t [n,3], K [3,3])."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = _noise_table(seed)
+    f = 0.95 * width
+    K = np.array([[f, 0, width / 2], [0, f, height / 2], [0, 0, 1.0]])
+    names, Rs, ts = [], [], []
+    for i, c in enumerate(arc_centres(n)):
+        R, t = look_at(c)
+        Image.fromarray(render(R, t, K, width, height, table)).save(folder / (name % (i + 1)))
+        names.append(name % (i + 1))
+        Rs.append(R)
+        ts.append(t)
+    return names, np.array(Rs), np.array(ts), K

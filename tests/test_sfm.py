@@ -1,0 +1,212 @@
+"""``spirula sfm``: poses recovered on a scene with known cameras, the output read by
+``spirula train``, masks honoured by feature extraction, one clear line for bad input.
+
+The scene (tests/sfm_scene.py) is ray cast here: 20 cameras on an 80 degree arc
+around textured boxes, 320x240 pinhole images. COLMAP's frame is arbitrary up to
+a similarity, so the recovered camera centres are aligned to the true ones
+(Umeyama, least squares) before poses are compared.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+from PIL import Image
+from sfm_scene import make_scene
+from test_cli_train import SMALL, assert_one_line_error, spirula
+
+pycolmap = pytest.importorskip("pycolmap")
+
+N_CAMS = 20
+CORNER = 40  # masked-out square at the top-left of every image, pixels
+
+# Tolerances. The noise floor is small: with the mean reprojection error e
+# (0.2 px measured) over n ~ 1,100 points per image at focal f = 304 px, a
+# rotation is pinned to about e / f / sqrt(n) = 0.001 deg. The systematic part
+# is larger: the focal length comes out 0.19% short (f trades against the
+# SIMPLE_RADIAL k and the depths on an 80 degree arc), which turns a ray at the
+# image's edge (28 degrees off axis) by 0.05 deg, and the similarity is fitted
+# to centres only. Measured on this machine: worst 0.13 deg and 0.034% of the
+# extent. The bounds are those x4 and x9, rounded, still far below a wrong
+# solution (a mirrored or collapsed arc is tens of degrees and percent off).
+MAX_ROTATION_DEG = 0.5
+MAX_CENTRE_ERROR = 0.003  # of the arc's extent (largest distance between two true centres)
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sfm")
+    names, R, t, K = make_scene(root / "images", n=N_CAMS)
+    (root / "masks").mkdir()
+    mask = np.full((240, 320), 255, np.uint8)
+    mask[:CORNER, :CORNER] = 0  # a corner COLMAP must not use, and that is carried to the output
+    for name in names:
+        Image.fromarray(mask).save(root / "masks" / name)
+    return root, names, R, t, K
+
+
+@pytest.fixture(scope="module")
+def solved(scene):
+    root = scene[0]
+    proc = spirula("sfm", root / "images", root / "out")
+    assert proc.returncode == 0, proc.stderr
+    return root / "out", proc
+
+
+def umeyama(src, dst):
+    """Similarity (s, R, t) minimising sum |s R src_i + t - dst_i|^2 (Umeyama 1991)."""
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    a, b = src - mu_s, dst - mu_d
+    U, S, Vt = np.linalg.svd(b.T @ a / len(src))
+    D = np.eye(3)
+    D[2, 2] = np.sign(np.linalg.det(U @ Vt))
+    R = U @ D @ Vt
+    s = np.trace(np.diag(S) @ D) / (a**2).sum(1).mean()
+    return s, R, mu_d - s * R @ mu_s
+
+
+def test_sfm_recovers_known_cameras_up_to_a_similarity(scene, solved):
+    _, names, R_true, t_true, _ = scene
+    out, proc = solved
+    for stage in ("extract", "match", "map", "gate", "undistort"):
+        assert "sfm: %s" % stage in proc.stderr, proc.stderr
+    rec = pycolmap.Reconstruction(out / "sparse" / "0")
+    assert {c.model.name for c in rec.cameras.values()} == {"PINHOLE"}
+    by_name = {im.name: im for im in rec.images.values()}
+    assert sorted(by_name) == names  # every view registered
+    c_true = np.array([-R.T @ t for R, t in zip(R_true, t_true)])
+    R_est = np.array([by_name[n].cam_from_world().rotation.matrix() for n in names])
+    c_est = np.array([by_name[n].projection_center() for n in names])
+    s, R_sim, t_sim = umeyama(c_est, c_true)
+    extent = np.linalg.norm(c_true[:, None] - c_true[None], axis=-1).max()
+    centre_err = np.linalg.norm(s * c_est @ R_sim.T + t_sim - c_true, axis=1) / extent
+    # world_true = s R_sim world_est + t: the true cam_from_world rotation is R_est R_sim^T
+    cos = (np.einsum("nij,nij->n", R_est @ R_sim.T, R_true) - 1) / 2
+    rot_err = np.degrees(np.arccos(np.clip(cos, -1, 1)))
+    assert rot_err.max() < MAX_ROTATION_DEG, rot_err
+    assert centre_err.max() < MAX_CENTRE_ERROR, centre_err
+
+
+def test_sfm_output_is_a_dataset_spirula_trains_on(solved):
+    from spirula.data import load_dataset
+
+    out, _ = solved
+    scene = load_dataset(out)
+    assert len(scene.train) + len(scene.test) == N_CAMS
+    proc = spirula("train", out, "--iterations", 5, "--output", out.parent / "run", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_mask_keeps_features_out_of_blanked_half(scene, tmp_path):
+    root, names, *_ = scene
+    images = tmp_path / "images"
+    images.mkdir()
+    masks = tmp_path / "masks"
+    masks.mkdir()
+    for i, name in enumerate(names[:3]):
+        (images / name).write_bytes((root / "images" / name).read_bytes())
+        m = np.zeros((240, 320), np.uint8)
+        m[:, 160:] = 255  # keep the right half
+        # both naming conventions: the image's own name, and COLMAP's name.png
+        Image.fromarray(m).save(masks / (name if i % 2 else name + ".png"))
+    from spirula.sfm.masks import find_masks, write_colmap_masks
+
+    assert len(find_masks(images, names[:3])) == 3
+    write_colmap_masks(find_masks(images, names[:3]), images, tmp_path / "cm")
+    db = tmp_path / "db.db"
+    reader = pycolmap.ImageReaderOptions()
+    reader.mask_path = str(tmp_path / "cm")
+    pycolmap.extract_features(db, images, reader_options=reader, device=pycolmap.Device.cpu)
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT rows, cols, data FROM keypoints").fetchall()
+    assert len(rows) == 3
+    for n, cols, data in rows:
+        xy = np.frombuffer(data, np.float32).reshape(n, cols)[:, :2]
+        assert n > 100  # the kept half has features
+        assert xy[:, 0].min() >= 160 - 0.5, xy[:, 0].min()  # none in the blanked half (x < 160)
+
+
+def test_masks_are_carried_undistorted_beside_the_images(scene, solved):
+    out, proc = solved
+    assert "20 masks" in proc.stderr, proc.stderr
+    names = scene[1]
+    for name in names:
+        with Image.open(out / "images" / name) as im:
+            size = im.size
+        m = np.asarray(Image.open(out / "masks" / (name[: -len(".png")] + ".png")))
+        assert m.shape == (size[1], size[0])
+        assert set(np.unique(m)) <= {0, 255}
+        # undistortion moves pixels by < 1 px here (k ~ -0.005): the corner stays
+        # masked and the rest kept, two pixels away from the corner's edges
+        assert (m[: CORNER - 2, : CORNER - 2] == 0).all()
+        assert (m[CORNER + 2 :, :] == 255).all() and (m[:, CORNER + 2 :] == 255).all()
+
+
+def _noise(folder, n, seed=0):
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 256, (120, 160, 3), np.uint8)).save(folder / ("IMG_%d.png" % (7 * i)))
+
+
+def test_bad_inputs_are_one_line_and_exit_2(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    one = tmp_path / "one"
+    one.mkdir()
+    Image.new("RGB", (64, 48)).save(one / "a.png")
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for k in range(3):
+        (texts / ("notes%d.txt" % k)).write_text("hello")
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    for k in range(3):
+        (fake / ("%d.jpg" % k)).write_text("not a jpeg")
+    cases = [
+        (empty, "no images", "empty"),
+        (one, "1 image", "at least 3"),
+        (texts, "no images", "none of them an image"),
+        (fake, "0.jpg", "not a readable image"),
+        (tmp_path / "missing", "does not exist"),
+    ]
+    for folder, *words in cases:
+        proc = spirula("sfm", folder, tmp_path / ("out_" + folder.name))
+        assert proc.returncode == 2, (folder, proc.stderr)
+        assert_one_line_error(proc, *words)
+
+
+def test_photos_that_do_not_overlap_fail_the_gate(tmp_path):
+    _noise(tmp_path / "noise", 5)
+    proc = spirula("sfm", tmp_path / "noise", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line_error(proc, "registered", "try")
+
+
+def test_gate_names_the_number_that_failed():
+    from spirula.sfm.gate import Quality
+
+    assert Quality(20, 20, 1, 3000, 0.5, 6.0).failure() is None
+    cases = [
+        (Quality(20, 2, 1, 50, 0.5, 3.0), "only 2 of 20 images registered (need at least 3)"),
+        (Quality(20, 9, 2, 900, 0.5, 4.0), "only 9 of 20 images (45%) registered in the largest model"),
+        (Quality(20, 20, 1, 900, 2.5, 4.0), "mean reprojection error 2.50 px is above 2.0 px"),
+        (Quality(20, 20, 1, 900, float("nan"), 4.0), "mean reprojection error nan px"),
+        (Quality(20, 20, 1, 900, 1.0, 2.2), "mean track length 2.20 is below 2.5"),
+    ]
+    for quality, words in cases:
+        failure = quality.failure()
+        assert failure is not None and words in failure and "try" in failure, failure
+        assert "\n" not in failure
+
+
+def test_frame_sequences_are_matched_sequentially():
+    from spirula.sfm.colmap import choose_matcher
+
+    assert choose_matcher(["frame_%05d.png" % i for i in range(1, 40)]) == "sequential"
+    assert choose_matcher(["IMG_%d.jpg" % i for i in (3, 9, 12)]) == "exhaustive"
+    assert choose_matcher(["a.jpg", "b.jpg", "c.jpg"]) == "exhaustive"
+    assert choose_matcher(["a.jpg"] * 301) == "sequential"
+    assert choose_matcher(["frame_1.png", "frame_2.png"], "exhaustive") == "exhaustive"
