@@ -22,9 +22,12 @@ from spirula.train.config import TrainConfig
 SMALL = ["--cap-max", "2000", "--sh-degree", "1"]
 
 
-def spirula(*args, cwd=None, timeout=300):
+def spirula(*args, cwd=None, timeout=300, env=None):
+    """Run the CLI in a subprocess (``env``: variables added to this process's)."""
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if k != "SS_PROFILE"}
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
     return subprocess.run(
         [sys.executable, "-m", "spirula", *map(str, args)],
         capture_output=True,

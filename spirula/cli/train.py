@@ -20,6 +20,27 @@ def _log(msg):
     click.echo(msg, err=True)
 
 
+def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run):
+    """DATASET as it is, or the dataset frames and SfM make from a video or a
+    folder of photos (cached); None when --dry-run stops before SfM."""
+    from spirula.sfm import pipeline
+
+    if dataset is None or pipeline.capture_kind(dataset) is None:
+        return dataset
+    settings = pipeline.CaptureSettings(fps=fps, max_frames=max_frames, matcher=matcher, camera_model=camera_model)
+    if dry_run:
+        cached = pipeline.cached_dataset(dataset, settings)
+        if cached is None:
+            kind = pipeline.capture_kind(dataset)
+            click.echo(
+                "%s: %s; training would first run %s (nothing cached yet)"
+                % (dataset, "a video" if kind == "video" else "a folder of photos", pipeline.stages(kind))
+            )
+            return None
+        return cached
+    return pipeline.prepare_capture(dataset, settings, log=_log)
+
+
 def _default(field: str) -> str:
     """The help text's default of a TrainConfig field: the config's own, and
     the demo's where it differs. Options default to None: only the ones typed
@@ -86,6 +107,17 @@ def _default(field: str) -> str:
     help="Load and check the dataset as training would (every image decoded), print what was found, and stop:"
     " no GPU, no output folder.",
 )
+@click.option("--fps", type=float, default=None, help="A video: frames kept per second (see `spirula frames`).")
+@click.option("--max-frames", type=int, default=None, help="A video: at most this many frames.")
+@click.option(
+    "--matcher",
+    type=click.Choice(["auto", "sequential", "exhaustive"]),
+    default=None,
+    help="Photos or a video: feature matching for SfM (see `spirula sfm`) [default: auto].",
+)
+@click.option(
+    "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
+)
 @click.option(
     "--set",
     "overrides",
@@ -110,11 +142,20 @@ def train(
     save_every,
     seed,
     dry_run,
+    fps,
+    max_frames,
+    matcher,
+    camera_model,
     overrides,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
-    a Blender/NeRF-synthetic folder (transforms_train.json) or a nerfstudio
-    transforms.json. Without DATASET, trains the built-in demo scene.
+    a Blender/NeRF-synthetic folder (transforms_train.json), a nerfstudio
+    transforms.json, a video, or a folder of photos. Without DATASET, trains
+    the built-in demo scene.
+
+    A video goes through `spirula frames` and `spirula sfm` first, photos
+    through `spirula sfm`; the camera poses are cached, so a second run
+    starts training at once (docs/capture.md).
 
     Writes splat.ply, metrics.json, config.json and a checkpoint into the run
     folder. Ctrl-C, SIGTERM and SIGHUP save a checkpoint and exit with 128 +
@@ -159,6 +200,9 @@ def train(
             cfg = TrainConfig.demo(**explicit)
         else:
             cfg = TrainConfig(**explicit)
+    dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run)
+    if dataset is None:
+        return
     scene = load_dataset(
         dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
     )

@@ -304,9 +304,14 @@ def run_sfm(
 
 
 def _stage(name: str, work: Path, fn, *args, **kwargs):
-    """``fn(*args, **kwargs)``; an exception from COLMAP becomes one line naming the stage and its log."""
+    """``fn(*args, **kwargs)``, a ``stage sfm NAME`` row of the profiler's
+    timing breakdown; an exception from COLMAP becomes one line naming the
+    stage and its log."""
+    from spirula.runtime import profiler
+
     try:
-        return fn(*args, **kwargs)
+        with profiler.stage("sfm " + name):
+            return fn(*args, **kwargs)
     except (RuntimeError, ValueError, OSError) as exc:
         msg = " ".join(str(exc).split()) or type(exc).__name__
         raise SpirulaError("sfm %s failed in COLMAP: %s (log: %s/colmap.log.*)" % (name, msg, work)) from None
