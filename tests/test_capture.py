@@ -37,7 +37,12 @@ def test_what_is_a_capture(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     assert pipeline.capture_kind(empty) is None
-    # a dataset is trained as it is, even when it holds images/
+    # a dataset is trained as it is, even when it holds images/; a broken one
+    # (sparse/ without cameras) too, so that its own error says what is wrong
+    (nested.parent / "sparse" / "0").mkdir(parents=True)
+    assert pipeline.capture_kind(nested.parent) is None
+    (nested.parent / "sparse").rename(nested.parent / "elsewhere")
+    assert pipeline.capture_kind(nested.parent) == "images"
     (nested.parent / "transforms_train.json").write_text('{"frames": []}')
     assert pipeline.capture_kind(nested.parent) is None
 

@@ -57,11 +57,15 @@ def capture_kind(path) -> str | None:
         return "video" if p.suffix.lower() in VIDEO_SUFFIXES else None
     if not p.is_dir():
         return None
+    # a dataset (or a broken one: its own error says what is wrong) is trained
+    # as it is: a camera model, transforms or a point cloud say it was meant as one
+    if (p / "sparse").exists() or any(p.glob("transforms*.json")) or any(p.glob("*.ply")):
+        return None
     from spirula.data.dataset import detect_format
 
     try:
         detect_format(p)
-        return None  # a dataset: trained as it is
+        return None
     except DatasetError:
         pass
     return "images" if photo_folder(p) is not None else None
