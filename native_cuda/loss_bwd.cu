@@ -7,6 +7,7 @@
 // two separable passes through shared memory per channel.
 // One workgroup per SSIM_TILE^2 tile (x, y) of view z; one thread per pixel.
 // Workgroup (0, 0, 0) also reduces loss_fwd's partial sums into loss_out.
+// Masks as the shader's: means over the kept pixels, 0 gradient where dropped.
 // Contract: build/contracts/loss_bwd.h, generated from shaders/loss_bwd.comp.
 #include "common/launch.cuh"
 #include "common/ssim.cuh"
@@ -37,14 +38,16 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_bwd_kernel(Args a, Push pc
     bool inside = px < W && py < H;
     uint32_t tid = local_index();
     uint32_t view_base = view * uint32_t(W * H);
-    float n_pixels = float(pc.n_views) * 3.0f * float(W * H);
-    float n_valid = float(pc.n_views) * 3.0f * float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0));
+    float n_pixels = float(pc.n_views) * 3.0f * float(W * H) - 3.0f * float(a.params->masked_pixels);
+    float n_valid = float(pc.n_views) * 3.0f * float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0)) -
+                    3.0f * float(a.params->masked_valid);
     float l1_weight = a.params->l1_weight, ssim_weight = a.params->ssim_weight;
 
     uint32_t pix = uint32_t(min(py, H - 1) * W + min(px, W - 1));
     vec3 x = make3(a.colors[3u * (view_base + pix)], a.colors[3u * (view_base + pix) + 1u],
                    a.colors[3u * (view_base + pix) + 2u]);
     uint32_t packed = a.gt_images[image * uint32_t(W * H) + pix];
+    bool keep = loss_keep(packed);
     vec3 y = make3(unpack_unorm8(packed, 0), unpack_unorm8(packed, 1), unpack_unorm8(packed, 2));
     vec3 grad = make3(l1_weight * glsl_sign(x.x - y.x) / n_pixels, l1_weight * glsl_sign(x.y - y.y) / n_pixels,
                       l1_weight * glsl_sign(x.z - y.z) / n_pixels);
@@ -81,6 +84,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_bwd_kernel(Args a, Push pc
             grad[ch] -= ssim_weight * dssim / n_valid;
         }
     }
+    if (!keep) {
+        grad = make3(0.0f, 0.0f, 0.0f);
+    }
     if (inside) {
         uint32_t o = 3u * (view_base + uint32_t(py * W + px));
         a.grad_colors[o] = grad.x;
@@ -110,12 +116,12 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_bwd_kernel(Args a, Push pc
                 total.z += v.z;
                 total.w += v.w;
             }
-            float l1 = total.x / n_pixels;
+            float l1 = n_pixels > 0.0f ? total.x / n_pixels : 0.0f;
             float ssim = n_valid > 0.0f ? total.z / n_valid : 1.0f;
             a.loss_out[0] = l1_weight * l1 + ssim_weight * (1.0f - ssim);
             a.loss_out[1] = l1;
             a.loss_out[2] = ssim;
-            a.loss_out[3] = total.y / n_pixels;
+            a.loss_out[3] = n_pixels > 0.0f ? total.y / n_pixels : 0.0f;
         }
     }
 }

@@ -6,7 +6,9 @@
 // shared memory, one channel at a time. Per valid pixel and channel it stores
 // the derivatives of SSIM with respect to the window moments mu_x, E[x^2],
 // E[xy] (for loss_bwd); per workgroup the sums of |x - y|, (x - y)^2 and
-// SSIM (warp sums, then one thread over the 8 warps' sums).
+// SSIM (warp sums, then one thread over the 8 warps' sums). Masks as the
+// shader's: a pixel whose ground-truth alpha byte is 0 (loss_keep) is 0 in x
+// and y for every window and adds nothing to the sums or the SSIM terms.
 // One workgroup per SSIM_TILE^2 tile (x, y) of view z; one thread per pixel.
 // Contract: build/contracts/loss_fwd.h, generated from shaders/loss_fwd.comp.
 #include "common/launch.cuh"
@@ -34,10 +36,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc
     int lx = int(threadIdx.x), ly = int(threadIdx.y);
     int px = ox + lx, py = oy + ly;
     bool inside = px < W && py < H;
-    bool valid = ssim_valid(px, py, W, H);
     uint32_t tid = local_index();
     uint32_t view_base = view * uint32_t(W * H);
     uint32_t image_base = image * uint32_t(W * H);
+    bool keep = inside && loss_keep(a.gt_images[image_base + uint32_t(py * W + px)]);
+    bool valid = keep && ssim_valid(px, py, W, H);
 
     float4 sums = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float out_grads[9];
@@ -49,8 +52,10 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc
             float2 v = make_float2(0.0f, 0.0f);
             if (qx >= 0 && qy >= 0 && qx < W && qy < H) {
                 uint32_t pix = uint32_t(qy * W + qx);
-                v = make_float2(a.colors[3u * (view_base + pix) + uint32_t(ch)],
-                                unpack_unorm8(a.gt_images[image_base + pix], ch));
+                uint32_t packed = a.gt_images[image_base + pix];
+                if (loss_keep(packed)) {
+                    v = make_float2(a.colors[3u * (view_base + pix) + uint32_t(ch)], unpack_unorm8(packed, ch));
+                }
             }
             s_xy[int(i) / SSIM_HALO][int(i) % SSIM_HALO] = v;
         }
@@ -76,7 +81,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc
         }
         __syncthreads();
         float2 c = s_xy[ly + SSIM_RADIUS][lx + SSIM_RADIUS];
-        if (inside) {
+        if (keep) {
             float d = c.x - c.y;
             sums.x += fabsf(d);
             sums.y += d * d;

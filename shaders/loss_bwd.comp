@@ -7,8 +7,11 @@
 // two separable passes through shared memory per channel.
 // One workgroup per 16x16 tile (x, y) of view z; one thread per pixel.
 // Workgroup (0, 0, 0) also reduces loss_fwd's partial sums into loss_out.
+// Masks (see loss_fwd): the means are over the kept pixels (StepParams
+// masked_pixels, masked_valid are the dropped counts), and a dropped pixel's
+// gradient is exactly 0 (its colour entered loss_fwd's windows as 0).
 //   binding 0  colors      [V,H,W,3]    f32  read
-//   binding 1  gt_images   [I,H,W]      u32  read   RGBA8
+//   binding 1  gt_images   [I,H,W]      u32  read   RGBA8 (A: mask)
 //   binding 2  params      StepParams        read
 //   binding 3  ssim_grads  [V,H,W,9]    f32  read   from loss_fwd
 //   binding 4  partials    [groups,4]   f32  read   from loss_fwd
@@ -51,13 +54,16 @@ void main() {
     bool inside = p.x < W && p.y < H;
     uint tid = gl_LocalInvocationIndex;
     uint view_base = view * uint(W * H);
-    float n_pixels = float(pc.n_views) * 3.0 * float(W * H);
-    float n_valid = float(pc.n_views) * 3.0 * float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0));
+    float n_pixels = float(pc.n_views) * 3.0 * float(W * H) - 3.0 * float(params.masked_pixels);
+    float n_valid = float(pc.n_views) * 3.0 * float(max(W - 2 * SSIM_RADIUS, 0) * max(H - 2 * SSIM_RADIUS, 0)) -
+                    3.0 * float(params.masked_valid);
 
     uint pix = uint(min(p.y, H - 1) * W + min(p.x, W - 1));
     vec3 x =
         vec3(colors[3u * (view_base + pix)], colors[3u * (view_base + pix) + 1u], colors[3u * (view_base + pix) + 2u]);
-    vec3 y = unpackUnorm4x8(gt_images[image * uint(W * H) + pix]).rgb;
+    uint packed = gt_images[image * uint(W * H) + pix];
+    bool keep = loss_keep(packed);
+    vec3 y = unpackUnorm4x8(packed).rgb;
     vec3 grad = params.l1_weight * sign(x - y) / n_pixels;
     for (int ch = 0; ch < 3; ++ch) {
         barrier();
@@ -89,6 +95,9 @@ void main() {
             grad[ch] -= params.ssim_weight * dssim / n_valid;
         }
     }
+    if (!keep) {
+        grad = vec3(0.0);
+    }
     if (inside) {
         uint o = 3u * (view_base + uint(p.y * W + p.x));
         grad_colors[o] = grad.x;
@@ -110,12 +119,12 @@ void main() {
             for (uint s = 0u; s < gl_NumSubgroups; ++s) {
                 total += s_sum[s];
             }
-            float l1 = total.x / n_pixels;
+            float l1 = n_pixels > 0.0 ? total.x / n_pixels : 0.0;
             float ssim = n_valid > 0.0 ? total.z / n_valid : 1.0;
             loss_out[0] = params.l1_weight * l1 + params.ssim_weight * (1.0 - ssim);
             loss_out[1] = l1;
             loss_out[2] = ssim;
-            loss_out[3] = total.y / n_pixels;
+            loss_out[3] = n_pixels > 0.0 ? total.y / n_pixels : 0.0;
         }
     }
 }

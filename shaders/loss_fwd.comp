@@ -7,9 +7,14 @@
 // For loss_bwd it stores, per valid pixel and channel, the derivatives of SSIM
 // with respect to the window moments mu_x, E[x^2], E[xy]; and per workgroup the
 // sums of |x - y|, (x - y)^2 and SSIM.
+// Masks (the alpha byte of the ground truth, loss_keep): a dropped pixel is 0
+// in x and y for every window, adds nothing to the sums, and its own SSIM
+// term (and so its window's derivatives) is not counted; loss_bwd divides by
+// the kept counts (StepParams masked_pixels, masked_valid). Without a mask
+// (alpha 255 everywhere) every value is as without this rule.
 // One workgroup per 16x16 tile (x, y) of view z; one thread per pixel.
 //   binding 0  colors     [V,H,W,3]     f32  read   rendered views
-//   binding 1  gt_images  [I,H,W]       u32  read   dataset images, RGBA8
+//   binding 1  gt_images  [I,H,W]       u32  read   dataset images, RGBA8 (A: mask)
 //   binding 2  params     StepParams         read   image_index of each view
 //   binding 3  ssim_grads [V,H,W,9]     f32  write  per channel dS/dmu, dS/dE[x^2], dS/dE[xy]
 //   binding 4  partials   [V*groups,4]  f32  write  sum |d|, sum d^2, sum SSIM, 0
@@ -44,10 +49,11 @@ void main() {
     ivec2 lp = ivec2(gl_LocalInvocationID.xy);
     ivec2 p = origin + lp;
     bool inside = p.x < W && p.y < H;
-    bool valid = ssim_valid(p.x, p.y, W, H);
     uint tid = gl_LocalInvocationIndex;
     uint view_base = view * uint(W * H);
     uint image_base = image * uint(W * H);
+    bool keep = inside && loss_keep(gt_images[image_base + uint(p.y * W + p.x)]);
+    bool valid = keep && ssim_valid(p.x, p.y, W, H);
 
     vec4 sums = vec4(0.0);
     float out_grads[9];
@@ -58,7 +64,10 @@ void main() {
             vec2 v = vec2(0.0);
             if (q.x >= 0 && q.y >= 0 && q.x < W && q.y < H) {
                 uint pix = uint(q.y * W + q.x);
-                v = vec2(colors[3u * (view_base + pix) + uint(ch)], unpackUnorm4x8(gt_images[image_base + pix])[ch]);
+                uint packed = gt_images[image_base + pix];
+                if (loss_keep(packed)) {
+                    v = vec2(colors[3u * (view_base + pix) + uint(ch)], unpackUnorm4x8(packed)[ch]);
+                }
             }
             s_xy[int(i) / SSIM_HALO][int(i) % SSIM_HALO] = v;
         }
@@ -83,7 +92,7 @@ void main() {
         }
         barrier();
         vec2 c = s_xy[lp.y + SSIM_RADIUS][lp.x + SSIM_RADIUS];
-        if (inside) {
+        if (keep) {
             float d = c.x - c.y;
             sums.x += abs(d);
             sums.y += d * d;

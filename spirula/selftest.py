@@ -270,10 +270,11 @@ def loss_case(V, H, W, seed):
     return colors.astype(np.float32), gt_images
 
 
-def gpu_loss(device, colors, gt_images, image_index, l1_weight=0.8, ssim_weight=0.2):
+def gpu_loss(device, colors, gt_images, image_index, l1_weight=0.8, ssim_weight=0.2, masks=None):
     """loss_fwd and loss_bwd on ``colors`` against ``gt_images[image_index]``:
-    ([loss, l1, ssim, mse], d loss / d colors)."""
-    from spirula.train.loss import LossBuffers, pack_rgba8
+    ([loss, l1, ssim, mse], d loss / d colors). ``masks``: None, or [I,H,W]
+    bool (True = keep) of the images, carried in the ground truth's alpha."""
+    from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
     from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 
     V, H, W, _ = colors.shape
@@ -281,10 +282,16 @@ def gpu_loss(device, colors, gt_images, image_index, l1_weight=0.8, ssim_weight=
     buf_colors = pool.alloc("selftest.colors", colors.shape, np.float32)
     device.upload(buf_colors, colors.astype(np.float32))
     gt = pool.alloc("selftest.gt", gt_images.shape[:3], np.uint32)
-    device.upload(gt, pack_rgba8(gt_images))
+    device.upload(gt, pack_rgba8(gt_images, masks))
     params = pool.alloc("selftest.params", (STEP_PARAMS_WORDS,), np.uint32)
+    counts = [masked_counts(None if masks is None else masks[i]) for i in image_index]
     p = step_params(
-        image_index=list(image_index) + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight, n_views=V
+        image_index=list(image_index) + [0] * (8 - V),
+        l1_weight=l1_weight,
+        ssim_weight=ssim_weight,
+        n_views=V,
+        masked_pixels=sum(c[0] for c in counts),
+        masked_valid=sum(c[1] for c in counts),
     )
     device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
     grads = pool.alloc("selftest.grads", colors.shape, np.float32)

@@ -855,7 +855,7 @@ def loss_case(V, H, W, seed):
     return colors.astype(np.float32), packed.astype(np.uint32), list(range(V, 0, -1))
 
 
-def run_loss(dev, colors, gt, image_index, l1_weight=0.8, ssim_weight=0.2):
+def run_loss(dev, colors, gt, image_index, l1_weight=0.8, ssim_weight=0.2, masked=(0, 0)):
     from spirula.train.loss import LossBuffers
 
     V, H, W, _ = colors.shape
@@ -871,7 +871,12 @@ def run_loss(dev, colors, gt, image_index, l1_weight=0.8, ssim_weight=0.2):
     dev.upload(
         bufs["params"],
         step_param_words(
-            n_views=V, image_index=image_index + [0] * (8 - V), l1_weight=l1_weight, ssim_weight=ssim_weight
+            n_views=V,
+            image_index=image_index + [0] * (8 - V),
+            l1_weight=l1_weight,
+            ssim_weight=ssim_weight,
+            masked_pixels=masked[0],
+            masked_valid=masked[1],
         ),
     )
     loss = LossBuffers(dev, V, W, H)
@@ -914,6 +919,35 @@ def test_loss_fwd_and_bwd_match(backends, V, H, W):
     assert abs(cu_out["loss_out"][1] - l1) < 1e-4 * l1
     if H <= 10:
         assert cu_out["loss_out"][2] == 1.0 and (cu_out["ssim_grads"] == 0).all()
+
+
+@pytest.mark.parametrize("V,H,W", [(2, 53, 75), (1, 32, 48)], ids=["2views", "tile-aligned"])
+def test_masked_loss_fwd_and_bwd_match(backends, V, H, W):
+    """Loss masks (the ground truth's alpha byte 0 drops a pixel): the same
+    tolerances as unmasked; on both backends a dropped pixel's gradient is
+    exactly 0 and its SSIM derivatives are not written (0)."""
+    from spirula.train.loss import masked_counts
+
+    colors, gt, index = loss_case(V, H, W, seed=H + W)
+    rng = np.random.default_rng(W)
+    keep = rng.random(gt.shape) < 0.7
+    keep[:, H // 3 : H // 3 + 7, W // 4 : W // 4 + 12] = False
+    gt = np.where(keep, gt, gt & np.uint32(0x00FFFFFF)).astype(np.uint32)
+    counts = [masked_counts(keep[i]) for i in index]
+    masked = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+    vk_out, cu_out = (run_loss(dev, colors, gt, index, masked=masked) for dev in backends)
+    assert_near(cu_out["loss_out"], vk_out["loss_out"], 1e-6, 5e-5, "loss values")
+    g = vk_out["grad_colors"]
+    assert_near(cu_out["grad_colors"], g, 2e-5 * np.abs(g).max(), 2e-3, "grad colors")
+    s = vk_out["ssim_grads"]
+    assert_near(cu_out["ssim_grads"], s, 1e-4 * max(np.abs(s).max(), 1e-30), 1e-3, "ssim grads")
+    drop = ~keep[index]
+    for out in (vk_out, cu_out):
+        assert not out["grad_colors"][drop].any() and not out["ssim_grads"][drop].any()
+    # sanity: L1 over the kept pixels only
+    y = (gt[index][..., None] >> np.array([0, 8, 16], np.uint32) & 255) / 255.0
+    l1 = np.abs(colors - y)[~drop].mean()
+    assert abs(cu_out["loss_out"][1] - l1) < 1e-4 * l1
 
 
 # ---- fpbo ----------------------------------------------------------------------------------

@@ -78,7 +78,7 @@ def test_step_params_layout_comes_from_the_glsl_struct():
     fields = STEP_PARAMS_DTYPE.fields
     assert fields["step"][1] == 0 and fields["n_splats"][1] == 12
     assert fields["image_index"][1] == 16 and fields["image_index"][0].shape == (8,)
-    assert fields["lr_means"][1] == 48 and fields["pad1"][1] == 124
+    assert fields["lr_means"][1] == 48 and fields["masked_valid"][1] == 124
     # every member of the GLSL struct, in order
     body = re.search(r"struct StepParams \{(.*?)\};", _code(INCLUDE / "step_params.glsl"), re.S).group(1)
     members = [re.match(r"\s*\w+\s+(\w+)", d).group(1) for d in body.split(";") if d.strip()]

@@ -46,4 +46,11 @@ FN float ssim_and_grads(float mx, float my, float sxx, float syy, float sxy, OUT
 FN bool ssim_valid(int x, int y, int W, int H) {
     return x >= SSIM_RADIUS && x < W - SSIM_RADIUS && y >= SSIM_RADIUS && y < H - SSIM_RADIUS;
 }
+
+// The loss mask rides in the ground truth's alpha byte (RGBA8; the alpha of the
+// image itself was composited away on the host): 255 keep, 0 drop. A dropped
+// pixel counts in no term of the loss: its x and y enter the SSIM windows of
+// its neighbours as 0 (as the zero padding outside the image), its own L1 and
+// SSIM terms are not summed, and its colour gets gradient 0.
+FN bool loss_keep(uint packed) { return (packed >> 24u) != 0u; }
 #endif

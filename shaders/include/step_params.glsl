@@ -33,8 +33,10 @@ struct StepParams {
     float noise_scale;        // MCMC position noise: lr_means * noise_lr (0: none)
     float grad_norm_scale_x;  // ADC: dL/dmean2d x scale (W / 2 * views)
     float grad_norm_scale_y;
-    float pad0;
-    float pad1;
+    // the loss's masked pixels (alpha byte 0 in the ground truth), summed over
+    // the views: all of them, and those at "valid" SSIM positions (0: no mask)
+    uint masked_pixels;
+    uint masked_valid;
 };
 
 // The dataset image of view v (a macro: the CUDA kernels pass *params, and no

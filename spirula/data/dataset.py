@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from spirula.data.blender import RANDOM_BOX, RANDOM_POINTS, load_blender, read_json
 from spirula.data.colmap import find_model_dir, load_colmap
@@ -97,6 +98,37 @@ def detect_format(path) -> tuple:
     )
 
 
+def _find_loss_masks(fmt, image_dir, views, root) -> dict:
+    """``{image name: mask path}`` from ``masks/`` beside a COLMAP dataset's
+    image folder (spirula.sfm.masks' names: ``<stem>.png``, ``<name>``,
+    ``<name>.png``), each checked against its image's original size. Masks of
+    distorted cameras are refused (``spirula sfm`` writes undistorted ones)."""
+    if fmt != "colmap":
+        return {}
+    from spirula.sfm.masks import find_masks
+
+    found = find_masks(Path(image_dir), [v.name for v in views])
+    for v in views:
+        path = found.get(v.name)
+        if path is None:
+            continue
+        try:
+            with Image.open(path) as im:
+                size = im.size
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise DatasetError("%s: cannot read mask (%s)" % (rel(path, root), " ".join(str(exc).split()))) from None
+        if size != (v.width, v.height):
+            raise DatasetError(
+                "%s: mask is %dx%d, its image %s is %dx%d" % (rel(path, root), *size, v.name, v.width, v.height)
+            )
+        if np.any(np.asarray(v.dist) != 0):
+            raise DatasetError(
+                "%s: a mask for %s, whose %s camera is distorted; masks need undistorted images "
+                "(spirula sfm writes both)" % (rel(path, root), v.name, v.model)
+            )
+    return found
+
+
 def load_dataset(path, downscale=None, eval_split="interval:8", background="auto", seed=0) -> Scene:
     """Load a COLMAP, Blender or nerfstudio dataset into a :class:`Scene`.
 
@@ -137,6 +169,7 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
         dup = next(nm for nm in names if names.count(nm) > 1)
         raise DatasetError("%s: image %s is listed more than once" % (referenced_by, dup))
 
+    mask_paths = _find_loss_masks(fmt, image_dir, views, root)
     resolve_images(root, image_dir, views, n, referenced_by)
     src_dir = image_dir if n == 1 else downscale_dir(root, image_dir, n)
     undistort_views(root, views, "images" if src_dir == root else src_dir.name)
@@ -150,6 +183,7 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
             height=v.height,
             K=np.asarray(v.K, dtype=np.float64),
             viewmat=np.asarray(v.viewmat, dtype=np.float64),
+            mask_path=mask_paths.get(v.name),
         )
         for v in views
     ]

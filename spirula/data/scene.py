@@ -34,6 +34,8 @@ class Frame:
     ``width``, ``height``: size in pixels of that image.
     ``K``: ``[3,3] float64`` intrinsics for that size.
     ``viewmat``: ``[4,4] float64`` world->camera, OpenCV frame.
+    ``mask_path``: the loss mask (white = keep) at the original resolution,
+    or None (:meth:`Scene.load_mask`).
     """
 
     name: str
@@ -42,6 +44,7 @@ class Frame:
     height: int
     K: np.ndarray
     viewmat: np.ndarray
+    mask_path: Path | None = None
 
     @property
     def camera_center(self) -> np.ndarray:
@@ -97,6 +100,27 @@ class Scene:
             return rgba
         a = rgba[:, :, 3:4]
         return rgba[:, :, :3] * a + self.background.reshape(1, 1, 3) * (1.0 - a)
+
+    def load_mask(self, i: int) -> np.ndarray | None:
+        """Frame ``i``'s loss mask, ``[H,W] bool`` (True = keep) at the size of
+        :meth:`load_image`, or None when it has none. Grey levels are kept at
+        128 and above; a downscaled mask (``--downscale``) keeps a pixel only
+        when every original pixel its box averages is kept, so no dropped
+        colour leaks into a kept pixel of the downscaled image."""
+        f = self.frames[i]
+        if f.mask_path is None:
+            return None
+        from PIL import Image
+
+        try:
+            with Image.open(f.mask_path) as im:
+                m = Image.fromarray(np.where(np.asarray(im.convert("L")) >= 128, 255, 0).astype(np.uint8))
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise DatasetError("%s: cannot read mask (%s)" % (f.mask_path, " ".join(str(exc).split()))) from None
+        if m.size != (f.width, f.height):
+            m = m.resize((f.width, f.height), Image.BOX)
+            return np.asarray(m) == 255
+        return np.asarray(m) >= 128
 
     def load_rgba(self, i: int) -> np.ndarray:
         """Frame ``i``'s image with its alpha, not composited: ``[H,W,4] float32``

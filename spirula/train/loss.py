@@ -48,7 +48,23 @@ class LossBuffers:
             self.device.pool.free(b)
 
 
-def pack_rgba8(images) -> np.ndarray:
-    """[I,H,W,3] floats in [0,1] -> [I,H,W] uint32 RGBA8 (what loss_fwd reads)."""
+def pack_rgba8(images, masks=None) -> np.ndarray:
+    """[I,H,W,3] floats in [0,1] -> [I,H,W] uint32 RGBA8 (what loss_fwd reads).
+
+    The alpha byte carries the loss mask (``masks`` [I,H,W] bool, True = keep;
+    None keeps every pixel): 255 keep, 0 drop (shaders/include/ssim.glsl
+    ``loss_keep``). The image's own alpha was composited before, so the byte
+    is free, and the mask needs no buffer or binding of its own."""
     q = np.clip(np.rint(np.asarray(images, np.float32) * 255.0), 0, 255).astype(np.uint32)
-    return q[..., 0] | (q[..., 1] << 8) | (q[..., 2] << 16) | np.uint32(255 << 24)
+    a = np.uint32(255 << 24) if masks is None else np.where(np.asarray(masks, bool), np.uint32(255 << 24), np.uint32(0))
+    return q[..., 0] | (q[..., 1] << 8) | (q[..., 2] << 16) | a
+
+
+def masked_counts(mask) -> tuple:
+    """``(masked_pixels, masked_valid)`` of one [H,W] bool mask (None: no mask):
+    the dropped pixels, and those at "valid" SSIM positions (the 11x11 window
+    inside the image): StepParams' fields of the same names, summed over views."""
+    if mask is None:
+        return 0, 0
+    drop = ~np.asarray(mask, bool)
+    return int(drop.sum()), int(drop[5:-5, 5:-5].sum())

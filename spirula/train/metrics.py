@@ -1,5 +1,9 @@
 """Image quality metrics for evaluation (numpy, off the training path):
-PSNR and SSIM with the loss's 11x11 Gaussian window (sigma 1.5, 'valid')."""
+PSNR and SSIM with the loss's 11x11 Gaussian window (sigma 1.5, 'valid').
+
+With a loss mask ([H,W] bool, True = keep) both exclude the dropped pixels
+as the loss does: PSNR over the kept pixels; SSIM with dropped pixels 0 in
+both images, averaged over the kept valid positions."""
 
 from __future__ import annotations
 
@@ -11,9 +15,14 @@ _W = np.exp(-(_K**2) / (2 * 1.5**2))
 _W /= _W.sum()
 
 
-def psnr(img, gt) -> float:
-    """[H,W,3] images in [0,1]: 10 log10(1 / MSE)."""
-    mse = float(np.mean((np.asarray(img, np.float64) - np.asarray(gt, np.float64)) ** 2))
+def psnr(img, gt, mask=None) -> float:
+    """[H,W,3] images in [0,1]: 10 log10(1 / MSE) (MSE over the kept pixels of ``mask``)."""
+    d2 = (np.asarray(img, np.float64) - np.asarray(gt, np.float64)) ** 2
+    if mask is not None:
+        d2 = d2[np.asarray(mask, bool)]
+        if d2.size == 0:
+            return float("nan")
+    mse = float(np.mean(d2))
     return float("inf") if mse == 0 else 10.0 * np.log10(1.0 / mse)
 
 
@@ -22,10 +31,18 @@ def _blur_valid(x):
     return correlate1d(x, _W, axis=1, mode="constant")[:, 5:-5]
 
 
-def ssim(img, gt) -> float:
-    """Mean SSIM over channels and the valid window positions of [H,W,3] images."""
+def ssim(img, gt, mask=None) -> float:
+    """Mean SSIM over channels and the valid window positions of [H,W,3] images
+    (with ``mask``: the kept positions, dropped pixels 0 in both images)."""
     x = np.asarray(img, np.float64)
     y = np.asarray(gt, np.float64)
+    keep = None
+    if mask is not None:
+        m = np.asarray(mask, bool)
+        x, y = x * m[..., None], y * m[..., None]
+        keep = m[5:-5, 5:-5]
+        if not keep.any():
+            return float("nan")
     c1, c2 = 0.01**2, 0.03**2
     vals = []
     for ch in range(x.shape[-1]):
@@ -34,5 +51,6 @@ def ssim(img, gt) -> float:
         sxx = _blur_valid(a * a) - mx * mx
         syy = _blur_valid(b * b) - my * my
         sxy = _blur_valid(a * b) - mx * my
-        vals.append(((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx * mx + my * my + c1) * (sxx + syy + c2)))
+        s = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx * mx + my * my + c1) * (sxx + syy + c2))
+        vals.append(s if keep is None else s[keep])
     return float(np.mean(vals))

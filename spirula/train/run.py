@@ -320,8 +320,8 @@ def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = M
     for i in track(scene.test if indices is None else indices, "evaluating", unit="view"):
         f = scene.frames[i]
         img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
-        gt = scene.load_image(i)
-        per.append(dict(image=f.name, psnr=psnr(img, gt), ssim=ssim(img, gt)))
+        gt, mask = scene.load_image(i), scene.load_mask(i)
+        per.append(dict(image=f.name, psnr=psnr(img, gt, mask), ssim=ssim(img, gt, mask)))
     renderer.free()
     mean = {k: float(np.mean([p[k] for p in per])) if per else None for k in ("psnr", "ssim")}
     return dict(per_image=per, **mean)

@@ -29,7 +29,7 @@ from spirula.render.rasterizer import Rasterizer
 from spirula.runtime.buffers import GROWTH, NAN_WORD, fmt_bytes, parse_size
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
-from spirula.train.loss import LossBuffers, pack_rgba8
+from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
 from spirula.train.model import PARAM_NAMES, SplatModel, init_from_points
 from spirula.train.optimizer import record_fpbo
 from spirula.train.schedule import learning_rates, sh_degree_at
@@ -74,12 +74,21 @@ class _ImageSize:
         # train index -> (chunk, index in that chunk's gt buffer)
         self.local = {img: (k // per_chunk, k % per_chunk) for k, img in enumerate(images)}
         self.gt_chunks = []
+        self.masked = {}  # train index -> (masked_pixels, masked_valid) of its loss mask
         for c in range(0, len(images), per_chunk):
             part = images[c : c + per_chunk]
             label = name + ".gt_images" + (".%d" % (c // per_chunk) if c else "")
             buf = dev.pool.alloc(label, (len(part), height, width), np.uint32, "image")
             pixels = [scene.load_image(scene.train[i]) for i in track(part, "loading images", unit="image")]
-            dev.upload(buf, pack_rgba8(np.stack(pixels)))
+            masks = [scene.load_mask(scene.train[i]) for i in part]
+            for i, m in zip(part, masks):
+                self.masked[i] = masked_counts(m)
+            keep = (
+                None
+                if all(m is None for m in masks)
+                else np.stack([np.ones((height, width), bool) if m is None else m for m in masks])
+            )
+            dev.upload(buf, pack_rgba8(np.stack(pixels), keep))
             self.gt_chunks.append(buf)
         self.chunk = 0  # the chunk of the image being trained
         self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha)
@@ -377,6 +386,8 @@ class Trainer:
             n_views=1,
             n_splats=self.model.n,
             image_index=[self._active.local[image][1]] + [0] * 7,
+            masked_pixels=self._active.masked[image][0],
+            masked_valid=self._active.masked[image][1],
             lr_means=lr.means,
             lr_quats=lr.quats,
             lr_scales=lr.scales,
@@ -502,8 +513,8 @@ class Trainer:
         for i in track(indices, "evaluating", unit="view"):
             f = self.scene.frames[i]
             img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height)), 0, 1)
-            gt = self.scene.load_image(i)
-            per.append(dict(image=f.name, psnr=psnr(img, gt), ssim=ssim(img, gt)))
+            gt, mask = self.scene.load_image(i), self.scene.load_mask(i)
+            per.append(dict(image=f.name, psnr=psnr(img, gt, mask), ssim=ssim(img, gt, mask)))
         mean = {k: float(np.mean([p[k] for p in per])) if per else float("nan") for k in ("psnr", "ssim")}
         return dict(per_image=per, **mean)
 
