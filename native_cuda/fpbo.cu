@@ -215,8 +215,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         a.m_opacities[g] = m;
         a.v_opacities[g] = v;
     }
-    // SH: gradient of float f = coefficient f / 3, channel f % 3. The active
-    // floats (compile-time f) come first, unrolled; the rest have gradient 0.
+    // SH: gradient of float f = coefficient f / 3, channel f % 3, for every
+    // layout below. The active floats (compile-time f) come first, unrolled;
+    // the rest have gradient 0.
     float lr_sh0 = params->lr_sh0, lr_shN = params->lr_shN;
     auto sh_grad = [&](uint32_t f) {
         float grad = 0.0f;
@@ -301,14 +302,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
 #pragma unroll
             for (uint32_t e = 0u; e < 4u; ++e) {
                 uint32_t f = 4u * j + e;
-                float grad = 0.0f;
-                if (f < n_active) {
-                    if (ONE_VIEW) {
-                        grad += view_basis[f / 3u] * view_vraw[int(f % 3u)];
-                    } else {
-                        grad = g_sh[ONE_VIEW ? 0u : f];
-                    }
-                }
+                float grad = sh_grad(f);
                 float& pe = component(p, e);
                 pe = adam_update(pe, grad, component(m, e), component(v, e), f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2,
                                  eps);
@@ -337,12 +331,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
             if (f >= n_floats) {
                 break;
             }
-            float grad = 0.0f;
-            if (ONE_VIEW) {
-                grad += view_basis[f / 3u] * view_vraw[int(f % 3u)];
-            } else {
-                grad = g_sh[ONE_VIEW ? 0u : f];
-            }
+            float grad = sh_grad(f);  // f < n_active here
             uint32_t j = sh_base + f;
             float m = a.m_sh[j], v = a.v_sh[j];
             a.sh[j] = adam_update(a.sh[j], grad, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);

@@ -339,6 +339,58 @@ def check_loss(dev, checked=48):
 FPBO_LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
 
 
+FPBO_REG = dict(opacity_reg=0.01, scale_reg=0.02)
+
+
+def gpu_fpbo_step(dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_REG, seed=0, adc_stats=True):
+    """One fpbo update of ``model`` (in place) from the gradients of random
+    colour gradients (0.1 N(0, 1), drawn from ``rng``) on ``scene``'s views
+    (:func:`random_scene`), projected and rasterized on ``dev``: the case of
+    the selftest, tests/test_fpbo.py and tests/test_compact.py. Returns
+    (grad_colors [V,H,W,3] f32, visible [V,N] bool, vis_count [N] u32)."""
+    from spirula.render.rasterizer import Rasterizer
+    from spirula.train.optimizer import record_fpbo
+    from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+
+    views, n, pool = len(scene["viewmats"]), model.n, dev.pool
+    raster = Rasterizer(dev, scene["width"], scene["height"], views, capacity=n, isect_capacity=100_000)
+    raster.set_cameras(scene["viewmats"], scene["Ks"])
+    raster.set_backgrounds(None)
+    gc = (rng.standard_normal((views, scene["height"], scene["width"], 3)) * 0.1).astype(np.float32)
+    dev.upload(raster.grad_colors, gc)
+    params = pool.alloc("fpbo_case.params", (STEP_PARAMS_WORDS,), np.uint32)
+    p = step_params(
+        step=step,
+        seed=seed,
+        n_views=views,
+        n_splats=n,
+        bias1=1 - 0.9**step,
+        bias2=1 - 0.999**step,
+        beta1=0.9,
+        beta2=0.999,
+        adam_eps=1e-15,
+        **lr,
+        **reg,
+    )
+    dev.upload(params, np.frombuffer(p.tobytes(), np.uint32))
+    stats = (
+        pool.alloc("fpbo_case.g2d", (n,), np.float32, zero=True),
+        pool.alloc("fpbo_case.cnt", (n,), np.uint32, zero=True),
+    )
+    rec = dev.recorder("fpbo_case")
+    raster.record_project(rec, model.params, sh_degree)
+    raster.record_raster(rec)
+    raster.record_raster_backward(rec)
+    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=adc_stats)
+    rec.finish().run()
+    visible = (dev.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)
+    count = dev.readback(stats[1])
+    for b in (params, *stats):
+        pool.free(b)
+    raster.free()
+    return gc, visible, count
+
+
 def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
     """One fused update against the reference gradients (projection and
     rasterization, chained to log-scales and opacity logits, plus the
@@ -350,11 +402,8 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
     stores (tests/test_compact.py)."""
     from spirula.reference.adam import fpbo_expected
     from spirula.reference.render import rasterization_bwd
-    from spirula.render.rasterizer import Rasterizer
     from spirula.train import storage
     from spirula.train.model import SplatModel
-    from spirula.train.optimizer import record_fpbo
-    from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 
     s = random_scene(n=n, cameras=1, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
@@ -375,49 +424,14 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
         for key in moments:
             for name in moments[key]:
                 moments[key][name] = storage.quantize(name, moments[key][name], True, K)
-    pool = dev.pool
     model = SplatModel(dev, n, n, K, compact=compact)
     model.upload(raw, moments)
-    raster = Rasterizer(dev, s["width"], s["height"], 1, capacity=n, isect_capacity=100_000, name="selftest.raster")
-    raster.set_cameras(s["viewmats"], s["Ks"])
-    raster.set_backgrounds(None)
-    gc = (rng.standard_normal((1, s["height"], s["width"], 3)) * 0.1).astype(np.float32)
-    dev.upload(raster.grad_colors, gc)
-    params = pool.alloc("selftest.params", (STEP_PARAMS_WORDS,), np.uint32)
-    reg = dict(opacity_reg=0.01, scale_reg=0.02)
-    p = step_params(
-        step=step,
-        n_views=1,
-        n_splats=n,
-        bias1=1 - 0.9**step,
-        bias2=1 - 0.999**step,
-        beta1=0.9,
-        beta2=0.999,
-        adam_eps=1e-15,
-        **FPBO_LR,
-        **reg,
-    )
-    dev.upload(params, np.frombuffer(p.tobytes(), np.uint32))
-    stats = (
-        pool.alloc("selftest.g2d", (n,), np.float32, zero=True),
-        pool.alloc("selftest.cnt", (n,), np.uint32, zero=True),
-    )
-    rec = dev.recorder("selftest.fpbo")
-    raster.record_project(rec, model.params, sh_degree)
-    raster.record_raster(rec)
-    raster.record_raster_backward(rec)
-    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=True)
-    rec.finish().run()
+    gc, vis, count = gpu_fpbo_step(dev, model, s, sh_degree, step, rng)
     got = model.download()
-    vis = (dev.readback(raster.radii, shape=(1, n, 2)) != 0).any(-1)
-    count = dev.readback(stats[1])
-    for b in (params, *stats):
-        pool.free(b)
-    raster.free()
     model.free()
 
     g = rasterization_bwd(**_f64(s), grad_colors=gc.astype(np.float64))
-    want = fpbo_expected(raw, moments, g, s["scales"], s["opacities"], reg, FPBO_LR, step)
+    want = fpbo_expected(raw, moments, g, s["scales"], s["opacities"], FPBO_REG, FPBO_LR, step)
     params_rows, m_rows = [], []
     kernel = "fpbo (compact)" if compact else "fpbo"
     for name, (want_p, want_m, want_v, lr) in want.items():

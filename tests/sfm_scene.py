@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import data_fixtures
 import numpy as np
 from PIL import Image
 
@@ -31,17 +32,11 @@ BOXES = [
 TARGET = np.array([0.0, 0.3, 0.5])
 
 
-def look_at(center, target=TARGET, up=(0.0, 0.0, 1.0)) -> np.ndarray:
+def look_at(center, target=TARGET, up=(0.0, 0.0, 1.0)) -> tuple:
     """World->camera rotation R [3,3] (rows: camera x right, y down, z forward) and
     translation t [3] of a camera at ``center`` looking at ``target`` (COLMAP's frame)."""
-    c = np.asarray(center, float)
-    fwd = np.asarray(target, float) - c
-    fwd /= np.linalg.norm(fwd)
-    right = np.cross(fwd, up)
-    right /= np.linalg.norm(right)
-    down = np.cross(fwd, right)
-    R = np.stack([right, down, fwd])
-    return R, -R @ c
+    v = data_fixtures.look_at(center, target, up)
+    return v[:3, :3], v[:3, 3]
 
 
 def arc_centres(n: int, radius=4.0, height=1.6, span_deg=80.0) -> np.ndarray:

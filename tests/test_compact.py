@@ -17,11 +17,10 @@ from train_cases import random_init, refine, tiny_scene
 
 from spirula.render.rasterizer import Rasterizer, Splats
 from spirula.runtime.sequence import Threads
+from spirula.selftest import gpu_fpbo_step
 from spirula.train import storage
 from spirula.train.config import TrainConfig
 from spirula.train.model import SplatModel
-from spirula.train.optimizer import record_fpbo
-from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 from spirula.train.trainer import Trainer
 
 LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
@@ -282,37 +281,8 @@ def test_compact_fpbo_matches_reference_update(device, sh_degree, step, views):
             moments[k][name] = storage.quantize(name, moments[k][name], True, K)
     model = SplatModel(device, n, n, K, compact=True)
     model.upload(raw, moments)
-    raster = Rasterizer(device, s["width"], s["height"], views, capacity=n, isect_capacity=100_000)
-    raster.set_cameras(s["viewmats"], s["Ks"])
-    raster.set_backgrounds(None)
-    gc = (rng.standard_normal((views, s["height"], s["width"], 3)) * 0.1).astype(np.float32)
-    device.upload(raster.grad_colors, gc)
-    params = device.pool.alloc("t.params", (STEP_PARAMS_WORDS,), np.uint32)
     reg = dict(opacity_reg=0.01, scale_reg=0.02)
-    p = step_params(
-        step=step,
-        seed=99,
-        n_views=views,
-        n_splats=n,
-        bias1=1 - 0.9**step,
-        bias2=1 - 0.999**step,
-        beta1=0.9,
-        beta2=0.999,
-        adam_eps=1e-15,
-        **LR,
-        **reg,
-    )
-    device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
-    stats = (
-        device.pool.alloc("t.g2d", (n,), np.float32, zero=True),
-        device.pool.alloc("t.cnt", (n,), np.uint32, zero=True),
-    )
-    rec = device.recorder("compact fpbo test")
-    raster.record_project(rec, model.params, sh_degree)
-    raster.record_raster(rec)
-    raster.record_raster_backward(rec)
-    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=False)
-    rec.finish().run()
+    gc, _, _ = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg, seed=99, adc_stats=False)
     got = model.download()
     words = device.readback(model.params.sh)
     g = rasterization_bwd(
@@ -343,7 +313,6 @@ def test_compact_fpbo_matches_reference_update(device, sh_degree, step, views):
             assert not (device.readback(buf)[:, 1] >> 16).any(), (key, buf.name)  # the pad
         # the moments moved
         assert (got[key]["quats"] != moments[key]["quats"]).mean() > 0.5
-    raster.free()
     model.free()
 
 

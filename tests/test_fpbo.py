@@ -8,10 +8,8 @@ from reference.adam import fpbo_expected
 from reference.render import rasterization_bwd
 from render_cases import random_scene
 
-from spirula.render.rasterizer import Rasterizer
+from spirula.selftest import gpu_fpbo_step
 from spirula.train.model import SplatModel
-from spirula.train.optimizer import record_fpbo
-from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 
 LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
 
@@ -39,36 +37,8 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views):
         np.abs(a, out=a)
     model = SplatModel(device, n, n, K)
     model.upload(raw, moments)
-    raster = Rasterizer(device, s["width"], s["height"], views, capacity=n, isect_capacity=100_000)
-    raster.set_cameras(s["viewmats"], s["Ks"])
-    raster.set_backgrounds(None)
-    gc = (rng.standard_normal((views, s["height"], s["width"], 3)) * 0.1).astype(np.float32)
-    device.upload(raster.grad_colors, gc)
-    params = device.pool.alloc("t.params", (STEP_PARAMS_WORDS,), np.uint32)
     reg = dict(opacity_reg=0.01, scale_reg=0.02)
-    p = step_params(
-        step=step,
-        n_views=views,
-        n_splats=n,
-        bias1=1 - 0.9**step,
-        bias2=1 - 0.999**step,
-        beta1=0.9,
-        beta2=0.999,
-        adam_eps=1e-15,
-        **LR,
-        **reg,
-    )
-    device.upload(params, np.frombuffer(p.tobytes(), np.uint32))
-    stats = (
-        device.pool.alloc("t.g2d", (n,), np.float32, zero=True),
-        device.pool.alloc("t.cnt", (n,), np.uint32, zero=True),
-    )
-    rec = device.recorder("fpbo test")
-    raster.record_project(rec, model.params, sh_degree)
-    raster.record_raster(rec)
-    raster.record_raster_backward(rec)
-    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=True)
-    rec.finish().run()
+    gc, vis, count = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg)
     got = model.download()
 
     # reference: gradients w.r.t. activated values, chained to the raw ones
@@ -89,7 +59,5 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views):
             got["exp_avg_sq"][name], want_v, rtol=2e-3, atol=1e-4 * np.abs(want_v).max() + 1e-18, err_msg=name
         )
     # density-control statistics: visible splats counted once, with a positive gradient norm
-    vis = (device.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)
-    assert np.array_equal(device.readback(stats[1]), vis.sum(0))
-    raster.free()
+    assert np.array_equal(count, vis.sum(0))
     model.free()

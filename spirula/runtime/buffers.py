@@ -227,19 +227,7 @@ class BufferPool:
             buf.shape = shape
             self._note_usage()
             return False
-        cap = _round_capacity(nbytes * headroom)
-        new = self._tensor(buf.name, cap)
-        old_tensor, old_bytes = buf.tensor, buf.nbytes
-        if keep and old_bytes:
-            self.device.copy_tensors(old_tensor, new, buf.capacity)
-        self.device.forget_tensor(old_tensor)
-        buf.tensor = new
-        buf.capacity = cap
-        buf.shape = shape
-        buf.version += 1
-        self._note_usage()
-        if self.poison and not keep:
-            self.device.fill(buf, NAN_WORD)
+        self._reallocate(buf, _round_capacity(nbytes * headroom), buf.capacity if keep and buf.nbytes else 0, shape)
         return True
 
     def reserve(self, buf: Buffer, capacity: int, *, keep: bool = True) -> bool:
@@ -252,18 +240,25 @@ class BufferPool:
             return False
         if buf.host:
             raise ValueError("host buffer %s cannot be reallocated" % buf.name)
+        self._reallocate(buf, cap, _round_capacity(buf.nbytes) if keep and buf.nbytes else 0)
+        return True
+
+    def _reallocate(self, buf: Buffer, cap: int, copy_bytes: int, shape=None):
+        """New memory of ``cap`` bytes for ``buf`` (``shape`` its new used part),
+        the first ``copy_bytes`` copied over (0: contents dropped, NaN when
+        poisoning); the version bumps. Out of memory leaves ``buf`` as it was."""
         new = self._tensor(buf.name, cap)
-        old_tensor = buf.tensor
-        if keep and buf.nbytes:
-            self.device.copy_tensors(old_tensor, new, _round_capacity(buf.nbytes))
-        self.device.forget_tensor(old_tensor)
+        if copy_bytes:
+            self.device.copy_tensors(buf.tensor, new, copy_bytes)
+        self.device.forget_tensor(buf.tensor)
         buf.tensor = new
         buf.capacity = cap
+        if shape is not None:
+            buf.shape = shape
         buf.version += 1
         self._note_usage()
-        if self.poison and not keep:
+        if self.poison and not copy_bytes:
             self.device.fill(buf, NAN_WORD)
-        return True
 
     def free(self, buf: Buffer):
         if buf.tensor is None:
