@@ -69,6 +69,9 @@ class SyntheticScene:
     def load_image(self, i):
         return self._rng.random((self.height, self.width, 3), dtype=np.float32)
 
+    def load_mask(self, i):
+        return None  # every pixel counts (spirula.data.scene.Scene.load_mask)
+
 
 def slab_init(n: int, pixels: int, sh_degree: int = 3) -> dict:
     """raster_bench's slab of ``n`` splats, scales shrunk by (n_ref / n)^(1/3)

@@ -2,11 +2,12 @@
 folder is found, checked and downscaled by the loader, and training ignores
 what the masks drop: ground truth with garbage under the mask is not learned."""
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from data_fixtures import make_truth, write_colmap
+from data_fixtures import make_truth, write_blender, write_colmap, write_nerfstudio
 from PIL import Image
 from train_cases import bright_image, random_init
 
@@ -65,6 +66,59 @@ def test_downscale_downscales_the_masks_alike(tmp_path):
     want[7:17, 10:22] = False
     want[0, 0] = False
     np.testing.assert_array_equal(small, want)
+
+
+def _block_mask(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    m = np.full((H, W), 255, np.uint8)
+    m[BLOCK] = 0
+    Image.fromarray(m).save(path)
+
+
+def test_nerfstudio_frames_name_their_masks(tmp_path):
+    """nerfstudio's per-frame ``mask_path`` (relative to transforms.json), for the frames that have one."""
+    truth = make_truth()
+    root = write_nerfstudio(tmp_path / "ns", truth)
+    meta = json.loads((root / "transforms.json").read_text())
+    meta["frames"][1]["mask_path"] = "my_masks/%s.png" % Path(truth.names[1]).stem
+    _block_mask(root / meta["frames"][1]["mask_path"])
+    (root / "transforms.json").write_text(json.dumps(meta))
+    scene = load_dataset(root)
+    names = [f.name for f in scene.frames]
+    m = scene.load_mask(names.index(truth.names[1]))
+    assert not m[BLOCK].any() and m.sum() == H * W - 20 * 24
+    assert scene.load_mask(names.index(truth.names[0])) is None
+
+
+def test_nerfstudio_mask_path_that_is_missing_is_one_clear_line(tmp_path):
+    root = write_nerfstudio(tmp_path / "ns", make_truth())
+    meta = json.loads((root / "transforms.json").read_text())
+    meta["frames"][2]["mask_path"] = "masks/nope.png"
+    (root / "transforms.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetError) as e:
+        load_dataset(root)
+    msg = str(e.value)
+    assert "\n" not in msg and "masks/nope.png" in msg and "mask_path" in msg and "transforms.json" in msg
+
+
+def test_nerfstudio_masks_folder_beside_the_images(tmp_path):
+    truth = make_truth()
+    root = write_nerfstudio(tmp_path / "ns", truth)
+    _block_mask(root / "masks" / truth.names[3])
+    scene = load_dataset(root)
+    m = scene.load_mask([f.name for f in scene.frames].index(truth.names[3]))
+    assert not m[BLOCK].any() and m.sum() == H * W - 20 * 24
+
+
+def test_blender_masks_folder_in_the_scene(tmp_path):
+    """``masks/train/r_001.png`` in a Blender scene's folder: the image's path below the scene."""
+    root = write_blender(tmp_path / "bl", make_truth())
+    _block_mask(root / "masks" / "train" / "r_001.png")
+    scene = load_dataset(root)
+    names = [f.name for f in scene.frames]
+    m = scene.load_mask(names.index("train/r_001.png"))
+    assert not m[BLOCK].any() and m.sum() == H * W - 20 * 24
+    assert scene.load_mask(names.index("train/r_002.png")) is None
 
 
 def test_a_mask_of_the_wrong_size_is_one_clear_line(tmp_path):

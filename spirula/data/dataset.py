@@ -99,15 +99,18 @@ def detect_format(path) -> tuple:
 
 
 def _find_loss_masks(fmt, image_dir, views, root) -> dict:
-    """``{image name: mask path}`` from ``masks/`` beside a COLMAP dataset's
-    image folder (spirula.sfm.masks' names: ``<stem>.png``, ``<name>``,
-    ``<name>.png``), each checked against its image's original size. Masks of
-    distorted cameras are refused (``spirula sfm`` writes undistorted ones)."""
-    if fmt != "colmap":
-        return {}
+    """``{image name: mask path}`` (white = keep): a view's own ``mask_path``
+    (nerfstudio's per-frame key), else ``masks/`` beside a COLMAP or
+    nerfstudio dataset's image folder, or in a Blender scene's folder
+    (``masks/train/r_0.png``), by spirula.sfm.masks' names (``<stem>.png``,
+    ``<name>``, ``<name>.png``). Each is checked against its image's original
+    size; masks of distorted cameras are refused (``spirula sfm`` writes
+    undistorted ones)."""
     from spirula.sfm.masks import find_masks
 
-    found = find_masks(Path(image_dir), [v.name for v in views])
+    mask_dir = Path(root) / "masks" if fmt == "blender" else None
+    found = find_masks(Path(image_dir), [v.name for v in views], mask_dir)
+    found.update({v.name: v.mask_path for v in views if v.mask_path is not None})
     for v in views:
         path = found.get(v.name)
         if path is None:

@@ -131,6 +131,12 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
                 model=model if np.any(dist) or model != "OPENCV" else "PINHOLE",
             )
         )
+        if "mask_path" in fr:  # nerfstudio's per-frame loss mask (white = keep), relative to the file
+            if not isinstance(fr["mask_path"], str):
+                raise DatasetError("%s: %s: mask_path is %r; expected a file name" % (label, what, fr["mask_path"]))
+            mask = views[-1].mask_path = image_file(root, fr["mask_path"])
+            if not mask.is_file():
+                raise DatasetError("%s: missing (mask_path of %s in %s)" % (rel(mask, root), what, label))
         paths.append(p)
     image_dir = Path(os.path.commonpath([str(p.parent) for p in paths]))
     for v, p in zip(views, paths):

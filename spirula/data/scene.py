@@ -205,7 +205,8 @@ class View:
     """What a format loader reads, before images are resolved: one camera at
     the original image resolution. ``dist`` is ``[6] float64``
     ``(k1, k2, k3, k4, p1, p2)`` of the OpenCV radial-tangential model (zeros
-    for pinhole); ``model`` names the camera model for messages."""
+    for pinhole); ``model`` names the camera model for messages; ``mask_path``
+    a loss mask the format names for this view (nerfstudio's ``mask_path``)."""
 
     name: str
     width: int
@@ -215,6 +216,7 @@ class View:
     dist: np.ndarray
     model: str = "PINHOLE"
     image_path: Path | None = None
+    mask_path: Path | None = None
 
 
 def check_intrinsics(where: str, width, height, fx, fy, cx, cy, names=("fx", "fy", "cx", "cy")) -> None:

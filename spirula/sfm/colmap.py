@@ -184,6 +184,7 @@ def run_sfm(
     if mask_files:
         masks_mod.write_colmap_masks(mask_files, images, work / "masks")
         reader.mask_path = str(work / "masks")
+    device = sift_device(pycolmap)
     extraction = pycolmap.FeatureExtractionOptions()
     extraction.num_threads = num_threads
     mode = pycolmap.CameraMode.SINGLE if single_camera else pycolmap.CameraMode.AUTO
@@ -197,14 +198,15 @@ def run_sfm(
         camera_mode=mode,
         reader_options=reader,
         extraction_options=extraction,
-        device=pycolmap.Device.cpu,
+        device=device,
     )
     times["extract"] = time.perf_counter() - t0
     log(
-        "extract   %6.1f s  %d images, SIFT, %s (%s)%s"
+        "extract   %6.1f s  %d images, SIFT on the %s, %s (%s)%s"
         % (
             times["extract"],
             len(names),
+            "GPU" if device == pycolmap.Device.cuda else "CPU",
             "one shared camera" if single_camera else "a camera per image",
             camera_model,
             ", %d masks" % len(mask_files) if mask_files else "",
@@ -227,11 +229,11 @@ def run_sfm(
             db,
             matching_options=matching,
             pairing_options=pairing,
-            device=pycolmap.Device.cpu,
+            device=device,
         )
         how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
     else:
-        _stage("match", work, pycolmap.match_exhaustive, db, matching_options=matching, device=pycolmap.Device.cpu)
+        _stage("match", work, pycolmap.match_exhaustive, db, matching_options=matching, device=device)
         how = "exhaustive, %s pairs" % format(len(names) * (len(names) - 1) // 2, ",")
     times["match"] = time.perf_counter() - t0
     log("match     %6.1f s  %s" % (times["match"], how))
@@ -324,6 +326,15 @@ def _quiet_colmap(pycolmap, work: Path) -> None:
     lg.alsologtostderr = False
     lg.stderrthreshold = int(lg.Level.ERROR.value) if hasattr(lg.Level.ERROR, "value") else 2
     lg.set_log_destination(lg.INFO, str(work / "colmap.log."))
+
+
+def sift_device(pycolmap):
+    """Where SIFT extraction and matching run: the GPU when this pycolmap build
+    has CUDA (the ``pycolmap-cuda12`` wheel) and a CUDA device is visible, else
+    the CPU (the plain ``pycolmap`` wheel has no CUDA)."""
+    if getattr(pycolmap, "has_cuda", False) and pycolmap.get_num_cuda_devices() > 0:
+        return pycolmap.Device.cuda
+    return pycolmap.Device.cpu
 
 
 def cores() -> int:

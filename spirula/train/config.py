@@ -42,7 +42,7 @@ class TrainConfig:
     sh_every: int = 1000  # one SH band more every N steps
     seed: int = 0
     # compact storage: SH past the DC in fp16; the moments of SH, means, quats, scales in bf16 (train/storage.py)
-    compact: bool = False
+    compact: bool = True
     # loss: l1_weight * L1 + ssim_weight * (1 - SSIM)
     l1_weight: float = 0.8
     ssim_weight: float = 0.2
