@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from spirula.errors import SpirulaError
+from spirula.errors import SpirulaError, UsageError
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.runtime.buffers import Buffer
 
@@ -179,7 +179,7 @@ class Renderer:
 
         ply = read_splat_ply(path)
         if len(ply["means"]) == 0:
-            raise SpirulaError("%s: the splat file holds no splats" % path)
+            raise UsageError("%s: the splat file holds no splats" % path)
         return self.set_splats(**activate_splats(ply), sh_degree=ply["sh_degree"])
 
     def set_splats(
@@ -372,7 +372,7 @@ class Renderer:
 def _colour(value) -> np.ndarray:
     c = np.asarray(value, np.float32).reshape(-1)
     if c.shape != (3,) or not np.isfinite(c).all():
-        raise SpirulaError("background: expected 3 finite numbers (RGB 0..1), got %r" % (value,))
+        raise UsageError("background: expected 3 finite numbers (RGB 0..1), got %r" % (value,))
     return c
 
 
