@@ -170,3 +170,40 @@ def test_mpeg4_fallback_writes_a_decodable_video(tmp_path):
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     assert len(frames) == 3 and frames[0].shape == (H, W, 3)
     assert _psnr(frames[0], to_uint8(image)) > 30.0  # a smooth ramp: far easier than the splats above
+
+
+def test_dataset_camera_path_and_views_of_a_splat_ply(tmp_path, device):
+    """A splat.ply with --dataset: the dataset path at the dataset's image
+    size (its first training camera's view first), and the dataset views."""
+    from train_cases import write_tiny_colmap
+
+    from spirula.data import load_dataset
+
+    data = write_tiny_colmap(tmp_path / "data")
+    scene = load_dataset(data)
+    n = len(scene.points)  # splats on the scene's points, so that its cameras see them
+    rng = np.random.default_rng(1)
+    splat_ply = tmp_path / "scene.ply"
+    sh = (rng.standard_normal((n, 4, 3)) * 0.4).astype(np.float32)
+    write_splat_ply(splat_ply, scene.points, np.tile([1, 0, 0, 0], (n, 1)), np.full((n, 3), -2.0), np.zeros(n), sh)
+    args = ["--dataset", data, "--camera-path", "dataset", "--images", tmp_path / "p", "--frames", 4]
+    proc = spirula("render", splat_ply, *args)
+    assert proc.returncode == 0, proc.stderr
+    pngs = sorted((tmp_path / "p").glob("*.png"))
+    assert len(pngs) == 4
+    f = scene.frames[scene.train[0]]
+    from spirula.render.api import rasterization
+
+    splats = activate_splats(read_splat_ply(splat_ply))
+    want = rasterization(
+        **splats, viewmats=f.viewmat[None], Ks=f.K[None], width=f.width, height=f.height, device=device
+    )[0][0]
+    # the path starts exactly at the first training camera (slerp at a key)
+    got = np.asarray(Image.open(pngs[0])).astype(int)
+    assert got.shape == (f.height, f.width, 3)
+    assert (
+        got.max() > 0 and np.abs(got - to_uint8(want)).max() <= 1
+    )  # a key camera rebuilt from its quaternion: ulps, at most one level
+    proc = spirula("render", splat_ply, "--dataset", data, "--camera", "0", "--out", tmp_path / "views")
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in (tmp_path / "views").glob("*.png")] == [scene.frames[0].name.rsplit(".", 1)[0] + ".png"]
