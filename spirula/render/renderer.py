@@ -253,6 +253,17 @@ class Renderer:
             )
         return self
 
+    def use_splats(self, splats: Splats, sh_degree: int | None = None) -> Renderer:
+        """Render a :class:`~spirula.render.rasterizer.Splats` already on this
+        renderer's device (a trainer's ``model.params``: raw or activated,
+        float32 or compact), bound with no copy. Buffers it reallocates
+        (growth) are picked up at the next render."""
+        self._drop_splats()
+        self.splats, self._own_splats = splats, False
+        most = min(int(np.sqrt(splats.sh_coeffs)) - 1, 3)
+        self.sh_degree = most if sh_degree is None else int(sh_degree)
+        return self
+
     @staticmethod
     def _check_counts(n: int, k: int):
         if n < 1:
