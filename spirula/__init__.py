@@ -8,6 +8,9 @@ Public API:
 - :func:`open_device` (``"vulkan"`` or ``"cuda"``) / :func:`get_device`: the
   GPU; :class:`Device` is the Vulkan one (a Kompute manager: pass your own
   ``kp.Manager`` to share it);
+- :class:`Renderer`: embed the renderer in a host program (its own
+  ``kp.Manager``): set the splats once, render many frames, the image a
+  Kompute tensor the host binds (docs/embedding.md);
 - :func:`load_dataset`: COLMAP, Blender/NeRF-synthetic and nerfstudio scenes;
 - :class:`TrainConfig` / :class:`Trainer`: training on the GPU.
 
@@ -26,6 +29,7 @@ __all__ = [
     "open_device",
     "Device",
     "get_device",
+    "Renderer",
     "load_dataset",
     "TrainConfig",
     "Trainer",
@@ -46,6 +50,10 @@ def __getattr__(name):
         from spirula.backends.vulkan import VulkanDevice
 
         return VulkanDevice
+    if name == "Renderer":
+        from spirula.render.renderer import Renderer
+
+        return Renderer
     if name == "load_dataset":
         from spirula.data import load_dataset
 

@@ -34,3 +34,10 @@ class ShaderCompileError(SpirulaError):
 
 class OutOfMemoryError(SpirulaError):
     """A GPU allocation failed; the message gives the sizes asked for."""
+
+
+class UsageError(SpirulaError):
+    """Options or input that do not fit together or cannot be used (an odd
+    size for a video, an unwritable output, an empty splat file); exit 2."""
+
+    exit_code = 2

@@ -67,6 +67,30 @@ def unavailable_reason(index=None):
     return None
 
 
+def _borrowed_index(manager, index, devices) -> int:
+    """The physical device index of a borrowed ``kp.Manager``: ``index`` if
+    given (checked against the manager's device name), else the one device of
+    that name; a one-line SpirulaError where the name matches none, or
+    several and no ``index`` says which (Kompute does not expose the handle)."""
+    name = manager.get_device_properties()["device_name"]
+    same = [d.index for d in devices if d.name == name]
+    if index is not None:
+        index = resolve_index(index, devices)
+        if devices[index].name != name:
+            raise SpirulaError(
+                "the borrowed kp.Manager runs on %r but Vulkan device %d is %r" % (name, index, devices[index].name)
+            )
+        return index
+    if not same:
+        raise SpirulaError("the borrowed kp.Manager runs on %r, which the Vulkan loader does not list" % name)
+    if len(same) > 1:
+        raise SpirulaError(
+            "the borrowed kp.Manager runs on %r and devices %s share that name: pass the index the manager"
+            " was created with (device=N)" % (name, ", ".join(map(str, same)))
+        )
+    return same[0]
+
+
 class VulkanDevice(base.Device):
     """One Vulkan device and everything Spirula allocates on it.
 
@@ -114,14 +138,14 @@ class VulkanDevice(base.Device):
                 raise NoVulkanError("cannot open Vulkan device %d (%s): %s" % (index, self.info.name, exc)) from None
         else:
             self.mgr = manager
-            name = manager.get_device_properties()["device_name"]
-            if index is None:
-                index = next((d.index for d in devices if d.name == name), 0)
-            self.info = devices[index]
+            self.info = devices[_borrowed_index(manager, index, devices)]
             vkinfo.check_requirements(self.info)
             # A borrowed manager's enabled features are unknown unless stated.
             float_atomics = bool(float_atomics)
             float_controls = bool(float_controls)
+        # A borrowed manager stays the host program's: nothing here destroys it
+        # (close() frees Spirula's buffers only), and it outlives this device.
+        self.owns_manager = manager is None
         self.float_atomics = float_atomics
         self.float_controls = float_controls
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}

@@ -1,4 +1,4 @@
-"""``spirula train``, ``spirula eval`` and ``spirula render``."""
+"""``spirula train`` and ``spirula eval`` (``spirula render``: spirula/cli/render.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import click
-import numpy as np
 
 from spirula.cli.main import cli, common_options, open_cli_device
 from spirula.errors import SpirulaError
@@ -336,55 +335,3 @@ def eval_command(run):
     )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
     (folder / "metrics-eval.json").write_text(json.dumps(metrics, indent=1))
-
-
-@cli.command("render")
-@common_options
-@click.argument("run", type=click.Path(exists=True, path_type=Path))
-@click.option(
-    "--camera",
-    "cameras",
-    multiple=True,
-    help="A dataset view: its index, 'test:K', 'train:K' or its image name (repeatable) [default: every test view].",
-)
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Folder [default: RUN/renders].")
-def render_command(run, cameras, out):
-    """Render a trained run from dataset cameras to PNG files."""
-    from PIL import Image
-
-    from spirula.progress import track, write
-    from spirula.train.run import SplatRenderer
-
-    cfg, params, ckpt, scene = _open_run(run)
-    indices = [_camera_index(scene, c) for c in cameras] if cameras else list(scene.test)
-    if not indices:
-        raise SpirulaError("%s: no test views to render; pick some with --camera" % run)
-    device = open_cli_device()
-    renderer = SplatRenderer(device, params, scene.background, cfg.max_alpha)
-    out = out or ((Path(run) if Path(run).is_dir() else ckpt.parent.parent) / "renders")
-    out.mkdir(parents=True, exist_ok=True)
-    for i in track(indices, "rendering", unit="view"):
-        f = scene.frames[i]
-        img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
-        path = out / (Path(f.name).stem + ".png")
-        Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(path)
-        write(str(path))
-    renderer.free()
-
-
-def _camera_index(scene, spec: str) -> int:
-    names = [f.name for f in scene.frames]
-    if spec in names:
-        return names.index(spec)
-    try:
-        if ":" in spec:
-            split, k = spec.split(":", 1)
-            return {"test": scene.test, "train": scene.train}[split][int(k)]
-        i = int(spec)
-        if 0 <= i < len(names):
-            return i
-    except (KeyError, ValueError, IndexError):
-        pass
-    raise SpirulaError(
-        "--camera %s: no such view (an index 0..%d, test:K, train:K or an image name)" % (spec, len(names) - 1)
-    )

@@ -164,6 +164,7 @@ class BufferPool:
         self.worst_ratio_at = None  # (capacity, live) bytes when it was seen
         self._tracking = False
         self.high_water = {"categories": {}, "scratch": 0, "largest": []}
+        self.allocations = 0  # device memory blocks created (new buffers and reallocations), ever
 
     def set_budget(self, budget: int | None):
         """The memory budget of a training run: the pool's limit becomes the
@@ -202,6 +203,7 @@ class BufferPool:
                 self, name, category, dtype, shape, cap, self.device.new_host_tensor(cap // 4), scratch, host=True
             )
             buf.host_view()[...] = 0
+            self.allocations += 1
             return buf
         buf = Buffer(self, name, category, dtype, shape, cap, self._tensor(name, cap), scratch)
         self.buffers[id(buf)] = buf
@@ -288,7 +290,9 @@ class BufferPool:
                 )
             )
         try:
-            return self.device.new_storage_tensor(capacity // 4)
+            tensor = self.device.new_storage_tensor(capacity // 4)
+            self.allocations += 1
+            return tensor
         except Exception as exc:  # kp raises RuntimeError / vk::SystemError text
             msg = str(exc)
             if "memory" in msg.lower() or "OutOf" in msg:
