@@ -166,6 +166,11 @@ class CameraPath:
         self.scale = d if d > 0 else 1.0
         self.index = 0
 
+    @classmethod
+    def from_frames(cls, frames) -> CameraPath:
+        """The path through a dataset's :class:`~spirula.data.scene.Frame` list."""
+        return cls([f.viewmat for f in frames], [f.K for f in frames], [f.height for f in frames])
+
     def __len__(self) -> int:
         return len(self.viewmats)
 

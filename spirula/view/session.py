@@ -73,12 +73,15 @@ class ViewSession:
         return cls(device, splats, sh_degree, width, height, own_splats=True, **kw)
 
     # -- what changes -------------------------------------------------------------------
-    def set_splats(self, splats: Splats, sh_degree: int | None = None):
-        """New splats (or the same buffers with new contents): the next render redraws."""
+    def set_splats(self, splats: Splats, sh_degree: int | None = None, changed: bool = True):
+        """New splats (or the same buffers with new contents): the next render
+        redraws. ``changed=False``: only follow the buffers (the trainer
+        replaced them) without asking for a new frame."""
         self.splats = splats
         if sh_degree is not None:
             self.sh_degree = int(sh_degree)
-        self._version += 1
+        if changed:
+            self._version += 1
 
     def resize(self, width: int, height: int):
         self.width, self.height = max(int(width), 1), max(int(height), 1)
