@@ -51,7 +51,7 @@ def test_window_shows_the_headless_image(display, device):
     from spirula.view.window import ViewerWindow
 
     params = blob_params()
-    session = ViewSession.from_params(device, params, 96, 64)
+    session = ViewSession.from_params(device, params, 77, 45)  # rows of 231 bytes: GL's 4-byte alignment is off
     window = ViewerWindow(session, Camera.fit(params["means"]), title="test")
     try:
         assert window.draw()
@@ -60,8 +60,16 @@ def test_window_shows_the_headless_image(display, device):
         # one texel per pixel, nearest filtering, 8 bits in and out: exact
         assert np.array_equal(shown, session.render(window.camera))
         assert shown.std() > 10
-        window.camera.orbit(0.3, 0)
+        glfw = window.glfw
+        d = window.camera.distance
+        window._on_button(window.win, glfw.MOUSE_BUTTON_LEFT, glfw.PRESS, 0)  # a left drag orbits
+        x, y = glfw.get_cursor_pos(window.win)
+        window._on_cursor(window.win, x + 40, y + 10)
+        window._on_button(window.win, glfw.MOUSE_BUTTON_LEFT, glfw.RELEASE, 0)
+        assert window.camera.distance == d
         assert window.draw() and not np.array_equal(window.read_front(), shown)
+        window._on_scroll(window.win, 0, 1)  # scrolling dollies in
+        assert window.camera.distance < d and window.draw()
         assert "ms/frame" in __import__("glfw").get_window_title(window.win)
     finally:
         window.close()
@@ -117,6 +125,10 @@ def test_train_viewer_flag_runs_with_the_window_open_and_view_opens_the_run(disp
             if source == out:
                 assert window.path is not None and len(window.path) > 1
                 assert np.allclose(window.camera.viewmat(), window.path.viewmats[0])
+                glfw = window.glfw
+                window._on_key(window.win, glfw.KEY_N, 0, glfw.PRESS, 0)  # the next dataset camera
+                assert np.allclose(window.camera.viewmat(), window.path.viewmats[1])
+                assert window.draw()
         finally:
             window.close()
             session.free()
@@ -135,3 +147,8 @@ def test_view_without_a_display_is_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert_one_line_error(proc, "no display", "--port")
+    data = write_tiny_colmap(tmp_path / "data")
+    proc = spirula("train", data, "--viewer", "--output", tmp_path / "run", env={"DISPLAY": "", "WAYLAND_DISPLAY": ""})
+    assert proc.returncode == 2
+    assert_one_line_error(proc, "no display", "--port")
+    assert not (tmp_path / "run").exists()  # said before training

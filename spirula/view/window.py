@@ -140,7 +140,9 @@ class ViewerWindow:
         if self._drag is None or self._drag[0] is None:
             return
         kind, x0, y0 = self._drag
-        dx, dy = x - x0, y - y0
+        # cursor positions are in screen coordinates; the image is in framebuffer pixels (2x on HiDPI)
+        ratio = self.session.height / max(self.glfw.get_window_size(win)[1], 1)
+        dx, dy = (x - x0) * ratio, (y - y0) * ratio
         self._drag = (kind, x, y)
         if kind == "orbit":
             self.camera.orbit(-dx * ORBIT_RAD_PER_PIXEL, dy * ORBIT_RAD_PER_PIXEL)
@@ -309,7 +311,12 @@ class WindowLiveView:
                 max_alpha=s.max_alpha,
                 world=s.world,
             )
-            self.window = ViewerWindow(self.session, self.path.camera(), self.path, self.title)
+            try:
+                self.window = ViewerWindow(self.session, self.path.camera(), self.path, self.title)
+            except DisplayError as exc:  # the viewer fails, training goes on
+                print("spirula: warning: --viewer: %s" % exc, file=sys.stderr)
+                self.close()
+                return
         # follow the trainer's buffers every step (densification replaces them); redraw for them every K steps
         self.session.set_splats(s.splats, s.sh_degree, changed=step % self.every == 0)
         self.window.status = "step %d/%d | loss %.4f | %s splats" % (step, s.iterations, s.loss, f"{s.n_splats:,}")
