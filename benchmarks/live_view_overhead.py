@@ -7,7 +7,9 @@ on the GPU hosts): every ``--every`` steps, and at every step with
 splats at ``--width`` x ``--height``, read back as uint8, as
 ``WindowLiveView.on_step`` does. Prints one line per run:
 
-    python benchmarks/live_view_overhead.py DATASET --iterations 2000 --backend cuda
+    python benchmarks/live_view_overhead.py [DATASET] --iterations 2000 --backend cuda
+
+Without DATASET: the built-in demo scene with its TrainConfig.demo().
 """
 
 import argparse
@@ -44,7 +46,8 @@ class HeadlessLiveView:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("dataset", type=Path)
+    ap.add_argument("dataset", type=Path, nargs="?")
+    ap.add_argument("--downscale", type=int, default=None)
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--backend", default="vulkan")
     ap.add_argument("--width", type=int, default=1280)
@@ -53,7 +56,15 @@ def main():
     a = ap.parse_args()
     device = open_device(a.backend)
     set_device(device)
-    cfg = TrainConfig(iterations=a.iterations, eval_every=0, save_every=0)
+    kw = dict(iterations=a.iterations, eval_every=0, save_every=0)
+    if a.downscale:
+        kw["downscale"] = a.downscale
+    if a.dataset is None:
+        from spirula.data.demo import ensure_demo_scene
+
+        a.dataset, cfg = ensure_demo_scene(), TrainConfig.demo(**kw)
+    else:
+        cfg = TrainConfig(**kw)
     scene = load_dataset(a.dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background="auto")
     for every in a.every:
         viewers = [HeadlessLiveView(CameraPath.from_frames(scene.frames), a.width, a.height, every)] if every else []
