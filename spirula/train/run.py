@@ -183,9 +183,9 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                 s = trainer.step
                 progress.update(s, out)
                 if viewers:
-                    state = trainer_state(trainer, out)
+                    live = trainer_state(trainer, out)
                     for viewer in viewers:
-                        viewer.on_step(s, state)
+                        viewer.on_step(s, live)
                 if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
                     m = trainer.evaluate()
                     progress.test_psnr = m["psnr"]
