@@ -6,9 +6,12 @@
 #   spirv-tools (spirv-val checks the SPIR-V that Spirula edits: tests/test_spirv.py),
 #   and what Kompute's Python module `kp` builds against (its pybind11 comes
 #   from PyPI, see scripts/build_kp.sh).
+#   Xvfb, xauth and Mesa's OpenGL (libgl1, libglx-mesa0, libgl1-mesa-dri) so the
+#   viewer's window tests (tests/test_view_window.py) run without a screen.
 set -euo pipefail
 PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
-      spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev"
+      spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev
+      xvfb xauth libgl1 libglx-mesa0 libgl1-mesa-dri"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

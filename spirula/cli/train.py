@@ -124,6 +124,7 @@ def _default(field: str) -> str:
     metavar="KEY=VALUE",
     help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).",
 )
+@click.option("--viewer", is_flag=True, help="Watch training in a window (docs/viewer.md); closing it keeps training.")
 def train(
     dataset,
     iterations,
@@ -146,6 +147,7 @@ def train(
     matcher,
     camera_model,
     overrides,
+    viewer,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json), a nerfstudio
@@ -221,6 +223,7 @@ def train(
             )
         )
         return
+    viewers = _live_viewers(scene) if viewer else []
     device = open_cli_device()
     if output is None:
         output = (
@@ -242,13 +245,22 @@ def train(
         )
     )
     try:
-        train_run(scene, cfg, device, output, resume=resume, log=_log)
+        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers)
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the
             # signal's number (past click, which would add a blank line)
             sys.exit(128 + getattr(exc, "signum", signal.SIGINT))
         raise
+
+
+def _live_viewers(scene) -> list:
+    """--viewer: the native window on the training views (no display: one line, exit 2)."""
+    from spirula.view.camera import CameraPath
+    from spirula.view.window import WindowLiveView, check_display
+
+    check_display()
+    return [WindowLiveView(CameraPath.from_frames([scene.frames[i] for i in scene.train]))]
 
 
 def _explicit_options(values: dict) -> dict:

@@ -28,6 +28,7 @@ from spirula.train.config import TrainConfig
 from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
 from spirula.train.world import WorldTransform
+from spirula.view.live import trainer_state
 
 
 def default_output_dir(dataset: Path) -> Path:
@@ -132,8 +133,12 @@ def find_checkpoint(path: Path) -> Path:
     raise SpirulaError("%s: no checkpoint (ckpt/step-*.npz) found" % path)
 
 
-def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print) -> dict:
-    """Train, write the outputs, return the metrics dict."""
+def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print, viewers=()) -> dict:
+    """Train, write the outputs, return the metrics dict.
+
+    ``viewers``: :class:`~spirula.view.live.LiveView` objects (the native
+    window, the web viewer); each gets ``on_step(step, trainer_state)`` after
+    every step and ``close()`` when training ends (spirula/view/live.py)."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state = None
@@ -177,6 +182,10 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                 step_ms.append(1e3 * (time.perf_counter() - t0))
                 s = trainer.step
                 progress.update(s, out)
+                if viewers:
+                    live = trainer_state(trainer, out)
+                    for viewer in viewers:
+                        viewer.on_step(s, live)
                 if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
                     m = trainer.evaluate()
                     progress.test_psnr = m["psnr"]
@@ -206,6 +215,8 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
             ) from None
         finally:
             progress.close()
+            for viewer in viewers:
+                viewer.close()
     train_time = time.perf_counter() - t_start
 
     from spirula.data import write_splat_ply
