@@ -640,6 +640,7 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
         out_alphas=((C, H, W), np.float32),
         out_depths=((C, H, W), np.float32),
         out_last=((C, H, W), np.uint32),
+        out_median=((C, H, W), np.float32),
     )
     ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds")}
     vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push)
@@ -649,7 +650,11 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
     assert_close(cu_out["out_colors"], vk_out["out_colors"], R_PLAIN, "colors", FLIP_FRACTION)
     assert_close(cu_out["out_alphas"], vk_out["out_alphas"], R_PLAIN, "alphas", FLIP_FRACTION)
     assert_close(cu_out["out_depths"], vk_out["out_depths"], R_PLAIN, "depths", FLIP_FRACTION)
+    # the median is one Gaussian's depth, exact unless T lands at 0.5 within rounding (a flip)
+    same = cu_out["out_median"] == vk_out["out_median"]
+    assert_few((~same).sum(), same.size, "out_median")
     assert (vk_out["out_alphas"] > 0.5).mean() > 0.2
+    assert (vk_out["out_median"] > 0).mean() > 0.2
 
 
 @pytest.mark.parametrize("absgrad", [False, True], ids=["plain", "absgrad"])
