@@ -1738,3 +1738,27 @@ def test_training_on_both_backends_lands_at_the_same_test_psnr(backends, strateg
         assert cu["n"] == vk["n"]
     else:
         assert abs(cu["n"] - vk["n"]) <= 0.1 * vk["n"]
+
+
+# ---- meshing: TSDF fusion ------------------------------------------------------------------
+
+
+def test_tsdf_integrate_matches(backends):
+    """Three views fused into a 24 x 20 x 28 volume through TSDFVolume on each backend. Both
+    compute the same float32 operations (no atomics); a voxel whose projection lies within
+    rounding of a pixel edge may read the neighbour pixel (a flip)."""
+    from test_tsdf import _look_at, _view
+
+    from spirula.mesh.tsdf import TSDFVolume
+
+    outs = []
+    for dev in backends:
+        vol = TSDFVolume(dev, [-1.0, -0.9, -1.1], 0.085, (24, 20, 28), truncation=0.35, name="parity.tsdf")
+        for s, eye in enumerate([(0, -3, 0.2), (2.9, 0.5, 0.3), (-0.4, 0.3, 3.0)]):
+            depth, alpha, color, K = _view(s)
+            vol.integrate(depth, alpha, color, _look_at(eye, (0.05, 0.0, -0.05)), K)
+        outs.append(vol.extract())
+        vol.free()
+    for (what, v), c in zip(zip(("tsdf", "weight", "color"), outs[0]), outs[1]):
+        assert_close(c, v, R_PLAIN, what, FLIP_FRACTION)
+    assert (outs[0][1] > 0).mean() > 0.1
