@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) tsdf_integrate_kernel(Args a, P
     uint32_t i = v / yz;
     uint32_t j = (v - i * yz) / pc.dim_z;
     uint32_t k = v - i * yz - j * pc.dim_z;
-    float px = pc.origin_x + (float(i) + 0.5f) * pc.voxel_size;
+    float px = pc.origin_x + (float(i + pc.x_offset) + 0.5f) * pc.voxel_size;
     float py = pc.origin_y + (float(j) + 0.5f) * pc.voxel_size;
     float pz = pc.origin_z + (float(k) + 0.5f) * pc.voxel_size;
     float x = pc.r00 * px + pc.r01 * py + pc.r02 * pz + pc.t0;

@@ -1,12 +1,13 @@
 #version 450
 // tsdf_integrate: fuse one rendered view into a truncated signed distance volume.
 // One thread per voxel v < dim_x * dim_y * dim_z (workgroup 256, folded); voxel
-// v = (i * dim_y + j) * dim_z + k has its centre at origin + ((i, j, k) + 0.5) * voxel_size
-// (world units). The centre is moved into the camera (OpenCV world->camera
-// [R | t], z forward) and projected with fx, fy, cx, cy; the pixel holding it
-// (pixel centres at +0.5, so pixel floor(u), floor(v)) gives depth d, alpha a
-// and colour (premultiplied: rendered on black). Then, with z the centre's
-// camera-space depth:
+// v = (i * dim_y + j) * dim_z + k has its centre at
+// origin + ((x_offset + i, j, k) + 0.5) * voxel_size (world units; x_offset: this
+// volume is a slab of a larger one, rounded as the whole volume would be). The
+// centre is moved into the camera (OpenCV world->camera [R | t], z forward) and
+// projected with fx, fy, cx, cy; the pixel holding it (pixel centres at +0.5, so
+// pixel floor(u), floor(v)) gives depth d, alpha a and colour (premultiplied:
+// rendered on black). Then, with z the centre's camera-space depth:
 //   a > alpha_surface and d > 0: sdf = d - z; skipped when sdf < -truncation
 //     (behind the surface, unseen); else tsdf, weight += min(sdf, truncation), 1
 //     (running average); within the band (|sdf| < truncation) also
@@ -36,6 +37,7 @@ layout(push_constant) uniform Push {
     uint dim_x;
     uint dim_y;
     uint dim_z;
+    uint x_offset;  // this volume is the slab [x_offset, x_offset + dim_x) of the volume at origin
     float origin_x;
     float origin_y;
     float origin_z;
@@ -77,7 +79,7 @@ void main() {
     uint i = v / yz;
     uint j = (v - i * yz) / pc.dim_z;
     uint k = v - i * yz - j * pc.dim_z;
-    float px = pc.origin_x + (float(i) + 0.5) * pc.voxel_size;
+    float px = pc.origin_x + (float(i + pc.x_offset) + 0.5) * pc.voxel_size;
     float py = pc.origin_y + (float(j) + 0.5) * pc.voxel_size;
     float pz = pc.origin_z + (float(k) + 0.5) * pc.voxel_size;
     float x = pc.r00 * px + pc.r01 * py + pc.r02 * pz + pc.t0;

@@ -43,17 +43,18 @@ def _reference(vol, views):
     for depth, alpha, color, vm, K in views:
         t, w, c = tsdf_integrate(
             t, w, c, depth, alpha, color, vm, K, vol.origin, vol.voxel_size, vol.truncation,
-            cfg.alpha_surface, cfg.alpha_empty, cfg.carve_weight,
+            cfg.alpha_surface, cfg.alpha_empty, cfg.carve_weight, vol.x_offset,
         )  # fmt: skip
     return t, w, c
 
 
-def test_tsdf_integrate_matches_reference(device):
+@pytest.mark.parametrize("x_offset", [0, 3])
+def test_tsdf_integrate_matches_reference(device, x_offset):
     """Three views (numpy inputs) into a 20 x 17 x 23 volume. Tolerance: a running average of
     <= 3 float32 terms of size <= truncation (0.4) is off by a few ulps (~1e-7); 1e-5 absolute.
     A voxel centre within float32 rounding of a pixel edge may read the neighbouring pixel: at
     most 1e-3 of the voxels may differ (a 32-bit projection moves u by ~1e-5 px)."""
-    vol = TSDFVolume(device, origin=[-1.0, -0.9, -1.1], voxel_size=0.1, dims=(20, 17, 23), truncation=0.4)
+    vol = TSDFVolume(device, [-1.3, -0.9, -1.1], 0.1, (20, 17, 23), truncation=0.4, x_offset=x_offset)
     try:
         views = []
         for s, eye in enumerate([(0, -3, 0.2), (2.9, 0.5, 0.3), (-0.4, 0.3, 3.0)]):

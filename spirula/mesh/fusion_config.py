@@ -39,11 +39,12 @@ class FusionConfig:
     # -- cameras (spirula/mesh/cameras.py) ------------------------------------------------------
     # virtual cameras on a Fibonacci sphere around the splats
     n_virtual_cameras: int = 64
-    # their distance from the centre, in radii of the scene's bounding sphere
+    # their distance from the centre, in radii of the scene's bounding sphere; the field of
+    # view is then fitted so the whole sphere (plus ``fov_margin``) is in every image
     camera_distance: float = 2.5
-    # their field of view (degrees), square images
-    fov_degrees: float = 50.0
-    # render size of the virtual cameras, pixels
+    fov_margin: float = 1.05
+    # the longest side of every rendered image, pixels (virtual cameras are square; dataset
+    # cameras are scaled down to it, never up)
     render_size: int = 512
 
 

@@ -34,15 +34,21 @@ class TSDFVolume:
         dims: (X, Y, Z) voxels.
         truncation: the truncation distance, world units (default 4 voxels).
         config: the kernel's thresholds (:class:`~spirula.mesh.fusion_config.FusionConfig`).
+        x_offset: this volume is the x slab [x_offset, x_offset + X) of the volume at
+            ``origin`` (voxel (i, j, k) centred at origin + ((x_offset + i, j, k) + 0.5) * voxel_size,
+            computed exactly as in the whole volume).
     """
 
-    def __init__(self, device, origin, voxel_size, dims, truncation=None, config=DEFAULT, name="tsdf"):
+    def __init__(
+        self, device, origin, voxel_size, dims, truncation=None, config=DEFAULT, name="tsdf", x_offset: int = 0
+    ):
         from spirula.errors import SpirulaError
 
         self.device, self.config, self.name = device, config, name
         self.origin = np.asarray(origin, np.float64).reshape(3)
         self.voxel_size = float(voxel_size)
         self.dims = tuple(int(d) for d in dims)
+        self.x_offset = int(x_offset)
         self.truncation = float(truncation if truncation is not None else config.truncation_voxels * voxel_size)
         if len(self.dims) != 3 or min(self.dims) < 1 or not self.voxel_size > 0 or not self.truncation > 0:
             raise SpirulaError(
@@ -101,6 +107,7 @@ class TSDFVolume:
             dim_x=self.dims[0],
             dim_y=self.dims[1],
             dim_z=self.dims[2],
+            x_offset=self.x_offset,
             origin_x=self.origin[0],
             origin_y=self.origin[1],
             origin_z=self.origin[2],

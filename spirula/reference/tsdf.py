@@ -1,6 +1,7 @@
 """TSDF fusion of one rendered view (float64 reference of shaders/tsdf_integrate.comp).
 
-Voxel (i, j, k) of a [X,Y,Z] volume has its centre at origin + ((i, j, k) + 0.5) * voxel_size.
+Voxel (i, j, k) of a [X,Y,Z] volume has its centre at origin + ((i, j, k) + 0.5) * voxel_size
+(i + x_offset for a slab of a larger volume).
 It is moved into the camera (OpenCV world->camera viewmat, z forward), projected with K, and
 reads the pixel holding it (pixel centres at +0.5: pixel (floor(v), floor(u))); z <= 1e-4 or
 outside the image: unchanged. With d the pixel's depth, a its alpha, rgb its premultiplied colour:
@@ -17,9 +18,10 @@ import numpy as np
 TSDF_NEAR = 1e-4
 
 
-def voxel_centres(origin, voxel_size, dims) -> np.ndarray:
-    """[X,Y,Z,3] float64 world positions of the voxel centres."""
+def voxel_centres(origin, voxel_size, dims, x_offset=0) -> np.ndarray:
+    """[X,Y,Z,3] float64 world positions of the voxel centres (of the slab starting at x_offset)."""
     idx = np.stack(np.meshgrid(*[np.arange(n) for n in dims], indexing="ij"), -1)
+    idx[..., 0] += int(x_offset)
     return np.asarray(origin, np.float64) + (idx + 0.5) * float(voxel_size)
 
 
@@ -38,6 +40,7 @@ def tsdf_integrate(
     alpha_surface,
     alpha_empty,
     carve_weight,
+    x_offset=0,
 ):
     """One view into the volume; returns new (tsdf [X,Y,Z], weight [X,Y,Z], rgbw [X,Y,Z,4]).
 
@@ -49,7 +52,7 @@ def tsdf_integrate(
     color = np.asarray(color, np.float64)
     H, W = depth.shape
     vm, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
-    p = voxel_centres(origin, voxel_size, tsdf.shape)
+    p = voxel_centres(origin, voxel_size, tsdf.shape, x_offset)
     q = p @ vm[:3, :3].T + vm[:3, 3]
     z = q[..., 2]
     front = z > TSDF_NEAR
