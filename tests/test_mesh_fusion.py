@@ -147,3 +147,22 @@ def test_bad_input_fails_with_one_line(device):
         fuse_splats(device, bad, cams, progress=False)
     with pytest.raises(SpirulaError, match="resolution"):
         fuse_splats(device, s, cams, resolution=1, progress=False)
+
+
+def test_dataset_cameras_are_the_frames_scaled(tmp_path):
+    """A COLMAP dataset's cameras (every frame), scaled so the longest side is 32 pixels:
+    focal lengths and principal point scale with the image, poses are unchanged."""
+    from data_fixtures import make_truth, write_colmap
+
+    from spirula.mesh.cameras import dataset_cameras
+
+    truth = make_truth()
+    root = write_colmap(tmp_path / "ds", truth)
+    cams = dataset_cameras(root, size=32)
+    assert len(cams) == len(truth.viewmats)
+    np.testing.assert_allclose(cams.viewmats, truth.viewmats, atol=1e-6)
+    H, W = truth.images[0].shape[:2]
+    s = 32 / max(W, H)
+    assert tuple(cams.sizes[0]) == (round(W * s), round(H * s))
+    np.testing.assert_allclose(cams.Ks[0, 0, 0], truth.K[0, 0] * cams.sizes[0, 0] / W, rtol=1e-9)
+    np.testing.assert_allclose(cams.Ks[0, 1, 2], truth.K[1, 2] * cams.sizes[0, 1] / H, rtol=1e-9)
