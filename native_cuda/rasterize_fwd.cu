@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
     float T = 1.0f;
     vec3 color = make3(0.0f, 0.0f, 0.0f);
     float depth = 0.0f;
+    float median = 0.0f;
     uint32_t last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -77,6 +78,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             float4 col = s_rgb[k];
             color += make3(col.x, col.y, col.z) * w;
             depth += g.w * w;
+            // a select, not a branch: this Gaussian takes T across 0.5 (once per pixel)
+            median = (T > 0.5f && next_T <= 0.5f) ? g.w : median;
             T = next_T;
             last = start - range.x + k + 1u;
         }
@@ -89,6 +92,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         a.out_alphas[p] = 1.0f - T;
         a.out_depths[p] = depth;
         a.out_last[p] = last;
+        a.out_median[p] = median;
     }
 }
 

@@ -13,6 +13,8 @@
 //   binding 7  out_alphas  [C,H,W]   f32  write  1 - T
 //   binding 8  out_depths  [C,H,W]   f32  write  sum of depth * alpha * T (not divided)
 //   binding 9  out_last    [C,H,W]   u32  write  entries of the tile list up to the last blended
+//   binding 10 out_median  [C,H,W]   f32  write  median depth: the depth of the Gaussian whose
+//                                               blend takes T from > 0.5 to <= 0.5 (0: never)
 #extension GL_GOOGLE_include_directive : require
 #include "raster.glsl"
 
@@ -28,6 +30,7 @@ layout(std430, binding = 6) restrict writeonly buffer OutColorsBuf { float out_c
 layout(std430, binding = 7) restrict writeonly buffer OutAlphasBuf { float out_alphas[]; };
 layout(std430, binding = 8) restrict writeonly buffer OutDepthsBuf { float out_depths[]; };
 layout(std430, binding = 9) restrict writeonly buffer OutLastBuf { uint out_last[]; };
+layout(std430, binding = 10) restrict writeonly buffer OutMedianBuf { float out_median[]; };
 
 layout(push_constant) uniform Push {
     uint width;
@@ -54,6 +57,7 @@ void main() {
     float T = 1.0;
     vec3 color = vec3(0.0);
     float depth = 0.0;
+    float median = 0.0;
     uint last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -98,6 +102,8 @@ void main() {
             float w = alpha * T;
             color += s_rgb[k].rgb * w;
             depth += g.w * w;
+            // a select, not a branch: this Gaussian takes T across 0.5 (once per pixel)
+            median = (T > 0.5 && next_T <= 0.5) ? g.w : median;
             T = next_T;
             last = start - range.x + k + 1u;
         }
@@ -110,5 +116,6 @@ void main() {
         out_alphas[p] = 1.0 - T;
         out_depths[p] = depth;
         out_last[p] = last;
+        out_median[p] = median;
     }
 }

@@ -640,6 +640,7 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
         out_alphas=((C, H, W), np.float32),
         out_depths=((C, H, W), np.float32),
         out_last=((C, H, W), np.uint32),
+        out_median=((C, H, W), np.float32),
     )
     ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds")}
     vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push)
@@ -649,7 +650,11 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
     assert_close(cu_out["out_colors"], vk_out["out_colors"], R_PLAIN, "colors", FLIP_FRACTION)
     assert_close(cu_out["out_alphas"], vk_out["out_alphas"], R_PLAIN, "alphas", FLIP_FRACTION)
     assert_close(cu_out["out_depths"], vk_out["out_depths"], R_PLAIN, "depths", FLIP_FRACTION)
+    # the median is one Gaussian's depth, exact unless T lands at 0.5 within rounding (a flip)
+    same = cu_out["out_median"] == vk_out["out_median"]
+    assert_few((~same).sum(), same.size, "out_median")
     assert (vk_out["out_alphas"] > 0.5).mean() > 0.2
+    assert (vk_out["out_median"] > 0).mean() > 0.2
 
 
 @pytest.mark.parametrize("absgrad", [False, True], ids=["plain", "absgrad"])
@@ -1733,3 +1738,27 @@ def test_training_on_both_backends_lands_at_the_same_test_psnr(backends, strateg
         assert cu["n"] == vk["n"]
     else:
         assert abs(cu["n"] - vk["n"]) <= 0.1 * vk["n"]
+
+
+# ---- meshing: TSDF fusion ------------------------------------------------------------------
+
+
+def test_tsdf_integrate_matches(backends):
+    """Three views fused into a 24 x 20 x 28 volume through TSDFVolume on each backend. Both
+    compute the same float32 operations (no atomics); a voxel whose projection lies within
+    rounding of a pixel edge may read the neighbour pixel (a flip)."""
+    from test_tsdf import _look_at, _view
+
+    from spirula.mesh.tsdf import TSDFVolume
+
+    outs = []
+    for dev in backends:
+        vol = TSDFVolume(dev, [-1.0, -0.9, -1.1], 0.085, (24, 20, 28), truncation=0.35, name="parity.tsdf")
+        for s, eye in enumerate([(0, -3, 0.2), (2.9, 0.5, 0.3), (-0.4, 0.3, 3.0)]):
+            depth, alpha, color, K = _view(s)
+            vol.integrate(depth, alpha, color, _look_at(eye, (0.05, 0.0, -0.05)), K)
+        outs.append(vol.extract())
+        vol.free()
+    for (what, v), c in zip(zip(("tsdf", "weight", "color"), outs[0]), outs[1]):
+        assert_close(c, v, R_PLAIN, what, FLIP_FRACTION)
+    assert (outs[0][1] > 0).mean() > 0.1

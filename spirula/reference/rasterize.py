@@ -5,7 +5,8 @@ Per pixel p (centre (j+0.5, i+0.5)) of camera c, walking its tile's sorted list 
     skip if sigma < 0;  alpha = min(MAX_ALPHA, o exp(-sigma));  skip if alpha < 1/255
     T' = T (1 - alpha);  if T' <= T_EPS: stop without blending
     C += colour alpha T;  D += depth alpha T;  T = T';  last = (index in tile list) + 1
-colors = C + T bg, alphas = 1 - T, depths = D (not normalised).
+    median = depth of the blended entry with T > 0.5 >= T'  (0 if T never crosses 0.5)
+colors = C + T bg, alphas = 1 - T, depths = D (not normalised), median_depths = median.
 The pixels of a tile are vectorised; every skip/stop decision is made per pixel.
 """
 
@@ -69,6 +70,7 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
             T = np.ones(P)
             col = np.zeros((P, 3))
             dep = np.zeros(P)
+            med = np.zeros(P)
             last = np.zeros(P, np.int64)
             done = np.zeros(P, bool)
             for k, g in enumerate(gids):
@@ -103,10 +105,11 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
                 w = np.where(blend, alpha * T, 0.0)  # blending weight, 0 where not blended
                 col += w[:, None] * colors[c, g]
                 dep += w * depths[c, g]
+                med = np.where(blend & (T > 0.5) & (T_next <= 0.5), depths[c, g], med)
                 T = np.where(blend, T_next, T)
                 last = np.where(blend, k + 1, last)
                 done |= stop
-            rec.update(color=col, depth=dep, T_final=T, last=last)
+            rec.update(color=col, depth=dep, median=med, T_final=T, last=last)
             records.append(rec)
     return isect, records
 
@@ -117,13 +120,15 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
     means2d [C,N,2], conics [C,N,3], colors [C,N,3], opacities [C,N] or [N] (broadcast),
     depths [C,N] (sort key and depth value), radii [C,N,2] int (0,0 = culled), backgrounds [C,3] or None.
     Returns float64 colors [C,H,W,3], alphas [C,H,W,1], depths [C,H,W,1] (sum of depth*weight,
-    not divided by alpha), T_final [C,H,W]; last [C,H,W] int64 (number of tile-list entries up to
+    not divided by alpha), median_depths [C,H,W,1] (the depth of the Gaussian whose blend takes T
+    across 0.5; 0 where T stays above), T_final [C,H,W]; last [C,H,W] int64 (number of tile-list entries up to
     and including the last blended one; 0 if none); and isect (the intersect() dict).
     """
     isect, records = _trace(means2d, conics, colors, opacities, depths, radii, width, height)
     C = np.shape(depths)[0]
     out_c = np.zeros((C, height, width, 3))
     out_d = np.zeros((C, height, width, 1))
+    out_m = np.zeros((C, height, width, 1))
     out_t = np.ones((C, height, width))
     out_l = np.zeros((C, height, width), np.int64)
     bg = np.zeros((C, 3)) if backgrounds is None else _f64(backgrounds)
@@ -131,9 +136,18 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
         idx = (r["c"], r["rows"], r["cols"])
         out_c[idx] = r["color"] + r["T_final"][:, None] * bg[r["c"]]
         out_d[idx] = r["depth"][:, None]
+        out_m[idx] = r["median"][:, None]
         out_t[idx] = r["T_final"]
         out_l[idx] = r["last"]
-    return dict(colors=out_c, alphas=1.0 - out_t[..., None], depths=out_d, T_final=out_t, last=out_l, isect=isect)
+    return dict(
+        colors=out_c,
+        alphas=1.0 - out_t[..., None],
+        depths=out_d,
+        median_depths=out_m,
+        T_final=out_t,
+        last=out_l,
+        isect=isect,
+    )
 
 
 def decision_codes(means2d, conics, colors, opacities, depths, radii, width, height):

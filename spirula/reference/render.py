@@ -21,13 +21,15 @@ def rasterization(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, widt
     Inputs as projection_fwd, plus backgrounds [C,3] or None.
     Returns (colors [C,H,W,3], alphas [C,H,W,1], meta), all float64; meta holds the projection
     outputs (means2d, conics, depths, radii, colors, tiles), render_depths [C,H,W,1] (accumulated
-    depth, not divided by alpha), T_final [C,H,W], last [C,H,W], isects, flatten_ids, tile_ranges.
+    depth, not divided by alpha), median_depths [C,H,W,1], T_final [C,H,W], last [C,H,W], isects,
+    flatten_ids, tile_ranges.
     """
     proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
     ras = rasterize_fwd(*_raster_inputs(proj, opacities), width, height, backgrounds)
     meta = dict(proj)
     meta.update(
         render_depths=ras["depths"],
+        median_depths=ras["median_depths"],
         T_final=ras["T_final"],
         last=ras["last"],
         isects=ras["isect"]["isects"],

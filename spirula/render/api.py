@@ -87,7 +87,10 @@ def rasterization(
         alpha is 0). ``meta`` holds per (camera, Gaussian) ``radii`` [C,N,2]
         int32 (0: culled), ``means2d`` [C,N,2], ``depths`` [C,N],
         ``conics`` [C,N,3], ``colors`` [C,N,3], ``tiles_touched`` [C,N], and
-        ``n_isects``; culled entries are 0. Pass ``meta`` to
+        ``n_isects``; culled entries are 0. ``meta["median_depths"]``
+        [C,H,W,1] float32 is the median depth per pixel: the camera-space z of
+        the Gaussian whose blend takes the transmittance from above 0.5 to at
+        most 0.5 (0 where it never drops to 0.5). Pass ``meta`` to
         :func:`rasterization_backward`.
     """
     from spirula.backends import get_device
@@ -122,6 +125,7 @@ def rasterization(
     alphas = device.readback(raster.out_alphas)[..., None]
     acc = device.readback(raster.out_depths)[..., None]
     depths = np.where(alphas > 0, acc / np.where(alphas > 0, alphas, 1), 0).astype(np.float32)
+    median_depths = device.readback(raster.out_median)[..., None]
 
     rows = C * N
     radii = device.readback(raster.radii, shape=(rows, 2)).reshape(C, N, 2)
@@ -139,6 +143,7 @@ def rasterization(
         "colors": np.where(mask, rgb[..., :3], 0).astype(np.float32),
         "opacities": np.where(visible, xyop[..., 2], 0).astype(np.float32),
         "tiles_touched": tiles.astype(np.int32),
+        "median_depths": median_depths,
         "n_isects": m,
         "width": width,
         "height": height,

@@ -170,6 +170,9 @@ class Rasterizer:
         self.out_alphas = pool.alloc(name + ".alphas", (C, H, W), np.float32, "image")
         self.out_depths = pool.alloc(name + ".depths", (C, H, W), np.float32, "image")
         self.out_last = pool.alloc(name + ".last", (C, H, W), np.uint32, "image")
+        # median depth (the depth where T crosses 0.5; 0: never): meshing's depth, written by
+        # every forward (training too: one select per blended Gaussian)
+        self.out_median = pool.alloc(name + ".median", (C, H, W), np.float32, "image")
         self.grad_colors = pool.alloc(name + ".grad_colors", (C, H, W, 3), np.float32, "image", zero=True)
         self.grad_alphas = pool.alloc(name + ".grad_alphas", (C, H, W), np.float32, "image", zero=True)
         self.capacity = 0
@@ -469,6 +472,7 @@ class Rasterizer:
                 out_alphas=self.out_alphas,
                 out_depths=self.out_depths,
                 out_last=self.out_last,
+                out_median=self.out_median,
             ),
             push=dict(
                 width=self.width,
@@ -575,6 +579,7 @@ class Rasterizer:
                 self.out_alphas,
                 self.out_depths,
                 self.out_last,
+                self.out_median,
                 self.grad_colors,
                 self.grad_alphas,
                 self.depth_sort.hist,

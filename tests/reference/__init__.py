@@ -6,5 +6,5 @@ and monkeypatch one source of truth."""
 import importlib
 import sys
 
-for _name in ("adam", "densify", "intersect", "loss", "projection", "rasterize", "render"):
+for _name in ("adam", "densify", "intersect", "loss", "projection", "rasterize", "render", "tsdf"):
     sys.modules[__name__ + "." + _name] = globals()[_name] = importlib.import_module("spirula.reference." + _name)

@@ -1,0 +1,118 @@
+"""Cameras to fuse depth from: a Fibonacci sphere of virtual cameras around the splats, or a
+dataset's training cameras.
+
+Conventions (docs/design.md): OpenCV world->camera ``viewmats`` [C,4,4] float64 (x right,
+y down, z forward), pixel intrinsics ``Ks`` [C,3,3] float64, pixel centres at +0.5.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from spirula.errors import SpirulaError
+from spirula.mesh.fusion_config import DEFAULT
+
+
+@dataclasses.dataclass
+class Cameras:
+    """C cameras: ``viewmats`` [C,4,4] f64 world->camera, ``Ks`` [C,3,3] f64,
+    ``sizes`` [C,2] int64 as (width, height)."""
+
+    viewmats: np.ndarray
+    Ks: np.ndarray
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.viewmats)
+
+
+def scene_bounds(means, config=DEFAULT) -> tuple:
+    """The box holding the splats, robust to floaters: ``(lo [3], hi [3])`` float64, the
+    ``config.bounds_percentiles`` of the finite means per axis grown by
+    ``config.bounds_margin`` of the box size (and of its longest side, so a flat
+    scene keeps some depth) on each side."""
+    means = np.asarray(means, np.float64).reshape(-1, 3)
+    means = means[np.isfinite(means).all(1)]
+    if len(means) == 0:
+        raise SpirulaError("meshing: no splat with a finite position")
+    lo, hi = np.percentile(means, config.bounds_percentiles, axis=0)
+    size = hi - lo
+    longest = float(size.max())
+    if not longest > 0:
+        longest = 1.0  # one point (or all at one place): a unit box around it
+    grow = config.bounds_margin * np.maximum(size, 0.1 * longest) + 0.5 * np.maximum(0.0, 0.1 * longest - size)
+    return lo - grow, hi + grow
+
+
+def look_at(eye, target) -> np.ndarray:
+    """[4,4] f64 OpenCV world->camera of a camera at ``eye`` looking at ``target``, image up
+    along world +z (world +y when looking along z)."""
+    eye, target = np.asarray(eye, np.float64), np.asarray(target, np.float64)
+    fwd = target - eye
+    fwd /= np.linalg.norm(fwd)
+    up = np.array([0.0, 0.0, 1.0]) if abs(fwd[2]) < 0.99 else np.array([0.0, 1.0, 0.0])
+    right = np.cross(fwd, up)
+    right /= np.linalg.norm(right)
+    down = np.cross(fwd, right)
+    R = np.stack([right, down, fwd])
+    v = np.eye(4)
+    v[:3, :3], v[:3, 3] = R, -R @ eye
+    return v
+
+
+def fibonacci_directions(n: int) -> np.ndarray:
+    """[n,3] f64 unit vectors spread evenly over the sphere (the Fibonacci lattice)."""
+    i = np.arange(n) + 0.5
+    z = 1.0 - 2.0 * i / n
+    r = np.sqrt(np.maximum(0.0, 1.0 - z * z))
+    phi = i * np.pi * (3.0 - np.sqrt(5.0))
+    return np.stack([r * np.cos(phi), r * np.sin(phi), z], 1)
+
+
+def sphere_cameras(means, n=None, size=None, config=DEFAULT) -> Cameras:
+    """``n`` (default ``config.n_virtual_cameras``) square ``size`` x ``size`` cameras on a
+    Fibonacci sphere, all looking at the centre of the splats' box (:func:`scene_bounds`),
+    at ``config.camera_distance`` radii of the box's bounding sphere, the field of view
+    fitted to that sphere."""
+    n = int(n or config.n_virtual_cameras)
+    size = int(size or config.render_size)
+    if n < 1 or size < 1:
+        raise SpirulaError("meshing: need at least one virtual camera and a positive image size")
+    lo, hi = scene_bounds(means, config)
+    centre, radius = 0.5 * (lo + hi), 0.5 * float(np.linalg.norm(hi - lo))
+    dist = config.camera_distance * radius
+    half = min(np.arcsin(1.0 / config.camera_distance) * config.fov_margin, np.radians(80.0))
+    f = 0.5 * size / np.tan(half)
+    K = np.array([[f, 0.0, 0.5 * size], [0.0, f, 0.5 * size], [0.0, 0.0, 1.0]])
+    eyes = centre + dist * fibonacci_directions(n)
+    return Cameras(
+        np.stack([look_at(e, centre) for e in eyes]),
+        np.repeat(K[None], n, 0),
+        np.full((n, 2), size, np.int64),
+    )
+
+
+def dataset_cameras(path, size=None, config=DEFAULT) -> Cameras:
+    """The cameras of every frame (train and test) of the dataset at ``path`` (any format spirula.data reads),
+    each scaled so its longest side is at most ``size`` (default ``config.render_size``)
+    pixels; the principal point and focal lengths scale with the image."""
+    from spirula.data.dataset import load_dataset
+
+    scene = load_dataset(path)
+    viewmats, Ks, sizes = scene.cameras()  # every frame: more views, a better fused surface
+    if len(viewmats) == 0:
+        raise SpirulaError("%s: the dataset has no training cameras" % (path,))
+    return scale_cameras(Cameras(viewmats, Ks, sizes), size or config.render_size)
+
+
+def scale_cameras(cams: Cameras, size: int) -> Cameras:
+    """The cameras scaled (never up) so each image's longest side is at most ``size``."""
+    s = np.minimum(1.0, size / cams.sizes.max(1).astype(np.float64))
+    new = np.maximum(1, np.round(cams.sizes * s[:, None])).astype(np.int64)
+    sx, sy = new[:, 0] / cams.sizes[:, 0], new[:, 1] / cams.sizes[:, 1]
+    Ks = np.array(cams.Ks, np.float64)
+    Ks[:, 0, :] *= sx[:, None]
+    Ks[:, 1, :] *= sy[:, None]
+    return Cameras(np.asarray(cams.viewmats, np.float64), Ks, new)
