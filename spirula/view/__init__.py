@@ -1,0 +1,1 @@
+"""Seeing the splats: viewers (a window, a web page) and their render sessions."""
