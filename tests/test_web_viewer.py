@@ -173,3 +173,51 @@ def test_dragging_the_browser_camera_changes_the_streamed_image(tmp_path, browse
     finally:
         stop.set()
         server.join(timeout=10)
+
+
+class _FakeClient:
+    """A browser as the viewer sees it: an id and a scene that receives images."""
+
+    def __init__(self, client_id):
+        self.client_id, self.images = client_id, []
+        self.scene = self
+
+    def set_background_image(self, image, format, jpeg_quality=None):
+        self.images.append(image)
+
+
+class _Recorder:
+    def __init__(self):
+        self.steps, self.closed, self.n_splats = [], 0, []
+
+    def on_step(self, step, state):
+        self.steps.append(step)
+        self.n_splats.append(state.n_splats)
+
+    def close(self):
+        self.closed += 1
+
+
+def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_path, device):
+    from train_cases import tiny_scene
+
+    from spirula.train.config import TrainConfig
+    from spirula.train.run import train_run
+
+    scene = tiny_scene(tmp_path / "tiny")
+    live = web.live_view(scene, _free_port(), log=lambda msg: None)
+    live.refresh_s = 1e9  # no refresh of unmoved views: only the two asked views are rendered
+    a, b = _FakeClient(1), _FakeClient(2)
+    f = scene.frames[scene.train[0]]
+    for c in (a, b):  # two browsers ask before the first step
+        live.viewer.request(c, f.viewmat, f.K, 40, 30)
+    rec = _Recorder()
+    cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
+    train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, observers=[rec, live])
+    assert rec.steps == [1, 2, 3] and rec.closed == 1 and rec.n_splats[-1] > 0
+    # the first step rendered one of the two asked views, the second the other: one frame per step
+    # (close() waits for the sender thread, so every image has gone out)
+    assert len(a.images) == 1 and len(b.images) == 1
+    img = a.images[0]
+    assert img.shape == (30, 40, 3) and img.dtype == np.uint8
+    assert img.std() > 1, "the live view rendered a flat image: the splats are not in view"

@@ -25,6 +25,7 @@ from spirula.errors import SpirulaError
 from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
+from spirula.train.schedule import sh_degree_at
 from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
 from spirula.train.world import WorldTransform
@@ -132,8 +133,14 @@ def find_checkpoint(path: Path) -> Path:
     raise SpirulaError("%s: no checkpoint (ckpt/step-*.npz) found" % path)
 
 
-def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print) -> dict:
-    """Train, write the outputs, return the metrics dict."""
+def train_run(
+    scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print, observers=()
+) -> dict:
+    """Train, write the outputs, return the metrics dict.
+
+    ``observers``: live views (spirula/view/live.py's ``LiveView``: ``on_step(step,
+    state)`` after each step on this thread, ``close()`` at the end), e.g. the web
+    viewer; ``state`` is a :class:`StepState`."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state = None
@@ -177,6 +184,10 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
                 step_ms.append(1e3 * (time.perf_counter() - t0))
                 s = trainer.step
                 progress.update(s, out)
+                if observers:
+                    state = StepState(trainer, out, cfg.iterations)
+                    for obs in observers:
+                        obs.on_step(s, state)
                 if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
                     m = trainer.evaluate()
                     progress.test_psnr = m["psnr"]
@@ -206,6 +217,8 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
             ) from None
         finally:
             progress.close()
+            for obs in observers:
+                obs.close()
     train_time = time.perf_counter() - t_start
 
     from spirula.data import write_splat_ply
@@ -256,6 +269,19 @@ def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None
     log("spirula: wrote %s, %s, %s" % (output / "splat.ply", output / "metrics.json", path))
     trainer.free()
     return metrics
+
+
+class StepState:
+    """What a live view sees after a step: ``loss``, ``n_splats``, ``total``
+    (steps planned) and ``render(viewmat, K, width, height) -> [H,W,3] float32``
+    of the current (device) splats from a dataset-coordinates OpenCV camera."""
+
+    def __init__(self, trainer: Trainer, out: dict, total: int):
+        self.trainer, self.loss, self.n_splats, self.total = trainer, out["loss"], out["n_splats"], total
+
+    def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
+        tr = self.trainer
+        return tr.render(viewmat, K, sh_degree_at(tr.cfg, tr.step), (int(width), int(height)))
 
 
 # ---- existing runs: evaluate and render ------------------------------------------------

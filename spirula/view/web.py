@@ -219,16 +219,16 @@ class WebViewer:
 
     def _on_camera(self, camera):
         w, h = frame_size(camera.image_width, camera.image_height, self.max_size)
-        req = ViewRequest(
-            camera.client.client_id,
-            viewmat_from_pose(camera.wxyz, camera.position),
-            intrinsics(camera.fov, w, h),
-            w,
-            h,
-        )
+        viewmat = viewmat_from_pose(camera.wxyz, camera.position)
+        self.request(camera.client, viewmat, intrinsics(camera.fov, w, h), w, h)
+
+    def request(self, client, viewmat, K, width: int, height: int):
+        """``client`` (a viser ClientHandle) wants the view ``viewmat`` [4,4], ``K``
+        [3,3] at ``width`` x ``height``; replaces its earlier wish (any thread)."""
         with self._lock:
-            self._views[req.client_id] = req
-            self._dirty.add(req.client_id)
+            self._clients[client.client_id] = client
+            self._views[client.client_id] = ViewRequest(client.client_id, viewmat, K, int(width), int(height))
+            self._dirty.add(client.client_id)
         self._wake.set()
 
     # -- render thread --------------------------------------------------------------------
@@ -296,9 +296,11 @@ def load_splats(source) -> tuple:
     """(raw splat arrays, background [3] or None, StartView) of a splat.ply or a
     run folder / checkpoint (its dataset's first training camera, when the
     dataset is still there)."""
+    from spirula.errors import DatasetError
+
     path = Path(source)
     if not path.exists():
-        raise SpirulaError("%s: no such file or folder" % path)
+        raise DatasetError("%s: no such file or folder" % path)
     if path.is_file() and path.suffix.lower() == ".ply":
         from spirula.data.ply import read_splat_ply
 
@@ -307,9 +309,16 @@ def load_splats(source) -> tuple:
             means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
         )
         return splats, None, start_view_from_points(splats["means"])
+    if not (path.is_dir() or path.suffix.lower() == ".npz"):
+        raise DatasetError("%s: not a splat .ply, a run folder or a checkpoint .npz" % path)
     from spirula.train.run import load_run
 
-    cfg, params, _, _ = load_run(path)
+    try:
+        cfg, params, _, _ = load_run(path)
+    except DatasetError:
+        raise
+    except SpirulaError as exc:  # no checkpoint, or not one: bad input
+        raise DatasetError(str(exc)) from None
     splats = dict(params, max_alpha=cfg.max_alpha)
     background, start = None, start_view_from_points(params["means"])
     try:
@@ -321,10 +330,9 @@ def load_splats(source) -> tuple:
         dataset = json.loads((folder / "config.json").read_text())["dataset"]
         scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background="auto")
         background = scene.background
-        f = scene.frames[scene.train[0]]
-        centre = np.asarray(f.viewmat)[:3, :3].T @ -np.asarray(f.viewmat)[:3, 3]
-        distance = float(np.linalg.norm(np.median(params["means"], axis=0) - centre))
-        start = start_view_from_camera(f.viewmat, max(distance, 1e-3))
+        V = np.asarray(scene.frames[scene.train[0] if scene.train else 0].viewmat, dtype=np.float64)
+        distance = float(np.linalg.norm(np.median(params["means"], axis=0) + V[:3, :3].T @ V[:3, 3]))
+        start = start_view_from_camera(V, max(distance, 1e-3))
     except (OSError, KeyError, ValueError, IndexError, SpirulaError):
         pass  # the dataset moved: the splats alone still show
     return splats, background, start
@@ -363,14 +371,22 @@ class WebLiveView:
     loop between steps, on its thread).
 
     ``on_step`` renders at most one frame: a view a browser asked for since the
-    last step first, else, every :data:`TRAIN_REFRESH_S`, a browser's unmoved
+    last step first, else, every ``refresh_s`` seconds, a browser's unmoved
     view of the changed splats. ``trainer_state`` gives ``render(viewmat, K,
     width, height) -> [H,W,3] float`` (the device splats, dataset
     coordinates), ``loss``, ``n_splats`` and ``total`` (steps planned).
     """
 
-    def __init__(self, port: int, host: str = "127.0.0.1", start: StartView | None = None, log=print):
+    def __init__(
+        self,
+        port: int,
+        host: str = "127.0.0.1",
+        start: StartView | None = None,
+        log=print,
+        refresh_s: float = TRAIN_REFRESH_S,
+    ):
         self.viewer = WebViewer(port, host, start, title="Spirula training")
+        self.refresh_s = refresh_s
         self._refresh_due = self._status_due = 0.0
         log("spirula: web viewer at %s" % self.viewer.url)
 
@@ -391,7 +407,7 @@ class WebLiveView:
         if not self.viewer.has_clients():
             return
         if now >= self._refresh_due:
-            self._refresh_due = now + TRAIN_REFRESH_S
+            self._refresh_due = now + self.refresh_s
             self.viewer.invalidate()
 
         def render(viewmat, K, width, height):
@@ -401,3 +417,13 @@ class WebLiveView:
 
     def close(self):
         self.viewer.close()
+
+
+def live_view(scene, port: int, host: str = "127.0.0.1", log=print) -> WebLiveView:
+    """The :class:`WebLiveView` of training on ``scene``, starting at its first
+    training camera, looking at the seed points' median."""
+    f = scene.frames[scene.train[0]] if scene.train else scene.frames[0]
+    V = np.asarray(f.viewmat, dtype=np.float64)
+    centre = -V[:3, :3].T @ V[:3, 3]
+    target = np.median(scene.points, axis=0) if len(scene.points) else centre + V[2, :3]
+    return WebLiveView(port, host, start_view_from_camera(V, max(float(np.linalg.norm(target - centre)), 1e-3)), log)
