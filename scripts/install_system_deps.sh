@@ -6,9 +6,15 @@
 #   spirv-tools (spirv-val checks the SPIR-V that Spirula edits: tests/test_spirv.py),
 #   and what Kompute's Python module `kp` builds against (its pybind11 comes
 #   from PyPI, see scripts/build_kp.sh).
+# With --browser-tests (or SPIRULA_BROWSER_TESTS=1) also chromium and
+# chromium-driver (about 300 MB): only tests/test_web_viewer.py's browser test
+# needs them (it skips without them); selenium drives them, nothing downloaded.
 set -euo pipefail
 PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
       spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev"
+if [ "${1:-}" = "--browser-tests" ] || [ "${SPIRULA_BROWSER_TESTS:-0}" = 1 ]; then
+  PKGS="$PKGS chromium chromium-driver"
+fi
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
