@@ -221,3 +221,26 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
     img = a.images[0]
     assert img.shape == (30, 40, 3) and img.dtype == np.uint8
     assert img.std() > 1, "the live view rendered a flat image: the splats are not in view"
+
+
+def test_live_render_is_the_trainers_render_with_one_rasterizer(tmp_path, device):
+    from train_cases import tiny_scene
+
+    from spirula.train.config import TrainConfig
+    from spirula.train.run import LiveRender
+    from spirula.train.schedule import sh_degree_at
+    from spirula.train.trainer import Trainer
+
+    scene = tiny_scene(tmp_path / "tiny")
+    cfg = TrainConfig(iterations=2, cap_max=600, sh_degree=1, save_every=0, eval_every=0)
+    tr = Trainer(scene, cfg, device, log=lambda msg: None)
+    tr.train_step()
+    live = LiveRender(tr)
+    f = scene.frames[scene.test[0]]
+    for size in ((40, 30), (33, 21)):
+        got = live(f.viewmat, f.K, *size)
+        # the same kernels on the same inputs: bit-identical
+        np.testing.assert_array_equal(got, tr.render(f.viewmat, f.K, sh_degree_at(cfg, tr.step), size))
+    assert live.size == (33, 21)  # the first size's rasterizer was freed, not kept
+    live.free()
+    tr.free()

@@ -172,6 +172,7 @@ def train_run(
         return path
 
     progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
+    live_render = LiveRender(trainer)
     t_start = time.perf_counter()
     step_ms = []
     # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)
@@ -185,7 +186,7 @@ def train_run(
                 s = trainer.step
                 progress.update(s, out)
                 if observers:
-                    state = StepState(trainer, out, cfg.iterations)
+                    state = StepState(trainer, out, cfg.iterations, live_render)
                     for obs in observers:
                         obs.on_step(s, state)
                 if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
@@ -219,6 +220,7 @@ def train_run(
             progress.close()
             for obs in observers:
                 obs.close()
+            live_render.free()
     train_time = time.perf_counter() - t_start
 
     from spirula.data import write_splat_ply
@@ -272,16 +274,42 @@ def train_run(
 
 
 class StepState:
-    """What a live view sees after a step: ``loss``, ``n_splats``, ``total``
-    (steps planned) and ``render(viewmat, K, width, height) -> [H,W,3] float32``
-    of the current (device) splats from a dataset-coordinates OpenCV camera."""
+    """What a live view sees after a step: ``step``, ``loss``, ``n_splats``,
+    ``total`` (steps planned) and ``render(viewmat, K, width, height) -> [H,W,3]
+    float32`` of the current (device) splats from a dataset-coordinates OpenCV
+    camera (background composited)."""
 
-    def __init__(self, trainer: Trainer, out: dict, total: int):
-        self.trainer, self.loss, self.n_splats, self.total = trainer, out["loss"], out["n_splats"], total
+    def __init__(self, trainer: Trainer, out: dict, total: int, render):
+        self.step, self.loss, self.n_splats, self.total = trainer.step, out["loss"], out["n_splats"], total
+        self.render = render
 
-    def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
+
+class LiveRender:
+    """Renders a trainer's current splats for live views, with one rasterizer of
+    its own, remade only when the asked size changes (browsers resize; the
+    training and evaluation rasterizers are never touched, nor one kept per size)."""
+
+    def __init__(self, trainer: Trainer):
+        self.trainer, self.raster, self.size = trainer, None, None
+
+    def __call__(self, viewmat, K, width: int, height: int) -> np.ndarray:
         tr = self.trainer
-        return tr.render(viewmat, K, sh_degree_at(tr.cfg, tr.step), (int(width), int(height)))
+        if self.size != (int(width), int(height)):
+            self.free()
+            self.size = (int(width), int(height))
+            self.raster = Rasterizer(
+                tr.device, *self.size, 1, capacity=tr.model.n, name="live.raster", max_alpha=tr.cfg.max_alpha
+            )
+            self.raster.set_backgrounds(np.asarray(tr.scene.background)[None])
+        self.raster.reserve(tr.model.n)
+        self.raster.set_cameras(tr.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
+        self.raster.forward(tr.model.params, sh_degree_at(tr.cfg, tr.step))
+        return tr.device.readback(self.raster.out_colors)[0]
+
+    def free(self):
+        if self.raster is not None:
+            self.raster.free()
+        self.raster = self.size = None
 
 
 # ---- existing runs: evaluate and render ------------------------------------------------

@@ -23,6 +23,8 @@ rotation and translation in OpenCV axes (x right, y down, z forward), and
 
 from __future__ import annotations
 
+import contextlib
+import io
 import queue
 import threading
 import time
@@ -177,10 +179,12 @@ class WebViewer:
         except ImportError:
             raise SpirulaError("the web viewer needs viser: pip install viser") from None
         try:
-            self.server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
+            with contextlib.redirect_stdout(io.StringIO()):  # viser's banner: our log line says where
+                self.server = viser.ViserServer(host=host, port=port, label=title, verbose=False)
         except OSError as exc:
             raise SpirulaError("web viewer: cannot listen on %s:%d (%s)" % (host, port, exc.strerror or exc)) from None
-        self.host, self.port = host, self.server.get_port()
+        # viser moves to the next free port when the one asked for is taken
+        self.host, self.port, self.asked_port = host, self.server.get_port(), port
         if start is not None:
             self.server.scene.set_up_direction(start.up)
             cam = self.server.initial_camera
@@ -203,7 +207,13 @@ class WebViewer:
 
     @property
     def url(self) -> str:
+        """The page's address (``http://host:port``)."""
         return "http://%s:%d" % (self.host, self.port)
+
+    def where(self) -> str:
+        """The URL for the log, and a note when the asked port was taken."""
+        moved = self.asked_port not in (0, self.port)
+        return self.url + (" (port %d was taken)" % self.asked_port if moved else "")
 
     # -- web threads: record, never render ------------------------------------------------
     def _on_connect(self, client):
@@ -286,7 +296,8 @@ class WebViewer:
     def close(self):
         self._send_q.put(None)
         self._sender.join(timeout=5)
-        self.server.stop()
+        with contextlib.redirect_stdout(io.StringIO()):
+            self.server.stop()
 
 
 # ---- spirula view --port: a splat file or a run ----------------------------------------
@@ -347,7 +358,7 @@ def serve(splats_source, port: int, host: str = "127.0.0.1", *, device=None, sto
     viewer = WebViewer(port, host, start)
     n = len(splats["means"])
     viewer.set_status("**%s**  \n%s splats" % (Path(splats_source).name, f"{n:,}"))
-    log("spirula: web viewer of %s (%s splats) at %s" % (splats_source, f"{n:,}", viewer.url))
+    log("spirula: web viewer of %s (%s splats) at %s" % (splats_source, f"{n:,}", viewer.where()))
 
     def render(viewmat, K, width, height):
         return render_splats(splats, viewmat, K, width, height, background, device)
@@ -388,7 +399,7 @@ class WebLiveView:
         self.viewer = WebViewer(port, host, start, title="Spirula training")
         self.refresh_s = refresh_s
         self._refresh_due = self._status_due = 0.0
-        log("spirula: web viewer at %s" % self.viewer.url)
+        log("spirula: web viewer at %s" % self.viewer.where())
 
     def on_step(self, step: int, trainer_state) -> None:
         now = time.perf_counter()
