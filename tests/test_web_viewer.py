@@ -207,6 +207,7 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
     scene = tiny_scene(tmp_path / "tiny")
     live = web.live_view(scene, _free_port(), log=lambda msg: None)
     live.refresh_s = 1e9  # no refresh of unmoved views: only the two asked views are rendered
+    live.max_fps = float("inf")  # and no pacing: steps on lavapipe may take any time
     a, b = _FakeClient(1), _FakeClient(2)
     f = scene.frames[scene.train[0]]
     for c in (a, b):  # two browsers ask before the first step
@@ -244,3 +245,14 @@ def test_live_render_is_the_trainers_render_with_one_rasterizer(tmp_path, device
     assert live.size == (33, 21)  # the first size's rasterizer was freed, not kept
     live.free()
     tr.free()
+
+
+def test_a_bad_source_is_one_line_and_exit_status_2(tmp_path, capsys):
+    from spirula.cli.main import main
+
+    for source, says in ((tmp_path / "missing.ply", "no such file"), (__file__, "not a splat .ply")):
+        with pytest.raises(SystemExit) as exc:
+            main(["view-web", str(source), "--port", str(_free_port())])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0] and str(source) in err[0]

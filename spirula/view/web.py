@@ -38,6 +38,7 @@ from spirula.errors import SpirulaError
 MAX_FRAME_SIZE = 1280  # longest side of a streamed frame, in pixels (the browser scales it to its canvas)
 JPEG_QUALITY = 85
 TRAIN_REFRESH_S = 0.5  # while training: re-render an unmoved view this often (splats change every step)
+TRAIN_MAX_FPS = 30.0  # while training: frames per second at most, however fast the steps and the drags
 STATUS_EVERY_S = 0.25  # while training: progress text at most this often
 
 
@@ -381,9 +382,9 @@ class WebLiveView:
     spirula/view/live.py: ``on_step`` and ``close``, called by the training
     loop between steps, on its thread).
 
-    ``on_step`` renders at most one frame: a view a browser asked for since the
-    last step first, else, every ``refresh_s`` seconds, a browser's unmoved
-    view of the changed splats. ``trainer_state`` gives ``render(viewmat, K,
+    ``on_step`` renders at most one frame, and at most ``max_fps`` a second: a
+    view a browser asked for since the last step first, else, every
+    ``refresh_s`` seconds, a browser's unmoved view of the changed splats. ``trainer_state`` gives ``render(viewmat, K,
     width, height) -> [H,W,3] float`` (the device splats, dataset
     coordinates), ``loss``, ``n_splats`` and ``total`` (steps planned).
     """
@@ -395,9 +396,11 @@ class WebLiveView:
         start: StartView | None = None,
         log=print,
         refresh_s: float = TRAIN_REFRESH_S,
+        max_fps: float = TRAIN_MAX_FPS,
     ):
         self.viewer = WebViewer(port, host, start, title="Spirula training")
-        self.refresh_s = refresh_s
+        self.refresh_s, self.max_fps = refresh_s, max_fps
+        self._frame_due = 0.0
         self._refresh_due = self._status_due = 0.0
         log("spirula: web viewer at %s" % self.viewer.where())
 
@@ -415,7 +418,7 @@ class WebLiveView:
                     f"{trainer_state.n_splats:,}",
                 )
             )
-        if not self.viewer.has_clients():
+        if now < self._frame_due or not self.viewer.has_clients():
             return
         if now >= self._refresh_due:
             self._refresh_due = now + self.refresh_s
@@ -424,7 +427,8 @@ class WebLiveView:
         def render(viewmat, K, width, height):
             return to_uint8(trainer_state.render(viewmat, K, width, height))
 
-        self.viewer.render_pending(render, limit=1)
+        if self.viewer.render_pending(render, limit=1):
+            self._frame_due = now + 1.0 / self.max_fps
 
     def close(self):
         self.viewer.close()
