@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -200,7 +199,9 @@ class WebViewer:
         self._clients: dict = {}
         self.frames_sent = 0
         self.last_frame: np.ndarray | None = None  # the last image sent (tests read it)
-        self._send_q: queue.Queue = queue.Queue(maxsize=4)
+        self._outbox: dict = {}  # client id -> (client, image): the newest frame not yet sent
+        self._outbox_ready = threading.Condition(self._lock)
+        self._closing = False
         self._sender = threading.Thread(target=self._send_loop, name="spirula-web-send", daemon=True)
         self._sender.start()
         self.server.on_client_connect(self._on_connect)
@@ -273,16 +274,20 @@ class WebViewer:
             if req is None or client is None:
                 continue
             img = render(req.viewmat, req.K, req.width, req.height)
-            self._send_q.put((client, img))
+            with self._lock:  # never blocks on the network: a frame not yet sent is replaced
+                self._outbox[cid] = (client, img)
+                self._outbox_ready.notify()
             done += 1
         return done
 
     def _send_loop(self):
         while True:
-            item = self._send_q.get()
-            if item is None:
-                return
-            client, img = item
+            with self._lock:
+                while not self._outbox and not self._closing:
+                    self._outbox_ready.wait()
+                if not self._outbox:
+                    return
+                client, img = self._outbox.pop(next(iter(self._outbox)))
             try:  # JPEG encoding here, off the render thread
                 client.scene.set_background_image(img, format="jpeg", jpeg_quality=JPEG_QUALITY)
             except Exception:  # a browser that left meanwhile
@@ -295,7 +300,10 @@ class WebViewer:
         self.status.content = text
 
     def close(self):
-        self._send_q.put(None)
+        """Send what was rendered, then stop the server."""
+        with self._lock:
+            self._closing = True
+            self._outbox_ready.notify()
         self._sender.join(timeout=5)
         with contextlib.redirect_stdout(io.StringIO()):
             self.server.stop()
