@@ -33,7 +33,9 @@ demo: install shaders
 	$(BIN)/spirula devices
 	$(BIN)/spirula train --output outputs/demo
 
+# the tests also drive a headless chromium (tests/test_web_viewer.py): its packages come with them
 test: install shaders
+	@bash scripts/install_system_deps.sh --browser-tests
 	$(BIN)/python -m pytest -q tests
 
 # The linters (ruff check, ruff format --check, clang-format), as pre-commit and

@@ -8,10 +8,16 @@
 #   from PyPI, see scripts/build_kp.sh).
 #   Xvfb, xauth and Mesa's OpenGL (libgl1, libglx-mesa0, libgl1-mesa-dri) so the
 #   viewer's window tests (tests/test_view_window.py) run without a screen.
+# With --browser-tests (or SPIRULA_BROWSER_TESTS=1) also chromium and
+# chromium-driver (about 300 MB): only tests/test_web_viewer.py's browser test
+# needs them (it skips without them); selenium drives them, nothing downloaded.
 set -euo pipefail
 PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
       spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev
       xvfb xauth libgl1 libglx-mesa0 libgl1-mesa-dri"
+if [ "${1:-}" = "--browser-tests" ] || [ "${SPIRULA_BROWSER_TESTS:-0}" = 1 ]; then
+  PKGS="$PKGS chromium chromium-driver"
+fi
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -118,6 +118,18 @@ def _default(field: str) -> str:
     "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
 )
 @click.option(
+    "--viewer-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve a web viewer of the training on this port (docs/viewer.md, 'Web viewer').",
+)
+@click.option(
+    "--viewer-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -146,6 +158,8 @@ def train(
     max_frames,
     matcher,
     camera_model,
+    viewer_port,
+    viewer_host,
     overrides,
     viewer,
 ):
@@ -244,8 +258,13 @@ def train(
             "MCMC, cap %s" % f"{cfg.cap_max:,}" if cfg.strategy == "mcmc" else "ADC",
         )
     )
+    observers = []
+    if viewer_port is not None:
+        from spirula.view.web import live_view
+
+        observers.append(live_view(scene, viewer_port, viewer_host, log=_log))
     try:
-        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers)
+        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers, observers=observers)
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the
