@@ -169,7 +169,9 @@ def bake_texture(mesh, colour_fn, size: int = 2048):
     image = dilate(image, np.isfinite(nearest))
     texture = Image.fromarray(np.round(image * 255.0).astype(np.uint8), "RGB")
     out = trimesh.Trimesh(vertices=verts, faces=faces, process=False)
-    material = trimesh.visual.material.PBRMaterial(baseColorTexture=texture, metallicFactor=0.0, roughnessFactor=1.0)
+    material = trimesh.visual.material.PBRMaterial(
+        baseColorTexture=texture, baseColorFactor=[255, 255, 255, 255], metallicFactor=0.0, roughnessFactor=1.0
+    )
     out.visual = trimesh.visual.TextureVisuals(uv=uv, material=material)
     return out
 
