@@ -50,9 +50,10 @@ def colour_vertices(mesh, colour_fn):
 def atlas(mesh, size: int):
     """UV-unwrap ``mesh`` with xatlas for a ``size x size`` texture.
 
-    Returns ``(vmapping [V'] int, faces [F,3] int, uv [V',2] f64 in [0,1])``:
-    vertex ``v'`` of the unwrapped mesh is original vertex ``vmapping[v']``
-    (vertices on chart seams are split)."""
+    Returns ``(vmapping [V'] int, faces [F,3] int, uv [V',2] f64 in [0,1],
+    mapped [F] bool)``: vertex ``v'`` of the unwrapped mesh is original vertex
+    ``vmapping[v']`` (vertices on chart seams are split); faces not ``mapped``
+    have zero area and no texels (their uv: see below)."""
     import xatlas
 
     at = xatlas.Atlas()
@@ -63,7 +64,23 @@ def atlas(mesh, size: int):
     pack.bilinear = True
     at.generate(pack_options=pack)
     vmapping, faces, uv = at[0]
-    return vmapping.astype(np.int64), faces.astype(np.int64), uv.astype(np.float64)
+    vmapping, faces, uv = vmapping.astype(np.int64), faces.astype(np.int64), uv.astype(np.float64)
+    # xatlas leaves faces of zero area unmapped (uv 0, 0): invisible, but a vertex
+    # colour read from the texture (PLY export) would be wrong there, so their
+    # vertices take the uv of the nearest mapped vertex (the same point, when one exists)
+    e = uv[faces[:, 1:]] - uv[faces[:, :1]]
+    mapped = np.abs(e[:, 0, 0] * e[:, 1, 1] - e[:, 0, 1] * e[:, 1, 0]) > 0
+    good = np.zeros(len(uv), bool)
+    good[faces[mapped]] = True
+    bad = np.flatnonzero(~good)
+    if len(bad) and good.any():
+        from scipy.spatial import cKDTree
+
+        pos = np.asarray(mesh.vertices, np.float64)[vmapping]
+        ids = np.flatnonzero(good)
+        _, nearest = cKDTree(pos[ids]).query(pos[bad])
+        uv[bad] = uv[ids[nearest]]
+    return vmapping, faces, uv, mapped
 
 
 def rasterize_uv(uv: np.ndarray, faces: np.ndarray, size: int, ring: float = RING):
@@ -150,12 +167,14 @@ def bake_texture(mesh, colour_fn, size: int = 2048):
     import trimesh
     from PIL import Image
 
-    vmapping, faces, uv = atlas(mesh, size)
+    vmapping, faces, uv, mapped = atlas(mesh, size)
     verts = np.asarray(mesh.vertices, np.float64)[vmapping]
     normals = np.asarray(mesh.vertex_normals, np.float64)[vmapping]
     image = np.zeros((size, size, 3), np.float32)
     nearest = np.full((size, size), np.inf)  # distance in texels to the triangle that set the texel
-    for fid, bary, dist, row, col in rasterize_uv(uv, faces, size):
+    painted = np.flatnonzero(mapped)
+    for fid, bary, dist, row, col in rasterize_uv(uv, faces[painted], size):
+        fid = painted[fid]
         order = np.argsort(-dist, kind="stable")  # the nearest triangle writes last
         fid, bary, dist, row, col = fid[order], bary[order], dist[order], row[order], col[order]
         closer = dist < nearest[row, col]
