@@ -27,10 +27,11 @@ from spirula.reference.projection import SH_C0, quat_to_rotmat  # base colour = 
 TEXEL_CHUNK = 1 << 22  # texel candidates per batch in bake_texture (bounds memory at ~200 MB)
 # Texels up to RING texels outside a triangle take the colour of its nearest point,
 # so every bilinear tap of a point in a chart (<= sqrt(2) texels away) holds that
-# chart's colour; charts lie ATLAS_PADDING texels apart, more than two rings, so
-# no texel is in reach of two charts.
+# chart's colour. xatlas packs charts ATLAS_PADDING texels apart in an atlas that
+# may come out up to ~15% larger than asked (then scaled into the texture): still
+# more than two rings apart, so no texel is in reach of two charts.
 RING = 1.5
-ATLAS_PADDING = 4
+ATLAS_PADDING = 5
 
 
 def colour_vertices(mesh, colour_fn):
@@ -100,6 +101,8 @@ def rasterize_uv(uv: np.ndarray, faces: np.ndarray, size: int, ring: float = RIN
     w = np.maximum(hi[:, 0] - lo[:, 0] + 1, 0)
     h = np.maximum(hi[:, 1] - lo[:, 1] + 1, 0)
     count = w * h
+    e1, e2 = tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]
+    orient = np.sign(e1[:, 0] * e2[:, 1] - e1[:, 1] * e2[:, 0])  # 0 for a degenerate triangle: never rejected early
     ends = np.cumsum(count)
     start = 0
     while start < len(faces):
@@ -112,7 +115,16 @@ def rasterize_uv(uv: np.ndarray, faces: np.ndarray, size: int, ring: float = RIN
         local = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
         col = lo[fid, 0] + local % w[fid]
         row = lo[fid, 1] + local // w[fid]
-        bary, dist = _closest_on_triangle(np.stack([col, row], axis=1).astype(np.float64), tri[fid])
+        # cheap first: a texel further than ring from one of the triangle's edge lines is out
+        q = np.stack([col, row], axis=1).astype(np.float64)
+        t = tri[fid]
+        keep = np.ones(len(q), bool)
+        for i in range(3):
+            a, e = t[:, i], t[:, (i + 1) % 3] - t[:, i]
+            side = (e[:, 0] * (q[:, 1] - a[:, 1]) - e[:, 1] * (q[:, 0] - a[:, 0])) * orient[fid]
+            keep &= side >= -ring * np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-30)
+        fid, q, t, row, col = fid[keep], q[keep], t[keep], row[keep], col[keep]
+        bary, dist = _closest_on_triangle(q, t)
         near = dist <= ring
         yield fid[near], bary[near], dist[near], row[near], col[near]
         start = stop
@@ -120,19 +132,6 @@ def rasterize_uv(uv: np.ndarray, faces: np.ndarray, size: int, ring: float = RIN
 
 def _closest_on_triangle(p: np.ndarray, tri: np.ndarray):
     """Barycentrics [M,3] of the point of 2D triangle tri [M,3,2] nearest to p [M,2], and the distance [M]."""
-    best_d = np.full(len(p), np.inf)
-    best_b = np.zeros((len(p), 3))
-    rows = np.arange(len(p))
-    for i in range(3):  # the nearest point of each edge (a degenerate triangle is its edges)
-        j = (i + 1) % 3
-        a, e = tri[:, i], tri[:, j] - tri[:, i]
-        t = np.clip(np.einsum("md,md->m", p - a, e) / np.maximum(np.einsum("md,md->m", e, e), 1e-30), 0.0, 1.0)
-        d = np.linalg.norm(a + t[:, None] * e - p, axis=1)
-        better = d < best_d
-        b = np.zeros((len(p), 3))
-        b[rows, i], b[rows, j] = 1.0 - t, t
-        best_d = np.where(better, d, best_d)
-        best_b = np.where(better[:, None], b, best_b)
     a, b, c = tri[:, 0], tri[:, 1], tri[:, 2]
     det = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (c[:, 0] - a[:, 0]) * (b[:, 1] - a[:, 1])
     ok = np.abs(det) > 1e-12
@@ -140,9 +139,28 @@ def _closest_on_triangle(p: np.ndarray, tri: np.ndarray):
     dx, dy = p[:, 0] - a[:, 0], p[:, 1] - a[:, 1]
     l1 = (dx * (c[:, 1] - a[:, 1]) - (c[:, 0] - a[:, 0]) * dy) / det
     l2 = ((b[:, 0] - a[:, 0]) * dy - dx * (b[:, 1] - a[:, 1])) / det
-    inside = ok & (l1 >= 0) & (l2 >= 0) & (l1 + l2 <= 1)
-    best_b = np.where(inside[:, None], np.stack([1.0 - l1 - l2, l1, l2], axis=1), best_b)
-    return best_b, np.where(inside, 0.0, best_d)
+    bary = np.stack([1.0 - l1 - l2, l1, l2], axis=1)
+    dist = np.zeros(len(p))
+    out = np.flatnonzero(~(ok & (bary >= 0).all(axis=1)))  # outside (or degenerate): the nearest edge point
+    if len(out) == 0:
+        return bary, dist
+    po, to = p[out], tri[out]
+    best_d = np.full(len(out), np.inf)
+    best_b = np.zeros((len(out), 3))
+    rows = np.arange(len(out))
+    for i in range(3):  # a degenerate triangle is its edges
+        j = (i + 1) % 3
+        a, e = to[:, i], to[:, j] - to[:, i]
+        t = np.clip(np.einsum("md,md->m", po - a, e) / np.maximum(np.einsum("md,md->m", e, e), 1e-30), 0.0, 1.0)
+        r = a + t[:, None] * e - po
+        d = np.sqrt(r[:, 0] * r[:, 0] + r[:, 1] * r[:, 1])
+        better = d < best_d
+        best_d[better] = d[better]
+        best_b[better] = 0.0
+        best_b[rows[better], i] = 1.0 - t[better]
+        best_b[rows[better], j] = t[better]
+    bary[out], dist[out] = best_b, best_d
+    return bary, dist
 
 
 def dilate(image: np.ndarray, covered: np.ndarray) -> np.ndarray:
