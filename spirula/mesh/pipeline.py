@@ -163,10 +163,8 @@ def fusion_cameras(splats: dict, dataset: Path | None):
     from spirula.mesh import cameras
 
     if dataset is None:
-        return cameras.virtual_cameras(splats)
-    from spirula.data.dataset import load_dataset
-
-    return cameras.dataset_cameras(load_dataset(dataset, eval_split="none"))
+        return cameras.sphere_cameras(splats["means"])
+    return cameras.dataset_cameras(dataset)
 
 
 def run_mesh(device, inp: MeshInput, cfg: MeshConfig, output: Path, log=print) -> dict:
@@ -190,10 +188,7 @@ def run_mesh(device, inp: MeshInput, cfg: MeshConfig, output: Path, log=print) -
     def fuse():
         from spirula.mesh.fuse import fuse_splats
 
-        cams = fusion_cameras(inp.splats, inp.dataset)
-        if cfg.resolution is None:
-            return fuse_splats(device, inp.splats, cams)
-        return fuse_splats(device, inp.splats, cams, cfg.resolution)
+        return fuse_splats(device, inp.splats, fusion_cameras(inp.splats, inp.dataset), cfg.resolution)
 
     volume = stage("fuse", fuse)
     shape = tuple(np.asarray(volume.tsdf).shape)
