@@ -192,3 +192,18 @@ def test_a_splat_ply_meshes_to_vertex_colours_beside_it(capsys, run_dir, fake_fu
     # the volume's colour grid is the field at voxel centres: trilinear is exact; 8-bit rounding
     got = mesh.visual.vertex_colors[:, :3] / 255.0
     assert np.abs(got - colour_field(mesh.vertices)).max() <= 0.5 / 255 + 1e-5
+
+
+def test_profile_has_a_row_per_host_stage(capsys, run_dir, fake_fusion, monkeypatch):
+    from spirula.runtime import profiler
+
+    monkeypatch.setenv("SS_PROFILE", "1")
+    profiler.reset()
+    try:
+        code, err = cli(capsys, run_dir, "--color", "vertex", "--simplify", 1000, "--profile")
+        assert code == 0, err
+        rows = set(profiler.active().stages)
+    finally:
+        profiler.reset()
+    # fuse is GPU work: the kernel and device-wait rows count it, a stage row would count it twice
+    assert rows == {"mesh surface", "mesh clean", "mesh simplify", "mesh colour", "mesh export"}

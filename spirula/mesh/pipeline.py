@@ -1,7 +1,8 @@
 """``spirula mesh``: trained splats -> fused TSDF -> surface -> colour -> file (docs/mesh.md).
 
-Stages, each a ``stage mesh NAME`` row of the profiler (``--profile``) and a
-line on stderr with its time:
+Stages, each a line on stderr with its time and, but for ``fuse`` (whose GPU
+time the profiler's kernel and wait rows hold), a ``stage mesh NAME`` row of
+the profiler's timing breakdown (``--profile``):
 
 1. ``load``: the splats of a run folder (``RUN/splat.ply``) or a splat PLY,
    checked (one line naming the file for a missing, empty, non-splat or
@@ -176,11 +177,14 @@ def run_mesh(device, inp: MeshInput, cfg: MeshConfig, output: Path, log=print) -
 
     times = {}
 
-    def stage(name, fn, *args, **kwargs):
+    def stage(name, fn, *args, host=True, **kwargs):
+        # a host stage is a profiler row; fusion's GPU time is in its kernel and wait rows already
+        import contextlib
+
         from spirula.runtime import profiler
 
         t0 = time.perf_counter()
-        with profiler.stage("mesh " + name):
+        with profiler.stage("mesh " + name) if host else contextlib.nullcontext():
             out = fn(*args, **kwargs)
         times[name] = time.perf_counter() - t0
         return out
@@ -190,7 +194,7 @@ def run_mesh(device, inp: MeshInput, cfg: MeshConfig, output: Path, log=print) -
 
         return fuse_splats(device, inp.splats, fusion_cameras(inp.splats, inp.dataset), cfg.resolution)
 
-    volume = stage("fuse", fuse)
+    volume = stage("fuse", fuse, host=False)
     shape = tuple(np.asarray(volume.tsdf).shape)
     log(
         "mesh: fuse      %6.1f s  %s voxels of %.4g from %s"
