@@ -54,8 +54,10 @@ def test_growth_leaves_the_training_result_unchanged(device, scene):
     """Same seed, same splats: a run that starts with room for the cap (as
     before) and one that grows agree in count and relocations, and their
     parameters differ no more than two identical runs do (rasterize_bwd's
-    float atomics add in a different order each run)."""
-    cfg = _mcmc(cap_max=2000)
+    float atomics add in a different order each run). float32 storage: with
+    compact storage a last-bit difference can flip a stochastic rounding, so
+    two identical runs no longer bound the difference (tests/test_compact.py)."""
+    cfg = _mcmc(cap_max=2000, compact=False)
     runs = []
     for room in (False, False, True):
         trainer = Trainer(scene, cfg, device, init=random_init(400, 1))
