@@ -1,7 +1,9 @@
 """Density control (spirula/train/strategy.py and the densify_* kernels) on
 hand-made splats: MCMC relocation and growth against gsplat's
 compute_relocation, ADC clone/split/prune and the opacity reset, and when
-each strategy acts."""
+each strategy acts. Every config keeps float32 storage (compact=False): the
+checks are exact against numpy, and compact storage's rounding of uploads
+and moments has its own tests (tests/test_compact.py)."""
 
 import inspect
 import types
@@ -52,6 +54,7 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
     from spirula.train import strategy as strategies
 
     cfg = TrainConfig(
+        compact=False,
         iterations=20,
         strategy=strategy,
         cap_max=1000,
@@ -94,7 +97,7 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
 
 
 def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000, **cfg_kw):
-    cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1, **cfg_kw)
+    cfg = TrainConfig(compact=False, iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1, **cfg_kw)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     trainer.model.upload(arrays, moments)
     return trainer
@@ -263,7 +266,7 @@ def test_mcmc_position_noise_moves_transparent_splats_along_their_covariance(dev
     init["opacities"] = np.log(o / (1 - o)).astype(np.float32)
     runs = []
     for noise_lr in (0.0, 5e5):
-        cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=n, sh_degree=1, noise_lr=noise_lr)
+        cfg = TrainConfig(compact=False, iterations=100, strategy="mcmc", cap_max=n, sh_degree=1, noise_lr=noise_lr)
         trainer = Trainer(scene, cfg, device, init=init)
         trainer.train_step()
         runs.append((trainer.model.download()["params"], trainer.extent))
@@ -294,7 +297,7 @@ def test_mcmc_position_noise_moves_transparent_splats_along_their_covariance(dev
 
 @pytest.mark.parametrize("step", [600, 3100], ids=["before-first-reset", "after-first-reset"])
 def test_adc_refine_clones_splits_and_prunes(device, scene, step):
-    cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
+    cfg = TrainConfig(compact=False, iterations=5000, strategy="adc", sh_degree=1)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     ext = trainer.extent
     big = 0.2 * ext  # > prune_scale3d x extent, and so are its split children (/ 1.6)
@@ -353,7 +356,7 @@ def test_adc_statistics_accumulate_the_screen_space_gradient(device, scene, absg
     """After a step, each visible splat's grad2d_sum holds |dL/d mean2d| scaled
     by (W/2, H/2) (gsplat's DefaultStrategy); with absgrad, the per-pixel sum
     of absolute gradients that rasterize_bwd leaves in grad_xy_abs."""
-    cfg = TrainConfig(iterations=100, strategy="adc", sh_degree=1, absgrad=absgrad)
+    cfg = TrainConfig(compact=False, iterations=100, strategy="adc", sh_degree=1, absgrad=absgrad)
     trainer = Trainer(scene, cfg, device, init=random_init(80, 1, seed=16))
     trainer.train_step()
     n, r = trainer.model.n, trainer.raster
@@ -369,7 +372,7 @@ def test_adc_statistics_accumulate_the_screen_space_gradient(device, scene, absg
 
 
 def test_adc_opacity_reset_caps_opacities_at_twice_min_opacity(device, scene):
-    cfg = TrainConfig(iterations=100, strategy="adc", sh_degree=1)
+    cfg = TrainConfig(compact=False, iterations=100, strategy="adc", sh_degree=1)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     a = _splats(50, seed=14)
     o = np.r_[np.linspace(0.02, 0.99, 40), np.linspace(0.001, 0.0099, 10)]
@@ -394,7 +397,9 @@ def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
 
     calls = []
     monkeypatch.setattr(strategies.MCMC, "refine", lambda self, model, step, device: calls.append(step))
-    cfg = TrainConfig(strategy="mcmc", cap_max=100, sh_degree=1, refine_start=5, refine_every=5, refine_stop=31)
+    cfg = TrainConfig(
+        compact=False, strategy="mcmc", cap_max=100, sh_degree=1, refine_start=5, refine_every=5, refine_stop=31
+    )
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     for s in range(40):
         trainer.strategy.step_post_backward(trainer.model, trainer.stats, s, trainer.extent, device)
@@ -414,7 +419,9 @@ def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch
 
     monkeypatch.setattr(strategies.ADC, "refine", refine)
     monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self, model, device: calls.append(("reset",)))
-    cfg = TrainConfig(strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15, refine_stop=31)
+    cfg = TrainConfig(
+        compact=False, strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15, refine_stop=31
+    )
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     for s in range(40):
         trainer.strategy.step_post_backward(trainer.model, trainer.stats, s, trainer.extent, device)
@@ -472,7 +479,7 @@ def test_adc_prunes_diverged_splats(device, scene):
     """A splat with any non-finite parameter (NaN, +inf or -inf; SH included)
     is pruned by ADC's refinement, whether or not it would have grown; the
     others are kept or cloned as usual."""
-    cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
+    cfg = TrainConfig(compact=False, iterations=5000, strategy="adc", sh_degree=1)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     ext = trainer.extent
     a = _splats(8, seed=21, opacity=np.full(8, 0.5))
