@@ -98,7 +98,7 @@ def cli():
 
 
 def _register():
-    from spirula.cli import devices, frames, selftest, sfm, shaders, train  # noqa: F401  (commands attach to cli)
+    from spirula.cli import devices, frames, partition, selftest, sfm, shaders, train  # noqa: F401  (commands attach to cli)
 
 
 def main(argv=None):

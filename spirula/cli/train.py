@@ -119,6 +119,20 @@ def _default(field: str) -> str:
     "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
 )
 @click.option(
+    "--partition",
+    "n_blocks",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Split the scene into N spatial blocks, train them as Ray tasks, merge and fine-tune (docs/partition.md).",
+)
+@click.option(
+    "--ray-address",
+    default="local",
+    show_default=True,
+    metavar="auto|local|HOST:PORT",
+    help="With --partition: the Ray cluster (local: a head on 127.0.0.1 for this machine).",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -146,6 +160,8 @@ def train(
     max_frames,
     matcher,
     camera_model,
+    n_blocks,
+    ray_address,
     overrides,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
@@ -221,6 +237,14 @@ def train(
                 "random" if scene.points_random else "seed",
             )
         )
+        return
+    if n_blocks is not None:
+        from spirula.partition.pipeline import train_partitioned
+
+        if resume is not None:
+            raise SpirulaError("--partition and --resume: resume a block's run, then `spirula partition merge`")
+        output = output or default_output_dir(Path(dataset))
+        train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log)
         return
     device = open_cli_device()
     if output is None:

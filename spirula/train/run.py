@@ -132,12 +132,17 @@ def find_checkpoint(path: Path) -> Path:
     raise SpirulaError("%s: no checkpoint (ckpt/step-*.npz) found" % path)
 
 
-def train_run(scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print) -> dict:
-    """Train, write the outputs, return the metrics dict."""
+def train_run(
+    scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print, init: dict | None = None
+) -> dict:
+    """Train, write the outputs, return the metrics dict. ``init``: raw splat
+    parameters in dataset coordinates to start from (PARAM_NAMES arrays, as
+    :meth:`Trainer.splat_arrays` gives; the merged blocks of spirula/partition/)
+    instead of the seed points."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state = None
-    init = world = None
+    world = None
     if resume is not None:
         state = load_checkpoint(find_checkpoint(resume))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])

@@ -1,0 +1,82 @@
+"""Merge trained blocks into one scene: each block keeps the splats whose means
+lie in its core (the margins were only there to train the core's edges
+against their surroundings), the kept splats are concatenated, and the
+merged scene is fine-tuned briefly on the whole dataset to blend the seams.
+
+Splat arrays are raw, in dataset coordinates (spirula/data/ply.py):
+means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logits), sh [N,K,3].
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from spirula.errors import SpirulaError
+from spirula.partition.write import manifest_blocks
+
+# the fine-tune: a short run at the end of the schedule, without densification
+FINETUNE_FRACTION = 0.1  # of the blocks' steps, when not given
+
+
+def core_filter(splats: dict, block, axes) -> dict:
+    """The splats of ``block`` whose means lie in its core."""
+    keep = block.in_core(np.asarray(splats["means"], np.float64)[:, list(axes)])
+    return {k: np.asarray(v)[keep] for k, v in splats.items()}
+
+
+def merge_splats(manifest: dict, block_splats: list) -> dict:
+    """One scene from the blocks' splats (one dict per manifest block, in order)."""
+    blocks = manifest_blocks(manifest)
+    if len(blocks) != len(block_splats):
+        raise SpirulaError("%d blocks in the manifest but %d block results" % (len(blocks), len(block_splats)))
+    kept = [core_filter(s, b, manifest["axes"]) for s, b in zip(block_splats, blocks)]
+    ks = {s["sh"].shape[1] for s in kept}
+    if len(ks) != 1:
+        raise SpirulaError("the blocks' splats have different SH degrees (%s coefficients)" % sorted(ks))
+    return {k: np.concatenate([s[k] for s in kept]) for k in kept[0]}
+
+
+def ply_params(ply: dict) -> dict:
+    """:func:`spirula.data.read_splat_ply`'s dict as the trainer's raw parameters
+    (means, quats, scales, opacities, sh: spirula/train/storage.py PARAM_NAMES)."""
+    return dict(
+        means=ply["means"],
+        quats=ply["quats"],
+        scales=ply["log_scales"],
+        opacities=ply["opacity_logits"],
+        sh=ply["sh_coeffs"],
+    )
+
+
+def read_blocks(manifest: dict, folder: Path) -> list:
+    """The blocks' splats: ``folder/<block>/splat.ply`` for every block."""
+    from spirula.data import read_splat_ply
+
+    out = []
+    for e in manifest["blocks"]:
+        ply = Path(folder) / e["name"] / "splat.ply"
+        if not ply.is_file():
+            raise SpirulaError("%s: missing; train block %s first" % (ply, e["name"]))
+        out.append(ply_params(read_splat_ply(ply)))
+    return out
+
+
+def finetune_config(cfg, steps: int):
+    """The fine-tune's TrainConfig: ``steps`` steps at the learning rates the
+    blocks ended with (the means' rate at its final value), every SH band on
+    from the start, no densification (the blocks did it; MCMC's budget grows
+    to the merged count)."""
+    import dataclasses
+
+    return dataclasses.replace(
+        cfg,
+        iterations=steps,
+        lr_means=cfg.lr_means_final,
+        sh_every=1,
+        refine_stop=0,
+        cap_max=1,  # the strategy keeps max(cap, n): the merged count
+        eval_every=0,
+        save_every=0,
+    )
