@@ -82,7 +82,7 @@ def merge(run, steps, output):
     import json
 
     from spirula.data import load_dataset
-    from spirula.errors import SpirulaError
+    from spirula.partition.blocks import PartitionError
     from spirula.partition.pipeline import RUNS, finetune_steps, merge_and_finetune, read_partition
     from spirula.train.config import TrainConfig
 
@@ -91,7 +91,7 @@ def merge(run, steps, output):
     try:
         saved = json.loads(first.read_text())
     except (OSError, ValueError) as exc:
-        raise SpirulaError("%s: no readable block config (%s); train the blocks first" % (first, exc)) from None
+        raise PartitionError("%s: no readable block config (%s); train the blocks first" % (first, exc)) from None
     cfg = TrainConfig.from_dict(saved)
     settings = manifest.get("settings", {})
     scene = load_dataset(

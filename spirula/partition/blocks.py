@@ -29,6 +29,14 @@ import numpy as np
 
 from spirula.errors import SpirulaError
 
+
+class PartitionError(SpirulaError):
+    """Bad input to a partition command (options, a manifest, missing blocks) or
+    no Ray: one line, exit status 2."""
+
+    exit_code = 2
+
+
 DEFAULT_MARGIN = 0.2  # VastGaussian's 20% expansion of each cell
 DEFAULT_MIN_VISIBLE = 0.25  # VastGaussian's visibility threshold, on seed points in view
 
@@ -66,7 +74,7 @@ def grid_shape(n_blocks: int, spread) -> tuple:
     """(A, B) with A * B == n_blocks, as square as possible, the larger count
     along the axis of larger ``spread`` ([2], axes[0] first)."""
     if n_blocks < 1:
-        raise SpirulaError("--blocks %d: expected at least 1" % n_blocks)
+        raise PartitionError("--blocks %d: expected at least 1" % n_blocks)
     b = max(d for d in range(1, int(math.isqrt(n_blocks)) + 1) if n_blocks % d == 0)
     a = n_blocks // b
     return (a, b) if spread[0] >= spread[1] else (b, a)
@@ -113,9 +121,9 @@ def split(
     points = np.asarray(points, np.float64)
     viewmats = np.asarray(viewmats, np.float64)
     if len(points) == 0:
-        raise SpirulaError("the dataset has no seed points to partition")
+        raise PartitionError("the dataset has no seed points to partition")
     if margin < 0:
-        raise SpirulaError("--margin %g: expected >= 0" % margin)
+        raise PartitionError("--margin %g: expected >= 0" % margin)
     centres = -np.einsum("nji,nj->ni", viewmats[:, :3, :3], viewmats[:, :3, 3])
     axes = tuple(axes) if axes is not None else ground_axes(centres)
     xy = points[:, list(axes)]

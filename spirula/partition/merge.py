@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spirula.errors import SpirulaError
+from spirula.partition.blocks import PartitionError
 from spirula.partition.write import manifest_blocks
 
 # the fine-tune: a short run at the end of the schedule, without densification
@@ -30,11 +30,11 @@ def merge_splats(manifest: dict, block_splats: list) -> dict:
     """One scene from the blocks' splats (one dict per manifest block, in order)."""
     blocks = manifest_blocks(manifest)
     if len(blocks) != len(block_splats):
-        raise SpirulaError("%d blocks in the manifest but %d block results" % (len(blocks), len(block_splats)))
+        raise PartitionError("%d blocks in the manifest but %d block results" % (len(blocks), len(block_splats)))
     kept = [core_filter(s, b, manifest["axes"]) for s, b in zip(block_splats, blocks)]
     ks = {s["sh"].shape[1] for s in kept}
     if len(ks) != 1:
-        raise SpirulaError("the blocks' splats have different SH degrees (%s coefficients)" % sorted(ks))
+        raise PartitionError("the blocks' splats have different SH degrees (%s coefficients)" % sorted(ks))
     return {k: np.concatenate([s[k] for s in kept]) for k in kept[0]}
 
 
@@ -58,7 +58,7 @@ def read_blocks(manifest: dict, folder: Path) -> list:
     for e in manifest["blocks"]:
         ply = Path(folder) / e["name"] / "splat.ply"
         if not ply.is_file():
-            raise SpirulaError("%s: missing; train block %s first" % (ply, e["name"]))
+            raise PartitionError("%s: missing; train block %s first" % (ply, e["name"]))
         out.append(ply_params(read_splat_ply(ply)))
     return out
 

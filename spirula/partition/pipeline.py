@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from spirula.errors import SpirulaError
 from spirula.partition import blocks as blk
+from spirula.partition.blocks import PartitionError
 from spirula.partition.merge import FINETUNE_FRACTION, finetune_config, merge_splats, read_blocks
 from spirula.partition.write import MANIFEST, read_manifest, write_partition
 
@@ -30,7 +30,7 @@ RUNS = "runs"  # the block runs, inside the partition folder
 def parse_grid(n_blocks: int | None, grid: str | None):
     """``--blocks N`` or ``--grid AxB`` -> (N, None) or (None, (A, B))."""
     if (n_blocks is None) == (grid is None):
-        raise SpirulaError("give one of --blocks N or --grid AxB")
+        raise PartitionError("give one of --blocks N or --grid AxB")
     if grid is None:
         return n_blocks, None
     try:
@@ -38,7 +38,7 @@ def parse_grid(n_blocks: int | None, grid: str | None):
         if a < 1 or b < 1:
             raise ValueError
     except ValueError:
-        raise SpirulaError("--grid %s: expected AxB with A, B >= 1 (e.g. 2x2)" % grid) from None
+        raise PartitionError("--grid %s: expected AxB with A, B >= 1 (e.g. 2x2)" % grid) from None
     return None, (a, b)
 
 
@@ -59,7 +59,7 @@ def partition_scene(
 
     viewmats, Ks, sizes = scene.cameras(scene.train)
     if not len(viewmats):
-        raise SpirulaError("%s: no training images to partition" % scene.path)
+        raise PartitionError("%s: no training images to partition" % scene.path)
     centres = -np.einsum("nji,nj->ni", viewmats[:, :3, :3], viewmats[:, :3, 3])
     axes = blk.ground_axes(centres)
     if grid is None:
@@ -115,7 +115,9 @@ def partition_folder(path: Path) -> Path:
     for folder in (path / "partition", path):
         if (folder / MANIFEST).is_file():
             return folder
-    raise SpirulaError("%s: neither a partition (manifest.json) nor a partitioned run (partition/manifest.json)" % path)
+    raise PartitionError(
+        "%s: neither a partition (manifest.json) nor a partitioned run (partition/manifest.json)" % path
+    )
 
 
 def train_partitioned(scene, cfg, output: Path, n_blocks: int, address: str, device_opener, steps=None, log=print):

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from spirula.errors import SpirulaError
+from spirula.partition.blocks import PartitionError
 
 RAY_HINT = "training with --partition needs Ray: pip install 'spirula[ray]' (or pip install ray)"
 MAX_RETRIES = 3  # per block: a worker lost or a task failed this many times ends the run
@@ -40,7 +41,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise SpirulaError(RAY_HINT) from None
+        raise PartitionError(RAY_HINT) from None
     return ray
 
 
@@ -66,7 +67,7 @@ def init_ray(address: str, log=print):
         try:
             ray.init(address=address, configure_logging=False, log_to_driver=True)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise SpirulaError("--ray-address %s: cannot connect to Ray (%s)" % (address, exc)) from None
+            raise PartitionError("--ray-address %s: cannot connect to Ray (%s)" % (address, exc)) from None
     res = ray.cluster_resources()
     log(
         "spirula: Ray %s at %s: %d CPUs, %d GPUs"
@@ -136,10 +137,12 @@ def pick_vulkan_device(gpu_ids) -> tuple:
         return None, ""
     uuid = cuda_visible_uuid() or nvidia_smi_uuid(gpu_ids[0])
     if uuid is None:
-        raise SpirulaError("Ray gave this task GPU %s but its UUID is unknown (no libcuda, no nvidia-smi)" % gpu_ids[0])
+        raise PartitionError(
+            "Ray gave this task GPU %s but its UUID is unknown (no libcuda, no nvidia-smi)" % gpu_ids[0]
+        )
     index = vulkan_index_for_uuid(uuid)
     if index is None:
-        raise SpirulaError(
+        raise PartitionError(
             "Ray gave this task GPU %s (UUID %s) but no Vulkan device has that UUID" % (gpu_ids[0], uuid)
         )
     return index, uuid

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spirula.errors import SpirulaError
-from spirula.partition.blocks import Block
+from spirula.partition.blocks import Block, PartitionError
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -90,7 +89,7 @@ def write_partition(out: Path, scene, axes, blocks: list, settings: dict) -> dic
     for blk in blocks:
         frames = [scene.frames[scene.train[c]] for c in blk.cameras]
         if not frames:
-            raise SpirulaError(
+            raise PartitionError(
                 "%s: no training camera sees block %d; use fewer blocks or a larger --margin" % (scene.path, blk.index)
             )
         write_colmap_text(out / blk.name, frames, scene.points[blk.points], scene.point_colors[blk.points])
@@ -132,7 +131,7 @@ def read_manifest(path: Path) -> dict:
         if m.get("format") != FORMAT or not isinstance(m.get("blocks"), list):
             raise ValueError("not a format-%d partition manifest" % FORMAT)
     except (OSError, ValueError) as exc:
-        raise SpirulaError("%s: cannot read the partition manifest (%s)" % (path, exc)) from None
+        raise PartitionError("%s: cannot read the partition manifest (%s)" % (path, exc)) from None
     return m
 
 
