@@ -222,26 +222,49 @@ def test_vulkan_device_by_uuid():
 
 # ---- end to end: 4 blocks on a local Ray, one worker killed -------------------------------
 
-# the generated scene: the demo world (spirula/data/demo.py) at 48x36, 24 views
-W, H, F, VIEWS = 48, 36, 45.0, 24
+# the generated scene: a street (12 x 3 units along x, objects up to 1.2 high)
+# of 3,000 opaque splats with smooth colours, rendered by Spirula's own
+# rasterizer from 28 cameras in two rows facing it across, 48x36 pixels;
+# seeds: the splats' centres with 0.03 of noise
+W, H, F = 48, 36, 30.0
 
 
-def _demo_scene(root: Path) -> Path:
+def _street_scene(root: Path, n=3000, seed=0) -> Path:
     from PIL import Image
 
-    from spirula.data import demo
+    from spirula.backends import open_device
     from spirula.data.scene import Frame
     from spirula.partition.write import write_colmap_text
+    from spirula.train.run import SplatRenderer
 
-    viewmats, K = demo.cameras(W, H, F, VIEWS)
+    rng = np.random.default_rng(seed)
+    x, y, z = rng.uniform(-6, 6, n), rng.uniform(-1.5, 1.5, n), rng.uniform(0, 1.2, n)
+    z[: n // 3] = 0.0  # the street's floor
+    means = np.stack([x, y, z], 1).astype(np.float32)
+    rgb = 0.5 + 0.45 * np.stack([np.sin(1.3 * x + 2 * z), np.cos(0.9 * x - 1.7 * y), np.sin(0.7 * x + 2.1 * y + z)], 1)
+    sh = ((rgb - 0.5) / 0.28209479177387814).astype(np.float32)[:, None, :]  # SH degree 0: colour = 0.5 + C0 * dc
+    truth = dict(
+        means=means,
+        quats=np.tile(np.float32([1, 0, 0, 0]), (n, 1)),
+        scales=np.full((n, 3), np.log(0.09), np.float32),
+        opacities=np.full(n, 2.0, np.float32),
+        sh=sh,
+    )
+    K = np.array([[F, 0, W / 2], [0, F, H / 2], [0, 0, 1.0]])
+    renderer = SplatRenderer(open_device("vulkan"), truth, np.zeros(3, np.float32))
     frames = []
     (root / "render").mkdir(parents=True)
-    for v, vm in enumerate(viewmats):
-        p = root / "render" / ("%04d.png" % v)
-        Image.fromarray(np.rint(demo.render_view(vm, K, W, H, supersample=1) * 255).astype(np.uint8)).save(p)
-        frames.append(Frame(p.name, p, W, H, K, vm))
-    pts, cols = demo.seed_points(np.random.default_rng(3), density=0.3)
-    return write_colmap_text(root / "scene", frames, pts, np.rint(cols * 255).astype(np.uint8))
+    for xc in np.linspace(-5.5, 5.5, 14):
+        for side in (-1, 1):
+            vm = look_at((xc, 3.0 * side, 1.0), target=(xc + 0.5 * side, 0.0, 0.3))
+            p = root / "render" / ("%04d.png" % len(frames))
+            img = np.clip(renderer.render(vm, K, W, H), 0, 1)
+            Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(p)
+            frames.append(Frame(p.name, p, W, H, K, vm))
+    renderer.free()
+    seeds = means + rng.normal(0, 0.03, means.shape)
+    colors = np.rint(np.clip(rgb + rng.normal(0, 0.05, rgb.shape), 0, 1) * 255).astype(np.uint8)
+    return write_colmap_text(root / "scene", frames, seeds, colors)
 
 
 # Steps: each block trains BLOCK_STEPS, the merged scene FINETUNE_STEPS; the
@@ -262,7 +285,7 @@ def test_four_blocks_on_ray_match_the_whole_scene(tmp_path, monkeypatch):
 
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setenv(ray_run.FAIL_ONCE_ENV, "block-01")  # its first attempt's worker dies (os._exit)
-    dataset = _demo_scene(tmp_path)
+    dataset = _street_scene(tmp_path)
     cfg = TrainConfig(
         iterations=BLOCK_STEPS, cap_max=3000, sh_degree=1, init_scale=1.0, save_every=0, background="black"
     )
@@ -272,6 +295,8 @@ def test_four_blocks_on_ray_match_the_whole_scene(tmp_path, monkeypatch):
         scene, cfg, run, 4, "local", lambda: open_device("vulkan"), steps=FINETUNE_STEPS, log=lambda m: None
     )
     part = run / "partition"
+    manifest = json.loads((part / "manifest.json").read_text())
+    assert manifest["settings"]["grid"] == [4, 1]  # along the street
     # the killed block ran again, and nothing is lost: every block's run is complete
     assert (part / "runs" / "block-01" / ".killed-once").is_file()
     for b in ["block-%02d" % i for i in range(4)]:

@@ -71,13 +71,14 @@ class Block:
 
 
 def grid_shape(n_blocks: int, spread) -> tuple:
-    """(A, B) with A * B == n_blocks, as square as possible, the larger count
-    along the axis of larger ``spread`` ([2], axes[0] first)."""
+    """(A, B) with A * B == n_blocks whose cells are closest to square on a
+    ground plane of ``spread`` ([2], the extent along axes[0] and axes[1]);
+    of equally square ones, the most even split."""
     if n_blocks < 1:
         raise PartitionError("--blocks %d: expected at least 1" % n_blocks)
-    b = max(d for d in range(1, int(math.isqrt(n_blocks)) + 1) if n_blocks % d == 0)
-    a = n_blocks // b
-    return (a, b) if spread[0] >= spread[1] else (b, a)
+    sx, sy = (max(float(s), 1e-12) for s in spread)
+    shapes = [(n_blocks // b, b) for b in range(1, n_blocks + 1) if n_blocks % b == 0]
+    return min(shapes, key=lambda ab: (round(abs(math.log((sx / ab[0]) / (sy / ab[1]))), 9), abs(ab[0] - ab[1])))
 
 
 def ground_axes(centres) -> tuple:

@@ -16,7 +16,7 @@ import numpy as np
 from spirula.partition.blocks import PartitionError
 from spirula.partition.write import manifest_blocks
 
-# the fine-tune: a short run at the end of the schedule, without densification
+# the fine-tune: the end of the blocks' schedule on the whole scene
 FINETUNE_FRACTION = 0.1  # of the blocks' steps, when not given
 
 
@@ -64,19 +64,30 @@ def read_blocks(manifest: dict, folder: Path) -> list:
 
 
 def finetune_config(cfg, steps: int):
-    """The fine-tune's TrainConfig: ``steps`` steps at the learning rates the
-    blocks ended with (the means' rate at its final value), every SH band on
-    from the start, no densification (the blocks did it; MCMC's budget grows
-    to the merged count)."""
+    """The fine-tune's TrainConfig: the last ``steps`` steps of one run of
+    ``cfg.iterations + steps`` steps, as a fresh run of ``steps`` (the blocks
+    trained its first ``cfg.iterations``): the means' learning rate starts
+    where that run's exponential decay is after the blocks' steps and ends at
+    its final value (exactly that schedule), and the densification window and
+    the next SH band's step are shifted by the blocks' steps (the bands after
+    it then come every ``sh_every``). Adam's moments start at zero: the
+    blocks' are not merged."""
     import dataclasses
 
+    done = cfg.iterations
+    total = done + steps
+    lr_means = cfg.lr_means * (cfg.lr_means_final / cfg.lr_means) ** (done / total)
+    band = min(done // cfg.sh_every, cfg.sh_degree)
+    # a fresh run starts at SH degree 0: where the blocks had reached a band, all
+    # their bands (they are trained) come on after one step
+    sh_every = 1 if band > 0 else max(1, cfg.sh_every - done)
     return dataclasses.replace(
         cfg,
         iterations=steps,
-        lr_means=cfg.lr_means_final,
-        sh_every=1,
-        refine_stop=0,
-        cap_max=1,  # the strategy keeps max(cap, n): the merged count
+        lr_means=lr_means,
+        sh_every=sh_every,
+        refine_start=max(0, cfg.refine_start - done),
+        refine_stop=max(0, cfg.refine_stop - done),
         eval_every=0,
         save_every=0,
     )
