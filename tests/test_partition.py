@@ -196,12 +196,17 @@ def test_merge_keeps_each_blocks_core_splats(tmp_path):
     assert ply_params  # the ply's names map to the trainer's (read_blocks used it)
 
 
-def test_without_ray_one_line(monkeypatch):
+def test_without_ray_one_line(monkeypatch, tmp_path, capsys):
     from spirula.partition import ray_run
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(SpirulaError, match=r"pip install 'spirula\[ray\]'"):
         ray_run.import_ray()
+    src = write_colmap(tmp_path / "src", make_truth())
+    assert _run_cli(["train", str(src), "--partition", "2", "-o", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'spirula[ray]'" in err[0], err
+    assert not (tmp_path / "run").exists()  # nothing written
 
 
 def test_vulkan_device_by_uuid():

@@ -19,12 +19,17 @@ class _SplitByDefault(click.Group):
     ``spirula partition DATASET OUT ...`` and ``spirula partition merge RUN``."""
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
-            args = ["split"] + list(args)
+        args = list(args)
+        i = 0  # past the group's own options (common_options: --backend X, --device N, --profile)
+        while i < len(args) and args[i].startswith("-") and args[i] not in ("-h", "--help"):
+            i += 1 if "=" in args[i] or args[i] == "--profile" else 2
+        if i < len(args) and args[i] not in self.commands and args[i] not in ("-h", "--help"):
+            args.insert(i, "split")
         return super().parse_args(ctx, args)
 
 
 @cli.group("partition", cls=_SplitByDefault)
+@common_options
 def partition():
     """Split a large scene into spatial blocks that train separately, and merge
     the trained blocks (docs/partition.md).

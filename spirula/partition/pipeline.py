@@ -125,8 +125,9 @@ def train_partitioned(scene, cfg, output: Path, n_blocks: int, address: str, dev
     ``output/partition``, train the blocks on Ray, merge and fine-tune into
     ``output``. ``device_opener()``: the driver's device, opened only for the
     fine-tune (after the blocks, so that a one-GPU machine is free for them)."""
-    from spirula.partition.ray_run import init_ray, train_blocks
+    from spirula.partition.ray_run import import_ray, init_ray, train_blocks
 
+    import_ray()  # without Ray: one line, before anything is written
     output = Path(output)
     import dataclasses
 
