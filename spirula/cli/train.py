@@ -130,7 +130,7 @@ def _default(field: str) -> str:
     default="local",
     show_default=True,
     metavar="auto|local|HOST:PORT",
-    help="With --partition: the Ray cluster (local: a head on 127.0.0.1 for this machine).",
+    help="With --partition: the Ray cluster (local: a head started on this machine, for this run).",
 )
 @click.option(
     "--set",

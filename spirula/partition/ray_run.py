@@ -46,8 +46,10 @@ def import_ray():
 
 
 def init_ray(address: str, log=print):
-    """Connect to Ray: ``local`` starts a head on 127.0.0.1 for this machine
-    (no dashboard, no usage statistics: works offline), ``auto`` joins the
+    """Connect to Ray: ``local`` starts a head on this machine for it alone
+    (no dashboard, no usage statistics: works offline; Ray itself picks the
+    node's address: on Linux it turns 127.0.0.1 into the machine's own, and
+    Ray 2.60 protects the head with a token), ``auto`` joins the
     cluster this machine is part of, ``HOST:PORT`` (or ``ray://HOST:PORT``) a
     given one. Returns the ray module."""
     ray = import_ray()
@@ -57,7 +59,6 @@ def init_ray(address: str, log=print):
     if address == "local":
         ray.init(
             address="local",
-            _node_ip_address="127.0.0.1",
             include_dashboard=False,
             object_store_memory=LOCAL_OBJECT_STORE,
             configure_logging=False,
