@@ -14,7 +14,13 @@
 set -o pipefail
 source benchmarks/gpu_setup.sh || return 1
 STEPS=${STEPS:-3000} CAP=${CAP:-1000000} BLOCK_CAP=${BLOCK_CAP:-360000}  # 4 blocks x 360k / 1.44 (margins) ~ 1M merged
-stamp points; python3 benchmarks/make_scene.py $L/scene1080 --density 170 --points-only | tail -1
+# the scene: .device/local/scene1080 when carried (its seeds regenerated), else made here (a few minutes)
+S=$L/scene1080
+if [ -d $S ]; then
+    stamp points; python3 benchmarks/make_scene.py $S --density 170 --points-only | tail -1
+else
+    S=/tmp/scene1080; stamp scene; python3 benchmarks/make_scene.py $S --density 170 | tail -1
+fi
 if [ -f $L/ray-site-cp312.tar.xz ]; then
     mkdir -p /tmp/site-ray && tar -xJf $L/ray-site-cp312.tar.xz -C /tmp/site-ray && export PYTHONPATH=$PYTHONPATH:/tmp/site-ray
 fi
@@ -22,15 +28,15 @@ export RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader
 python3 -c "from spirula.runtime.vkinfo import list_devices as l; [print('vulkan', d.index, d.name, d.device_uuid) for d in l()]"
 stamp whole
-python3 -m spirula train $L/scene1080 --iterations $STEPS --cap-max $CAP --background black --output /tmp/whole 2>&1 | tail -2 | head -1
+python3 -m spirula train $S --iterations $STEPS --cap-max $CAP --background black --output /tmp/whole 2>&1 | tail -2 | head -1
 stamp blocks
 P="--iterations $STEPS --cap-max $BLOCK_CAP --background black"
 if python3 -c "import ray" 2>/dev/null; then
-    /usr/bin/time -v python3 -m spirula train $L/scene1080 --partition 4 --ray-address local $P --output /tmp/part 2>&1 \
-        | grep -v "steps/s" | grep "spirula: block\|merged\|test PSNR\|Ray\|Maximum resident\|Elapsed" | tail -20
+    python3 -m spirula train $S --partition 4 --ray-address local $P --output /tmp/part 2>&1 \
+        | grep -v "steps/s" | grep "spirula: block\|merged\|test PSNR\|Ray\| on Vulkan device" | tail -24
 else
     echo "no ray here: blocks one after another by the CLI"
-    python3 -m spirula partition $L/scene1080 /tmp/part/partition --blocks 4
+    python3 -m spirula partition $S /tmp/part/partition --blocks 4
     for b in /tmp/part/partition/block-*; do
         stamp $(basename $b)
         python3 -m spirula train $b -o /tmp/part/partition/runs/$(basename $b) --eval-split none $P 2>&1 | tail -2 | head -1
