@@ -130,6 +130,20 @@ def _default(field: str) -> str:
     help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
 )
 @click.option(
+    "--partition",
+    "n_blocks",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Split the scene into N spatial blocks, train them as Ray tasks, merge and fine-tune (docs/partition.md).",
+)
+@click.option(
+    "--ray-address",
+    default="local",
+    show_default=True,
+    metavar="auto|local|HOST:PORT",
+    help="With --partition: the Ray cluster (local: a head started on this machine, for this run).",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -160,6 +174,8 @@ def train(
     camera_model,
     viewer_port,
     viewer_host,
+    n_blocks,
+    ray_address,
     overrides,
     viewer,
 ):
@@ -236,6 +252,14 @@ def train(
                 "random" if scene.points_random else "seed",
             )
         )
+        return
+    if n_blocks is not None:
+        from spirula.partition.pipeline import train_partitioned
+
+        if resume is not None:
+            raise SpirulaError("--partition and --resume: resume a block's run, then `spirula partition merge`")
+        output = output or default_output_dir(Path(dataset))
+        train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log)
         return
     viewers = _live_viewers(scene) if viewer else []
     device = open_cli_device()

@@ -42,6 +42,11 @@ class VulkanDeviceInfo(DeviceInfo):
     min_subgroup_size: int = 0
     max_subgroup_size: int = 0
     inf_nan_preserve: bool = False
+    # VkPhysicalDeviceIDProperties.deviceUUID as 32 hex digits ("" if the driver
+    # reports none): on NVIDIA the same UUID as CUDA's and NVML's ("GPU-" + the
+    # digits in 8-4-4-4-12 groups), which maps a GPU Ray assigns through
+    # CUDA_VISIBLE_DEVICES to its Vulkan index (spirula/partition/ray_run.py)
+    device_uuid: str = ""
 
 
 # ---- what Spirula's kernels need (docs/design.md §4.2) ---------------------------------
@@ -200,6 +205,13 @@ class _SubgroupProperties(C.Structure):
     )
 
 
+class _IDProperties(C.Structure):
+    _fields_ = _fields(
+        "i32 sType; ptr pNext; u8[16] deviceUUID; u8[16] driverUUID; u8[8] deviceLUID; "
+        "u32 deviceNodeMask; u32 deviceLUIDValid"
+    )
+
+
 class _SubgroupSizeControlProperties(C.Structure):
     _fields_ = _fields(
         "i32 sType; ptr pNext; u32 minSubgroupSize; u32 maxSubgroupSize; "
@@ -281,6 +293,7 @@ _ST_DRIVER = 1000196000
 _ST_SUBGROUP_SIZE_CONTROL = 1000225000
 _ST_ATOMIC_FLOAT = 1000260000
 _ST_FLOAT_CONTROLS = 1000197000
+_ST_ID = 1000071004  # VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES (Vulkan 1.1 core)
 _SHADER_INT64 = 40
 _DEVICE_TYPES = {0: "other", 1: "integrated", 2: "discrete", 3: "virtual", 4: "cpu"}
 _MEMORY_HEAP_DEVICE_LOCAL = 1
@@ -323,7 +336,9 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
     subgroup = _SubgroupProperties(sType=_ST_SUBGROUP)
     driver = _DriverProperties(sType=_ST_DRIVER)
     size_control = _SubgroupSizeControlProperties(sType=_ST_SUBGROUP_SIZE_CONTROL)
-    props2 = _Properties2(sType=_ST_PROPERTIES_2, pNext=C.cast(C.pointer(subgroup), C.c_void_p))
+    ids = _IDProperties(sType=_ST_ID)
+    props2 = _Properties2(sType=_ST_PROPERTIES_2, pNext=C.cast(C.pointer(ids), C.c_void_p))
+    ids.pNext = C.cast(C.pointer(subgroup), C.c_void_p)
     float_controls = _FloatControlsProperties(sType=_ST_FLOAT_CONTROLS)
     tail = subgroup
     if "VK_KHR_driver_properties" in extensions:
@@ -386,6 +401,7 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
         min_subgroup_size=int(min_sg),
         max_subgroup_size=int(max_sg),
         inf_nan_preserve=bool(float_controls.flags[1]),  # shaderSignedZeroInfNanPreserveFloat32
+        device_uuid=bytes(ids.deviceUUID).hex() if any(ids.deviceUUID) else "",
     )
 
 

@@ -135,18 +135,29 @@ def find_checkpoint(path: Path) -> Path:
 
 
 def train_run(
-    scene, cfg: TrainConfig, device, output: Path, resume: Path | None = None, log=print, viewers=(), observers=()
+    scene,
+    cfg: TrainConfig,
+    device,
+    output: Path,
+    resume: Path | None = None,
+    log=print,
+    viewers=(),
+    observers=(),
+    init: dict | None = None,
 ) -> dict:
     """Train, write the outputs, return the metrics dict.
 
     ``viewers``: :class:`~spirula.view.live.LiveView` objects (the native
     window); each gets ``on_step(step, trainer_state)`` after every step and
     ``close()`` when training ends (spirula/view/live.py). ``observers``: the
-    same protocol with a :class:`StepState` (the web viewer)."""
+    same protocol with a :class:`StepState` (the web viewer). ``init``: raw splat
+    parameters in dataset coordinates to start from (PARAM_NAMES arrays, as
+    :meth:`Trainer.splat_arrays` gives; the merged blocks of spirula/partition/)
+    instead of the seed points."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state = None
-    init = world = None
+    world = None
     if resume is not None:
         state = load_checkpoint(find_checkpoint(resume))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
