@@ -1,4 +1,4 @@
-"""Tile culling (docs/design.md §2.5): a Gaussian's intersections are the tiles
+"""Tile culling (docs/design.md §2.4): a Gaussian's intersections are the tiles
 whose pixel centres its alpha >= 1/255 ellipse may reach, not its whole box.
 Conservative (no pixel that draws a Gaussian loses its tile), and fewer pairs
 than the box on raster_bench's slab."""

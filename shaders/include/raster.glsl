@@ -25,7 +25,7 @@ FN void tile_rect(vec2 mean2d, vec2 radius, vec2 grid, OUT(vec2) tile_min, OUT(v
     tile_max = clamp(ceil(mean2d / 16.0f + radius / 16.0f), vec2(0.0f), grid);
 }
 
-// Tile culling (docs/design.md §2.5, "Which tiles a Gaussian touches"). A pixel
+// Tile culling (docs/design.md §2.4, "Which tiles a Gaussian touches"). A pixel
 // draws a Gaussian only where sigma(d) <= ln(o / MIN_ALPHA) (alpha >= 1/255).
 // Inside its box (tile_rect), a tile row gets the tiles whose pixel-centre
 // rectangle [16 t + 0.5, 16 t + 15.5] meets that ellipse, from the ellipse's

@@ -6,7 +6,7 @@ A Gaussian with pixel radii (rx, ry) around mean2d has the tile box
 Given its conic and opacity, it touches the tiles of that box whose pixel-centre
 rectangle [ts*t + 0.5, ts*t + ts - 0.5] (both axes) meets its ellipse
 sigma(d) <= ln(255 o) (alpha >= 1/255), widened by the margins of
-shaders/include/raster.glsl (tile culling, docs/design.md §2.5); without them,
+shaders/include/raster.glsl (tile culling, docs/design.md §2.4); without them,
 every tile of the box.
 Intersections are sorted lexicographically by (camera, tile, depth, Gaussian id),
 so every tile owns a contiguous, front-to-back range of the sorted list.
