@@ -3,7 +3,8 @@
 // (camera, Gaussian) index i. Twin of shaders/intersect_tile_write.comp.
 // One thread per intersection j < min(total, capacity) (folded): its
 // Gaussian by binary search in the exclusive prefix sum of the depth-ordered
-// tile counts, then its tile inside that Gaussian's box.
+// tile counts, then the k-th tile that tile culling keeps in that Gaussian's
+// box (cull_nth, shaders/include/raster.glsl).
 // Contract: build/contracts/intersect_tile_write.h, generated from shaders/intersect_tile_write.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -17,7 +18,7 @@ using namespace contract;
 __global__ void __launch_bounds__(LOCAL_THREADS)
     intersect_tile_write_kernel(const uint32_t* sorted_ids, const uint32_t* offsets, const uint32_t* totals,
                                 const float4* xyop, const int2* radii, uint32_t* isect_keys, uint32_t* isect_ids,
-                                Push pc) {
+                                const float4* conics, Push pc) {
     uint32_t j = global_index();
     uint32_t m = totals[pc.count_offset] < pc.capacity ? totals[pc.count_offset] : pc.capacity;
     if (j >= m || pc.n == 0u) {
@@ -40,9 +41,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     vec2 radius = make2(float(r.x), float(r.y));
     vec2 tile_min, tile_max;
     tile_rect(mean2d, radius, vec2(float(pc.tile_width), float(pc.tile_height)), tile_min, tile_max);
-    uint32_t tmin_x = uint32_t(tile_min.x), tmin_y = uint32_t(tile_min.y), tmax_x = uint32_t(tile_max.x);
-    uint32_t box_width = tmax_x > tmin_x ? tmax_x - tmin_x : 1u;
-    uint32_t ty = tmin_y + k / box_width, tx = tmin_x + k % box_width;
+    float4 q = conics[id];
+    vec2 tile = cull_nth(mean2d, cull_ellipse(make3(q.x, q.y, q.z), g.z), tile_min, tile_max, float(k));
+    uint32_t tx = uint32_t(tile.x), ty = uint32_t(tile.y);
     isect_keys[j] = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height + ty * pc.tile_width + tx;
     isect_ids[j] = id;
 }
@@ -57,5 +58,5 @@ SPIRULA_EXPORT int intersect_tile_write(const SpirulaLaunch* L) {
         return err;
     }
     return spirula::launch(L, LOCAL_SIZE, intersect_tile_write_kernel, a.sorted_ids, a.offsets, a.totals, a.xyop,
-                           a.radii, a.isect_keys, a.isect_ids, pc);
+                           a.radii, a.isect_keys, a.isect_ids, a.conics, pc);
 }

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
 
     vec2 tile_min, tile_max;
     tile_rect(mean2d, radius, vec2(float(pc.tile_width), float(pc.tile_height)), tile_min, tile_max);
-    uint32_t count = uint32_t(tile_max.x - tile_min.x) * uint32_t(tile_max.y - tile_min.y);
+    uint32_t count = uint32_t(cull_count(mean2d, cull_ellipse(conic, opacity), tile_min, tile_max));
 
     store4(a.xyop, i, make4(mean2d.x, mean2d.y, opacity, pcam.z));
     store4(a.conics, i, make4(conic.x, conic.y, conic.z, 0.0f));

@@ -7,8 +7,10 @@
 // folded): it finds its Gaussian by binary search in the exclusive prefix sum
 // of the depth-ordered tile counts (the last p with offsets[p] <= j; Gaussians
 // touching no tile share their successor's offset and are never the answer),
-// then its tile inside that Gaussian's box, row by row. Load is balanced
-// however many tiles a Gaussian covers, and the writes are contiguous.
+// then its tile: the k-th that tile culling keeps in that Gaussian's box, row
+// by row (cull_nth, include/raster.glsl: the predicate projection_fwd counted
+// with). Load is balanced however many tiles a Gaussian covers, and the
+// writes are contiguous.
 //   binding 0  sorted_ids  [n]        u32  read   (camera, Gaussian) index in depth order
 //   binding 1  offsets     [n]        u32  read   exclusive prefix sum of the counts
 //   binding 2  totals      [..]       u32  read   intersection count at count_offset
@@ -16,6 +18,7 @@
 //   binding 4  radii       [C*N,2]    i32  read
 //   binding 5  isect_keys  [capacity] u32  write
 //   binding 6  isect_ids   [capacity] u32  write
+//   binding 7  conics      [C*N,4]    f32  read
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "raster.glsl"
@@ -29,6 +32,7 @@ layout(std430, binding = 3) restrict readonly buffer XyopBuf { vec4 xyop[]; };
 layout(std430, binding = 4) restrict readonly buffer RadiiBuf { ivec2 radii[]; };
 layout(std430, binding = 5) restrict writeonly buffer IsectKeysBuf { uint isect_keys[]; };
 layout(std430, binding = 6) restrict writeonly buffer IsectIdsBuf { uint isect_ids[]; };
+layout(std430, binding = 7) restrict readonly buffer ConicsBuf { vec4 conics[]; };
 
 layout(push_constant) uniform Push {
     uint n;  // cameras * Gaussians
@@ -55,13 +59,12 @@ void main() {
     }
     uint id = sorted_ids[lo];
     uint k = j - offsets[lo];
-    vec2 mean2d = xyop[id].xy;
+    vec4 g = xyop[id];
     vec2 radius = vec2(radii[id]);
     vec2 tile_min, tile_max;
-    tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
-    uvec2 tmin = uvec2(tile_min), tmax = uvec2(tile_max);
-    uint box_width = max(tmax.x - tmin.x, 1u);
-    uint ty = tmin.y + k / box_width, tx = tmin.x + k % box_width;
+    tile_rect(g.xy, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
+    uvec2 tile = uvec2(cull_nth(g.xy, cull_ellipse(conics[id].xyz, g.z), tile_min, tile_max, float(k)));
+    uint tx = tile.x, ty = tile.y;
     isect_keys[j] = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height + ty * pc.tile_width + tx;
     isect_ids[j] = id;
 }

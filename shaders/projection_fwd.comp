@@ -14,7 +14,8 @@
 //   binding 7  conics      [C*N,4] f32  write  a, b, c (inverse 2D covariance), 0
 //   binding 8  rgb         [C*N,4] f32  write  view-dependent colour, 0
 //   binding 9  radii       [C*N,2] i32  write  0 when culled
-//   binding 10 tile_counts [C*N]   u32  write  tiles the bounding box touches
+//   binding 10 tile_counts [C*N]   u32  write  tiles the alpha >= 1/255 ellipse may reach
+//                                              (cull_count, include/raster.glsl)
 //   binding 11 depth_keys  [C*N]   u32  write  depth bits (0xffffffff when culled)
 //   binding 12 depth_ids   [C*N]   u32  write  i
 // Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
@@ -121,7 +122,7 @@ void main() {
 
     vec2 tile_min, tile_max;
     tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
-    uint count = uint(tile_max.x - tile_min.x) * uint(tile_max.y - tile_min.y);
+    uint count = uint(cull_count(mean2d, cull_ellipse(conic, opacity), tile_min, tile_max));
 
     xyop[i] = vec4(mean2d, opacity, pcam.z);
     conics[i] = vec4(conic, 0.0);

@@ -188,7 +188,7 @@ def check_render(dev):
     keys, ids = raster.intersections()
     T = raster.tiles
     C = len(scene["viewmats"])
-    ri = intersect(meta["means2d"], meta["radii"], meta["depths"], W, H)
+    ri = intersect(meta["means2d"], meta["radii"], meta["depths"], W, H, meta["conics"], scene["opacities"])
     got = np.stack([ids // n, keys % T, ids % n], 1).astype(np.int64)
     want = np.array([(c, t, g) for c, t, _, g in ri["isects"]], np.int64).reshape(-1, 3)
     r = _exact("intersect_tile_count + intersect_tile_write", got, want)

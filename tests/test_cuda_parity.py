@@ -589,7 +589,12 @@ def test_intersect_tile_write_is_exact(backends):
         "intersect_tile_write",
         Threads(cap),
         dict(
-            sorted_ids=order, offsets=offsets, totals=np.array([0, total], np.uint32), xyop=p["xyop"], radii=p["radii"]
+            sorted_ids=order,
+            offsets=offsets,
+            totals=np.array([0, total], np.uint32),
+            xyop=p["xyop"],
+            radii=p["radii"],
+            conics=p["conics"],
         ),
         dict(isect_keys=((cap,), np.uint32), isect_ids=((cap,), np.uint32)),
         push=dict(n=2 * n, n_gaussians=n, tile_width=tw, tile_height=th, capacity=cap, count_offset=1),

@@ -13,7 +13,7 @@ def test_sorted_intersections_match_reference_exactly(n, cameras, size):
     _, _, _, meta = gpu_render(scene)
     raster = meta["_context"].raster
     keys, ids = raster.intersections()
-    ref = intersect(meta["means2d"], meta["radii"], meta["depths"], size[0], size[1])
+    ref = intersect(meta["means2d"], meta["radii"], meta["depths"], *size, meta["conics"], scene["opacities"])
     T = raster.tiles
     got = np.stack([ids // n, keys % T, ids % n], 1).astype(np.int64)  # camera, tile, gaussian
     want = np.array([(c, t, g) for c, t, _, g in ref["isects"]], np.int64).reshape(-1, 3)

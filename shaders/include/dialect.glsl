@@ -9,7 +9,10 @@
 //   - every float literal carries the f suffix (GLSL accepts it; in C++ an
 //     unsuffixed literal would turn float maths into double maths);
 //   - no swizzles, no GLSL-only constructors of arrays; UNROLL before loops
-//     whose trip count is a compile-time constant on CUDA.
+//     whose trip count is a compile-time constant on CUDA;
+//   - PRECISE before a variable whose value two kernels must compute bit for
+//     bit alike (GLSL precise: no contraction into fma, whatever each
+//     shader's context; nvcc contracts one inlined expression tree alike).
 // On CUDA the native_cuda/common/*.cuh wrappers include a shared file inside
 // namespace spirula after glsl.cuh, which gives vec2/3/4, mat3 and the GLSL
 // built-ins they use. This file holds macros only.
@@ -23,6 +26,7 @@
 #define OUT_ARRAY(T) T
 #define INOUT_ARRAY(T) T
 #define UNROLL _Pragma("unroll")
+#define PRECISE
 #else
 #define FN
 #define OUT(T) out T
@@ -30,6 +34,7 @@
 #define OUT_ARRAY(T) out T
 #define INOUT_ARRAY(T) inout T
 #define UNROLL
+#define PRECISE precise
 #endif
 
 #endif

@@ -246,7 +246,7 @@ def projection_fwd(
         for c in range(len(viewmats))
     ]
     out = {k: np.stack([cam[k] for cam in cams]) for k in ("means2d", "conics", "depths", "radii", "colors")}
-    out["tiles"] = tile_counts(out["means2d"], out["radii"], width, height)
+    out["tiles"] = tile_counts(out["means2d"], out["radii"], width, height, out["conics"], opacities)
     return out
 
 

@@ -45,7 +45,7 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
     """
     means2d, conics, colors, opacities, depths = _inputs(means2d, conics, colors, opacities, depths)
     C, N = depths.shape
-    isect = intersect(means2d, radii, depths, width, height)
+    isect = intersect(means2d, radii, depths, width, height, conics, opacities)
     tw, th = isect["tile_width"], isect["tile_height"]
     flat = isect["flatten_ids"]
     records = []

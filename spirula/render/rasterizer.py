@@ -428,6 +428,7 @@ class Rasterizer:
                 radii=v["radii"],
                 isect_keys=x["isect_keys"],
                 isect_ids=x["isect_ids"],
+                conics=v["conics"],
             ),
             push=dict(
                 n=rows,
