@@ -98,7 +98,7 @@ def cli():
 
 
 def _register():
-    from spirula.cli import devices, frames, render, selftest, sfm, shaders, train, view, view_web  # noqa: F401  (commands attach to cli)
+    from spirula.cli import devices, frames, render, selftest, sfm, shaders, train, view  # noqa: F401  (commands attach to cli)
 
 
 def main(argv=None):

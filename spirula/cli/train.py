@@ -136,7 +136,11 @@ def _default(field: str) -> str:
     metavar="KEY=VALUE",
     help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).",
 )
-@click.option("--viewer", is_flag=True, help="Watch training in a window (docs/viewer.md); closing it keeps training.")
+@click.option(
+    "--viewer",
+    is_flag=True,
+    help="Watch training in a window (docs/viewer.md); closing it keeps training. With --viewer-port: both.",
+)
 def train(
     dataset,
     iterations,
@@ -258,13 +262,12 @@ def train(
             "MCMC, cap %s" % f"{cfg.cap_max:,}" if cfg.strategy == "mcmc" else "ADC",
         )
     )
-    observers = []
-    if viewer_port is not None:
+    if viewer_port is not None:  # with --viewer too: both views, through the same hook and renderer
         from spirula.view.web import live_view
 
-        observers.append(live_view(scene, viewer_port, viewer_host, log=_log))
+        viewers.append(live_view(scene, viewer_port, viewer_host, log=_log))
     try:
-        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers, observers=observers)
+        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers)
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the

@@ -257,9 +257,12 @@ class Renderer:
         """Render a :class:`~spirula.render.rasterizer.Splats` already on this
         renderer's device (a trainer's ``model.params``: raw or activated,
         float32 or compact), bound with no copy. Buffers it reallocates
-        (growth) are picked up at the next render."""
-        self._drop_splats()
-        self.splats, self._own_splats = splats, False
+        (growth) are picked up at the next render. Binding the same object
+        again (a live view, every training step) keeps the recorded sequence:
+        it is recorded again only when N, K, the SH degree or a buffer changed."""
+        if splats is not self.splats:
+            self._drop_splats()
+            self.splats, self._own_splats = splats, False
         most = min(int(np.sqrt(splats.sh_coeffs)) - 1, 3)
         self.sh_degree = most if sh_degree is None else int(sh_degree)
         return self
