@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig
 
@@ -117,18 +117,7 @@ def _default(field: str) -> str:
 @click.option(
     "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
 )
-@click.option(
-    "--viewer-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve a web viewer of the training on this port (docs/viewer.md, 'Web viewer').",
-)
-@click.option(
-    "--viewer-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
-)
+@web_viewer_options("--viewer-port", "Serve a web viewer of the training on this port (docs/viewer.md, 'Web viewer').")
 @click.option(
     "--set",
     "overrides",

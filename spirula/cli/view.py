@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
 
 
 @cli.command("view")
@@ -15,17 +15,8 @@ from spirula.cli.main import cli, common_options, open_cli_device
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--width", type=click.IntRange(1), default=1280, show_default=True, help="Window width in pixels.")
 @click.option("--height", type=click.IntRange(1), default=720, show_default=True, help="Window height in pixels.")
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve the web viewer on this port instead of opening a window (remote GPUs; docs/viewer.md).",
-)
-@click.option(
-    "--viewer-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
+@web_viewer_options(
+    "--port", "Serve the web viewer on this port instead of opening a window (remote GPUs; docs/viewer.md)."
 )
 def view_command(source, width, height, port, viewer_host):
     """Look at SOURCE (a splat.ply, or a run folder or checkpoint: its latest
