@@ -78,7 +78,7 @@ class LiveHook:
         from spirula.view.session import ViewRenderer
 
         self.viewers = list(viewers)
-        self.view = ViewRenderer.for_training(device, world, np.asarray(background, np.float32), max_alpha)
+        self.view = ViewRenderer.for_training(device, world, background, max_alpha)
 
     def on_step(self, step: int, iterations: int, loss: float, splats, sh_degree: int):
         """After step ``step``: the trainer's :class:`~spirula.render.rasterizer.Splats`
