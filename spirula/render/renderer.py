@@ -177,9 +177,7 @@ class Renderer:
         scales and opacities activated on the host by :func:`activate_splats`)."""
         from spirula.data.ply import read_splat_ply
 
-        ply = read_splat_ply(path)
-        if len(ply["means"]) == 0:
-            raise UsageError("%s: the splat file holds no splats" % path)
+        ply = read_splat_ply(path, allow_empty=False)
         return self.set_splats(**activate_splats(ply), sh_degree=ply["sh_degree"])
 
     def set_splats(

@@ -161,9 +161,7 @@ def load_source(source) -> ViewSource:
     if path.is_file() and path.suffix.lower() == ".ply":
         from spirula.data.ply import read_splat_ply
 
-        p = read_splat_ply(path)
-        if len(p["means"]) == 0:
-            raise DatasetError("%s: the splat file holds no splats" % path)
+        p = read_splat_ply(path, allow_empty=False)
         params = dict(
             means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
         )
