@@ -1,77 +1,146 @@
 """Training time with and without a live view attached (issue #15: at most 10% slower).
 
-The live view here is the window's render path without a window (no display
-on the GPU hosts): every ``--every`` steps, and at every step with
-``--every 1`` (a user dragging the camera all the time), one
-:class:`~spirula.view.session.ViewSession` frame of the trainer's device
-splats at ``--width`` x ``--height``, read back as uint8, as
-``WindowLiveView.on_step`` does. Prints one line per run:
+    python benchmarks/live_view_overhead.py [DATASET] --view window --view web --iterations 2000 --backend cuda
 
-    python benchmarks/live_view_overhead.py [DATASET] --iterations 2000 --backend cuda
+Trains DATASET (default: the built-in demo scene with its TrainConfig.demo())
+from the same seed once without a view, then once per case of each
+``--view``, through ``train_run(viewers=...)`` and its one shared renderer
+(spirula/view/live.py):
 
-Without DATASET: the built-in demo scene with its TrainConfig.demo().
+- ``window``: the window's render path without a window (no display on the
+  GPU hosts): a :class:`~spirula.view.session.ViewSession` on the run's
+  renderer, a frame of new splats every ``--every`` steps (the window's
+  default 10), and at every step with ``--every 1`` (a user dragging the
+  camera all the time), read back as uint8, as ``WindowLiveView.on_step`` does.
+- ``web``: the web viewer (a real viser server on ``--port``) with no
+  browser, and with a browser that moves its camera before every step (the
+  worst case: a frame asked for at every step, paced by TRAIN_MAX_FPS),
+  simulated on the server side (``WebViewer.request``, no chromium), JPEG
+  encoding included.
+
+Prints one line per case: steps per second, the slowdown against no view,
+the frames rendered.
 """
 
+from __future__ import annotations
+
 import argparse
-import json
+import math
 import tempfile
 from pathlib import Path
 
-from spirula.backends import open_device, set_device
-from spirula.data import load_dataset
-from spirula.train.config import TrainConfig
-from spirula.train.run import train_run
-from spirula.view.camera import CameraPath
-from spirula.view.session import ViewSession
 
+class HeadlessWindow:
+    """WindowLiveView's frames without the window: new splats every ``every`` steps."""
 
-class HeadlessLiveView:
     def __init__(self, path, width, height, every):
-        self.path, self.width, self.height, self.every = path, width, height, every
-        self.session, self.camera = None, path.camera()
+        self.camera, self.width, self.height, self.every = path.camera(), width, height, every
+        self.session = None
+        self.frames = 0
 
-    def on_step(self, step, s):
+    def on_step(self, step, state):
+        from spirula.view.session import ViewSession
+
         if self.session is None:
-            self.session = ViewSession(
-                s.device, s.splats, s.sh_degree, self.width, self.height,
-                background=s.background, max_alpha=s.max_alpha, world=s.world,
-            )  # fmt: skip
-        self.session.set_splats(s.splats, s.sh_degree, changed=step % self.every == 0)
+            self.session = ViewSession(state.view, self.width, self.height)
+        if step % self.every == 0:
+            self.session.splats_changed()
         self.session.render(self.camera)
+        self.frames = self.session.renders
 
     def close(self):
         if self.session is not None:
             self.session.free()
 
 
-def main():
-    ap = argparse.ArgumentParser()
+class DraggingBrowser:
+    """Asks the web viewer for a new view before every step (listed before it)."""
+
+    def __init__(self, viewer, viewmat, K, width, height):
+        self.viewer, self.args = viewer, (viewmat, K, width, height)
+        self.client_id, self.scene, self.frames = 1, self, 0
+
+    def set_background_image(self, image, format, jpeg_quality=None):
+        self.frames += 1
+
+    def on_step(self, step, state):
+        self.viewer.request(self, *self.args)
+
+    def close(self):
+        pass
+
+
+def cases(view: str, scene, args) -> list:
+    """(name, make_viewers) for ``view``: make_viewers() -> (viewers, the one counting frames or None)."""
+    from spirula.view import web
+    from spirula.view.camera import CameraPath
+
+    if view == "window":
+        path = CameraPath.from_frames(scene.frames)
+
+        def window(every):
+            v = HeadlessWindow(path, args.width, args.height, every)
+            return [v], v
+
+        return [("window, new splats every %d steps" % e, lambda e=e: window(e)) for e in args.every]
+    f = scene.frames[scene.train[0]]
+    fov_y = 2 * math.atan(0.5 * f.height / f.K[1][1])  # the dataset camera's, at the viewer's size
+    K = web.intrinsics(fov_y, args.width, args.height)
+
+    def browser(dragging):
+        live = web.live_view(scene, args.port, log=lambda msg: None)
+        if not dragging:
+            return [live], None
+        b = DraggingBrowser(live.viewer, f.viewmat, K, args.width, args.height)
+        return [b, live], b
+
+    return [("web, no browser", lambda: browser(False)), ("web, a frame asked every step", lambda: browser(True))]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", type=Path, nargs="?")
-    ap.add_argument("--downscale", type=int, default=None)
+    ap.add_argument("--view", choices=["window", "web"], action="append", help="repeatable [default: both]")
     ap.add_argument("--iterations", type=int, default=2000)
+    ap.add_argument("--downscale", type=int, default=None)
     ap.add_argument("--backend", default="vulkan")
     ap.add_argument("--width", type=int, default=1280)
     ap.add_argument("--height", type=int, default=720)
-    ap.add_argument("--every", type=int, nargs="+", default=[0, 10, 1], help="0: no live view")
-    a = ap.parse_args()
-    device = open_device(a.backend)
+    ap.add_argument("--every", type=int, nargs="+", default=[10, 1], help="window: steps between new-splat frames")
+    ap.add_argument("--port", type=int, default=18080, help="web: the viewer's port")
+    args = ap.parse_args(argv)
+
+    from spirula.backends import open_device, set_device
+    from spirula.data import load_dataset
+    from spirula.train.config import TrainConfig
+    from spirula.train.run import train_run
+
+    device = open_device(args.backend)
     set_device(device)
-    kw = dict(iterations=a.iterations, eval_every=0, save_every=0)
-    if a.downscale:
-        kw["downscale"] = a.downscale
-    if a.dataset is None:
+    kw = dict(iterations=args.iterations, eval_every=0, save_every=0)
+    if args.downscale:
+        kw["downscale"] = args.downscale
+    if args.dataset is None:
         from spirula.data.demo import ensure_demo_scene
 
-        a.dataset, cfg = ensure_demo_scene(), TrainConfig.demo(**kw)
+        args.dataset, cfg = ensure_demo_scene(), TrainConfig.demo(**kw)
     else:
         cfg = TrainConfig(**kw)
-    scene = load_dataset(a.dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background="auto")
-    for every in a.every:
-        viewers = [HeadlessLiveView(CameraPath.from_frames(scene.frames), a.width, a.height, every)] if every else []
+    scene = load_dataset(args.dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background="auto")
+    runs = [("no view", lambda: ([], None))]
+    for view in args.view or ["window", "web"]:
+        runs += cases(view, scene, args)
+    base = None
+    for name, make in runs:
+        viewers, counter = make()
         with tempfile.TemporaryDirectory() as out:
             m = train_run(scene, cfg, device, Path(out), log=lambda *x: None, viewers=viewers)
-        renders = viewers[0].session.renders if viewers else 0
-        print(json.dumps(dict(every=every, renders=renders, training_time_s=round(m["training_time_s"], 2))))
+        rate = args.iterations / m["training_time_s"]
+        base = base or rate
+        print(
+            "%-40s %8.1f steps/s  %+6.1f%%  %d frames (%dx%d)"
+            % (name, rate, 100 * (base / rate - 1), counter.frames if counter else 0, args.width, args.height)
+        )
 
 
 if __name__ == "__main__":

@@ -47,11 +47,12 @@ def display(xvfb, monkeypatch):
 
 def test_window_shows_the_headless_image(display, device):
     from spirula.view.camera import Camera
-    from spirula.view.session import ViewSession
+    from spirula.view.session import ViewRenderer, ViewSession
     from spirula.view.window import ViewerWindow
 
     params = blob_params()
-    session = ViewSession.from_params(device, params, 77, 45)  # rows of 231 bytes: GL's 4-byte alignment is off
+    # rows of 231 bytes: GL's 4-byte alignment is off
+    session = ViewSession(ViewRenderer.from_params(device, params), 77, 45, own_view=True)
     window = ViewerWindow(session, Camera.fit(params["means"]), title="test")
     try:
         assert window.draw()
@@ -107,13 +108,57 @@ def test_live_view_draws_at_most_one_frame_per_step_and_survives_closing(display
     assert max(renders) == 8 and view.closed  # closed at step 8, gone at step 9; 9..12 trained without it
 
 
+def test_window_and_web_live_views_share_one_renderer(display, device, tmp_path):
+    """`spirula train --viewer --viewer-port P`: both views on one hook; each
+    draws frames, and both render through the same renderer (one rasterizer)."""
+    from test_web_viewer import _FakeClient, _free_port
+    from train_cases import tiny_scene
+
+    from spirula.train.config import TrainConfig
+    from spirula.train.run import train_run
+    from spirula.view import web
+    from spirula.view.camera import CameraPath
+    from spirula.view.window import WindowLiveView
+
+    scene = tiny_scene(tmp_path / "tiny")
+    views = []
+
+    class Window(WindowLiveView):
+        def on_step(self, step, state):
+            views.append(state.view)
+            super().on_step(step, state)
+
+    window = Window(CameraPath.from_frames(scene.frames), 48, 32, every=1)
+    live = web.live_view(scene, _free_port(), log=lambda msg: None)
+    live.max_fps = float("inf")  # no pacing: steps on lavapipe may take any time
+    live.refresh_s = 1e9  # no refresh of the unmoved view: one frame, the asked one
+    browser = _FakeClient(1)
+    f = scene.frames[scene.train[0]]
+    live.viewer.request(browser, f.viewmat, f.K, 40, 30)
+    cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
+    renders = []
+    window_close = window.close
+
+    def close():  # the frames the window drew, before it lets go of its session
+        renders.append(window.session.renders if window.session is not None else 0)
+        window_close()
+
+    window.close = close
+    train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, viewers=[window, live])
+    assert len(views) == 3 and all(v is views[0] for v in views)  # one renderer for both, every step
+    assert renders == [3] and len(browser.images) == 1  # a window frame per step; the browser's asked view
+    assert browser.images[0].shape == (30, 40, 3)
+
+
 def test_train_viewer_flag_runs_with_the_window_open_and_view_opens_the_run(display, device, tmp_path):
     from spirula.cli.view import open_view
 
     data = write_tiny_colmap(tmp_path / "data")
     out = tmp_path / "run"
-    proc = spirula("train", data, "--iterations", 10, "--output", out, "--viewer", *SMALL)
+    port = __import__("test_web_viewer")._free_port()
+    proc = spirula("train", data, "--iterations", 10, "--output", out, "--viewer", "--viewer-port", port, *SMALL)
     assert proc.returncode == 0, proc.stderr
+    assert "web viewer at http://127.0.0.1:" in proc.stderr  # both views, the window and the browser's
     assert "Traceback" not in proc.stderr
     assert (out / "splat.ply").exists()
     # `spirula view RUN` starts on the dataset's first training camera; `spirula view PLY` fits the splats

@@ -214,7 +214,7 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
         live.viewer.request(c, f.viewmat, f.K, 40, 30)
     rec = _Recorder()
     cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
-    train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, observers=[rec, live])
+    train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, viewers=[rec, live])
     assert rec.steps == [1, 2, 3] and rec.closed == 1 and rec.n_splats[-1] > 0
     # the first step rendered one of the two asked views, the second the other: one frame per step
     # (close() waits for the sender thread, so every image has gone out)
@@ -224,35 +224,63 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
     assert img.std() > 1, "the live view rendered a flat image: the splats are not in view"
 
 
-def test_live_render_is_the_trainers_render_with_one_rasterizer(tmp_path, device):
+@pytest.mark.parametrize("compact", [True, False])
+def test_live_views_render_the_trainers_splats_through_one_renderer(tmp_path, device, compact):
+    """The hook binds the trainer's splats (compact or float32) to one
+    spirula.Renderer: its image is the trainer's own render, one rasterizer
+    serves every size (remade on a size change, never one per size), and
+    while only the camera moves (or the splats' contents) the recorded
+    sequence is replayed."""
     from train_cases import tiny_scene
 
     from spirula.train.config import TrainConfig
-    from spirula.train.run import LiveRender
     from spirula.train.schedule import sh_degree_at
     from spirula.train.trainer import Trainer
+    from spirula.view.live import LiveHook
 
     scene = tiny_scene(tmp_path / "tiny")
-    cfg = TrainConfig(iterations=2, cap_max=600, sh_degree=1, save_every=0, eval_every=0)
+    cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, eval_every=0, compact=compact)
     tr = Trainer(scene, cfg, device, log=lambda msg: None)
-    tr.train_step()
-    live = LiveRender(tr)
+    assert tr.model.params.compact == compact
+    rec = _Recorder()
+    hook = LiveHook([rec], device, tr.world, scene.background, cfg.max_alpha)
     f = scene.frames[scene.test[0]]
-    for size in ((40, 30), (33, 21)):
-        got = live(f.viewmat, f.K, *size)
-        # the same kernels on the same inputs: bit-identical
-        np.testing.assert_array_equal(got, tr.render(f.viewmat, f.K, sh_degree_at(cfg, tr.step), size))
-    assert live.size == (33, 21)  # the first size's rasterizer was freed, not kept
-    live.free()
+    states = []
+    rec.on_step = lambda step, state: states.append(state)
+    for _ in range(2):
+        out = tr.train_step()
+        hook.on_step(tr.step, cfg.iterations, out["loss"], tr.model.params, sh_degree_at(cfg, tr.step))
+        deg = sh_degree_at(cfg, tr.step)
+        for size in ((40, 30), (33, 21)):
+            got = states[-1].render(f.viewmat, f.K, *size)
+            # the same kernels on the same inputs: bit-identical
+            np.testing.assert_array_equal(got, tr.render(f.viewmat, f.K, deg, size))
+    renderer = hook.view.renderer
+    assert renderer.splats is tr.model.params  # bound, not copied
+    assert (renderer._raster.width, renderer._raster.height) == (33, 21)  # the first size's was freed
+    seq = renderer._seq
+    moved = np.array(f.viewmat, np.float64)
+    moved[0, 3] += 0.05
+    out = tr.train_step()  # new contents, the same buffers
+    hook.on_step(tr.step, cfg.iterations, out["loss"], tr.model.params, sh_degree_at(cfg, tr.step))
+    states[-1].render(moved, f.K, 33, 21)
+    assert renderer._seq is seq  # replayed, not recorded again
+    hook.close()
+    assert rec.closed == 1
     tr.free()
 
 
 def test_a_bad_source_is_one_line_and_exit_status_2(tmp_path, capsys):
     from spirula.cli.main import main
+    from spirula.data.ply import write_splat_ply
 
-    for source, says in ((tmp_path / "missing.ply", "no such file"), (__file__, "not a splat .ply")):
+    empty = tmp_path / "empty.ply"
+    z = np.zeros((0, 3), np.float32)
+    write_splat_ply(empty, z, np.zeros((0, 4), np.float32), z, np.zeros(0, np.float32), np.zeros((0, 1, 3), np.float32))
+    cases = ((tmp_path / "missing.ply", "no such file"), (__file__, "not a splat .ply"), (empty, "holds no splats"))
+    for source, says in cases:
         with pytest.raises(SystemExit) as exc:
-            main(["view-web", str(source), "--port", str(_free_port())])
+            main(["view", str(source), "--port", str(_free_port())])
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0] and str(source) in err[0]

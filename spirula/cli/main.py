@@ -58,6 +58,22 @@ def open_cli_device():
     return device
 
 
+def web_viewer_options(port_name: str, port_help: str):
+    """The web viewer's port (``port_name``: ``--port`` or ``--viewer-port``,
+    default: none, no web viewer) and ``--viewer-host`` on a command."""
+
+    def add(fn):
+        fn = click.option(
+            "--viewer-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
+        )(fn)
+        return click.option(port_name, type=click.IntRange(0, 65535), default=None, help=port_help)(fn)
+
+    return add
+
+
 def common_options(fn):
     """--backend, --device and --profile on a command (they act as soon as they are parsed)."""
     fn = click.option(
@@ -98,7 +114,7 @@ def cli():
 
 
 def _register():
-    from spirula.cli import devices, frames, mesh, partition, render, selftest, sfm, shaders, train, view, view_web  # noqa: F401  (commands attach to cli)
+    from spirula.cli import devices, frames, mesh, partition, render, selftest, sfm, shaders, train, view  # noqa: F401  (commands attach to cli)
 
 
 def main(argv=None):

@@ -87,9 +87,7 @@ def _load_source(source: Path, dataset, need_scene: bool):
     if not source.exists():
         raise UsageError("%s: no such run folder, checkpoint or splat.ply" % source)
     if source.is_file() and source.suffix.lower() == ".ply":
-        ply = read_splat_ply(source)
-        if len(ply["means"]) == 0:
-            raise UsageError("%s: the splat file holds no splats" % source)
+        ply = read_splat_ply(source, allow_empty=False)
         scene = load_dataset(dataset) if dataset is not None else None
         if need_scene and scene is None:
             raise UsageError("%s: dataset views need the splats' dataset (--dataset DIR)" % source)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig
 
@@ -117,18 +117,7 @@ def _default(field: str) -> str:
 @click.option(
     "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
 )
-@click.option(
-    "--viewer-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve a web viewer of the training on this port (docs/viewer.md, 'Web viewer').",
-)
-@click.option(
-    "--viewer-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
-)
+@web_viewer_options("--viewer-port", "Serve a web viewer of the training on this port (docs/viewer.md, 'Web viewer').")
 @click.option(
     "--partition",
     "n_blocks",
@@ -150,7 +139,11 @@ def _default(field: str) -> str:
     metavar="KEY=VALUE",
     help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).",
 )
-@click.option("--viewer", is_flag=True, help="Watch training in a window (docs/viewer.md); closing it keeps training.")
+@click.option(
+    "--viewer",
+    is_flag=True,
+    help="Watch training in a window (docs/viewer.md); closing it keeps training. With --viewer-port: both.",
+)
 def train(
     dataset,
     iterations,
@@ -282,13 +275,12 @@ def train(
             "MCMC, cap %s" % f"{cfg.cap_max:,}" if cfg.strategy == "mcmc" else "ADC",
         )
     )
-    observers = []
-    if viewer_port is not None:
+    if viewer_port is not None:  # with --viewer too: both views, through the same hook and renderer
         from spirula.view.web import live_view
 
-        observers.append(live_view(scene, viewer_port, viewer_host, log=_log))
+        viewers.append(live_view(scene, viewer_port, viewer_host, log=_log))
     try:
-        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers, observers=observers)
+        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers)
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the

@@ -1,4 +1,5 @@
-"""``spirula view``: the native viewer window (spirula/view/window.py, docs/viewer.md)."""
+"""``spirula view SOURCE``: the native viewer window (spirula/view/window.py),
+or with ``--port`` the web viewer (spirula/view/web.py); docs/viewer.md."""
 
 from __future__ import annotations
 
@@ -6,22 +7,31 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
 
 
 @cli.command("view")
 @common_options
-@click.argument("source", type=click.Path(exists=True, path_type=Path))
+@click.argument("source", type=click.Path(path_type=Path))
 @click.option("--width", type=click.IntRange(1), default=1280, show_default=True, help="Window width in pixels.")
 @click.option("--height", type=click.IntRange(1), default=720, show_default=True, help="Window height in pixels.")
-def view_command(source, width, height):
-    """Look at SOURCE in a window: a splat.ply, or a run folder (its latest
-    checkpoint, with the dataset's cameras: N/P step through them).
+@web_viewer_options(
+    "--port", "Serve the web viewer on this port instead of opening a window (remote GPUs; docs/viewer.md)."
+)
+def view_command(source, width, height, port, viewer_host):
+    """Look at SOURCE (a splat.ply, or a run folder or checkpoint: its latest
+    splats, with the dataset's cameras) in a window, or, with --port, in a
+    browser at http://HOST:PORT until Ctrl-C.
 
-    Left drag orbits, right drag pans, scroll dollies, W/A/S/D/Q/E fly,
-    +/- change the field of view, R resets, Esc closes. With no display,
-    use --port for the web viewer.
+    Window: left drag orbits, right drag pans, scroll dollies, W/A/S/D/Q/E
+    fly, +/- change the field of view, N/P step through the dataset's
+    cameras, R resets, Esc closes. With no display, use --port.
     """
+    if port is not None:
+        from spirula.view.web import serve
+
+        serve(source, port, viewer_host, device=open_cli_device(), log=lambda msg: click.echo(msg, err=True))
+        return
     from spirula.view.window import check_display
 
     check_display()  # before loading anything: no display is one line, exit 2
@@ -36,29 +46,16 @@ def view_command(source, width, height):
 def open_view(source: Path, width: int, height: int, device):
     """(ViewerWindow, ViewSession) on a splat.ply or a run folder, rendering on ``device``."""
     from spirula.view.camera import Camera, CameraPath
-    from spirula.view.session import ViewSession
+    from spirula.view.session import ViewRenderer, ViewSession, load_source
     from spirula.view.window import ViewerWindow
 
-    path = None
-    background, max_alpha = None, None
-    if source.suffix.lower() == ".ply":
-        from spirula.data import read_splat_ply
-
-        ply = read_splat_ply(source)
-        params = dict(
-            means=ply["means"],
-            quats=ply["quats"],
-            scales=ply["log_scales"],
-            opacities=ply["opacity_logits"],
-            sh=ply["sh_coeffs"],
-        )
-    else:
-        from spirula.cli.train import _open_run
-
-        cfg, params, _, scene = _open_run(source)
-        path = CameraPath.from_frames([scene.frames[i] for i in scene.train] or scene.frames)
-        background, max_alpha = scene.background, cfg.max_alpha
-    kw = {} if max_alpha is None else dict(max_alpha=max_alpha)
-    session = ViewSession.from_params(device, params, width, height, background=background, **kw)
-    camera = path.camera() if path is not None else Camera.fit(params["means"])
-    return ViewerWindow(session, camera, path, "spirula view: %s" % source.name), session
+    src = load_source(source)
+    path = CameraPath.from_frames(src.frames) if src.frames else None
+    view = ViewRenderer.from_params(device, src.params, src.background, src.max_alpha)
+    session = ViewSession(view, width, height, own_view=True)
+    camera = path.camera() if path is not None else Camera.fit(src.params["means"])
+    try:
+        return ViewerWindow(session, camera, path, "spirula view: %s" % Path(source).name), session
+    except BaseException:
+        session.free()
+        raise

@@ -209,13 +209,16 @@ def _fields(v: np.ndarray, names, path) -> np.ndarray:
     return np.stack([v[n].astype(np.float32) for n in names], axis=1) if names else np.zeros((len(v), 0), np.float32)
 
 
-def read_splat_ply(path) -> dict:
+def read_splat_ply(path, allow_empty: bool = True) -> dict:
     """Read a 3DGS ``splat.ply`` (property order is free; extra properties are
     ignored). Returns float32 arrays ``means [N,3]``, ``quats [N,4]`` wxyz,
     ``log_scales [N,3]``, ``opacity_logits [N]``, ``sh_coeffs [N,K,3]`` and the
-    int ``sh_degree`` (K = (deg+1)^2)."""
+    int ``sh_degree`` (K = (deg+1)^2). ``allow_empty=False`` (what is to be
+    rendered): a file with no splats is a :class:`DatasetError`."""
     v = read_ply_vertices(path)
     n = len(v)
+    if n == 0 and not allow_empty:
+        raise DatasetError("%s: the splat file holds no splats" % path)
     rest = sorted((nm for nm in v.dtype.names if nm.startswith("f_rest_")), key=lambda s: int(s[7:]))
     r = len(rest)
     K = r // 3 + 1

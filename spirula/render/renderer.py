@@ -177,9 +177,7 @@ class Renderer:
         scales and opacities activated on the host by :func:`activate_splats`)."""
         from spirula.data.ply import read_splat_ply
 
-        ply = read_splat_ply(path)
-        if len(ply["means"]) == 0:
-            raise UsageError("%s: the splat file holds no splats" % path)
+        ply = read_splat_ply(path, allow_empty=False)
         return self.set_splats(**activate_splats(ply), sh_degree=ply["sh_degree"])
 
     def set_splats(
@@ -257,9 +255,12 @@ class Renderer:
         """Render a :class:`~spirula.render.rasterizer.Splats` already on this
         renderer's device (a trainer's ``model.params``: raw or activated,
         float32 or compact), bound with no copy. Buffers it reallocates
-        (growth) are picked up at the next render."""
-        self._drop_splats()
-        self.splats, self._own_splats = splats, False
+        (growth) are picked up at the next render. Binding the same object
+        again (a live view, every training step) keeps the recorded sequence:
+        it is recorded again only when N, K, the SH degree or a buffer changed."""
+        if splats is not self.splats:
+            self._drop_splats()
+            self.splats, self._own_splats = splats, False
         most = min(int(np.sqrt(splats.sh_coeffs)) - 1, 3)
         self.sh_degree = most if sh_degree is None else int(sh_degree)
         return self

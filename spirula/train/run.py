@@ -29,7 +29,6 @@ from spirula.train.schedule import sh_degree_at
 from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
 from spirula.train.world import WorldTransform
-from spirula.view.live import trainer_state
 
 
 def default_output_dir(dataset: Path) -> Path:
@@ -142,16 +141,15 @@ def train_run(
     resume: Path | None = None,
     log=print,
     viewers=(),
-    observers=(),
     init: dict | None = None,
 ) -> dict:
     """Train, write the outputs, return the metrics dict.
 
     ``viewers``: :class:`~spirula.view.live.LiveView` objects (the native
-    window); each gets ``on_step(step, trainer_state)`` after every step and
-    ``close()`` when training ends (spirula/view/live.py). ``observers``: the
-    same protocol with a :class:`StepState` (the web viewer). ``init``: raw splat
-    parameters in dataset coordinates to start from (PARAM_NAMES arrays, as
+    window, the web viewer); each gets ``on_step(step, state)`` after every
+    step and ``close()`` when training ends, all rendering through one shared
+    renderer (spirula/view/live.py). ``init``: raw splat parameters in dataset
+    coordinates to start from (PARAM_NAMES arrays, as
     :meth:`Trainer.splat_arrays` gives; the merged blocks of spirula/partition/)
     instead of the seed points."""
     output = Path(output)
@@ -185,7 +183,11 @@ def train_run(
         return path
 
     progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
-    live_render = LiveRender(trainer)
+    live = None
+    if viewers:
+        from spirula.view.live import LiveHook
+
+        live = LiveHook(viewers, device, trainer.world, scene.background, cfg.max_alpha)
     t_start = time.perf_counter()
     step_ms = []
     # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)
@@ -198,14 +200,8 @@ def train_run(
                 step_ms.append(1e3 * (time.perf_counter() - t0))
                 s = trainer.step
                 progress.update(s, out)
-                if viewers:
-                    live = trainer_state(trainer, out)
-                    for viewer in viewers:
-                        viewer.on_step(s, live)
-                if observers:
-                    step_state = StepState(trainer, out, cfg.iterations, live_render)
-                    for obs in observers:
-                        obs.on_step(s, step_state)
+                if live is not None:
+                    live.on_step(s, cfg.iterations, out["loss"], trainer.model.params, sh_degree_at(cfg, s))
                 if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
                     m = trainer.evaluate()
                     progress.test_psnr = m["psnr"]
@@ -235,11 +231,8 @@ def train_run(
             ) from None
         finally:
             progress.close()
-            for viewer in viewers:
-                viewer.close()
-            for obs in observers:
-                obs.close()
-            live_render.free()
+            if live is not None:
+                live.close()
     train_time = time.perf_counter() - t_start
 
     from spirula.data import write_splat_ply
@@ -290,45 +283,6 @@ def train_run(
     log("spirula: wrote %s, %s, %s" % (output / "splat.ply", output / "metrics.json", path))
     trainer.free()
     return metrics
-
-
-class StepState:
-    """What a live view sees after a step: ``step``, ``loss``, ``n_splats``,
-    ``total`` (steps planned) and ``render(viewmat, K, width, height) -> [H,W,3]
-    float32`` of the current (device) splats from a dataset-coordinates OpenCV
-    camera (background composited)."""
-
-    def __init__(self, trainer: Trainer, out: dict, total: int, render):
-        self.step, self.loss, self.n_splats, self.total = trainer.step, out["loss"], out["n_splats"], total
-        self.render = render
-
-
-class LiveRender:
-    """Renders a trainer's current splats for live views, with one rasterizer of
-    its own, remade only when the asked size changes (browsers resize; the
-    training and evaluation rasterizers are never touched, nor one kept per size)."""
-
-    def __init__(self, trainer: Trainer):
-        self.trainer, self.raster, self.size = trainer, None, None
-
-    def __call__(self, viewmat, K, width: int, height: int) -> np.ndarray:
-        tr = self.trainer
-        if self.size != (int(width), int(height)):
-            self.free()
-            self.size = (int(width), int(height))
-            self.raster = Rasterizer(
-                tr.device, *self.size, 1, capacity=tr.model.n, name="live.raster", max_alpha=tr.cfg.max_alpha
-            )
-            self.raster.set_backgrounds(np.asarray(tr.scene.background)[None])
-        self.raster.reserve(tr.model.n)
-        self.raster.set_cameras(tr.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
-        self.raster.forward(tr.model.params, sh_degree_at(tr.cfg, tr.step))
-        return tr.device.readback(self.raster.out_colors)[0]
-
-    def free(self):
-        if self.raster is not None:
-            self.raster.free()
-        self.raster = self.size = None
 
 
 # ---- existing runs: evaluate and render ------------------------------------------------

@@ -1,2 +1,3 @@
-"""Seeing the splats: an interactive camera, a headless render session, the
-native window and the live training view (docs/viewer.md)."""
+"""Seeing the splats: an interactive camera, the viewers' one render path
+and headless render session, the native window, the web viewer and the live
+training views (docs/viewer.md)."""

@@ -1,17 +1,22 @@
-"""Watching training: the observer protocol the training loop calls between steps.
+"""Watching training: the one hook the training loop calls between steps.
 
-``spirula train`` hands ``train_run`` a list of :class:`LiveView` objects
-(the native window here, the web viewer of spirula/view/web.py); after every
-optimization step the loop calls ``on_step(step, trainer_state)`` on each, and
-``close()`` once when training ends (normally, on Ctrl-C or on an error).
+``spirula train`` hands ``train_run(..., viewers=[...])`` a list of
+:class:`LiveView` objects (the native window of spirula/view/window.py, the
+web viewer of spirula/view/web.py, or both). ``train_run`` wraps them in a
+:class:`LiveHook`, which owns the one :class:`~spirula.view.session.ViewRenderer`
+every live view renders through (one set of rasterizer buffers, resized only
+when a view asks for another size; one recorded sequence, replayed while only
+the camera changes). After every optimization step the hook binds the
+trainer's splats to it and calls ``on_step(step, state)`` on each view with
+one :class:`TrainerState`; ``close()`` once when training ends (normally, on
+Ctrl-C or on an error).
 
 Rules for an implementation:
 
 - ``on_step`` returns quickly: at most one frame of work (poll input, render
   once if the camera moved or new splats are due). Training waits for it.
-- ``trainer_state.splats`` are the trainer's own device buffers, valid only
-  during the call: render from them, never keep them (densification
-  replaces them) and never write to them.
+- Render through ``state.render`` (or ``state.view``) during the call only:
+  the splats are the trainer's own buffers, which densification replaces.
 - A viewer the user closed keeps answering ``on_step`` as a no-op; training
   goes on.
 """
@@ -26,60 +31,67 @@ import numpy as np
 
 @dataclasses.dataclass
 class TrainerState:
-    """What a live view may read after a training step.
+    """What a live view sees after a training step.
 
     Attributes:
         step: steps done (1 after the first).
         iterations: the run's total steps.
         loss: this step's training loss (float).
         n_splats: splats now.
-        splats: the trainer's :class:`~spirula.render.rasterizer.Splats` on
-            ``device``: training coordinates, raw (log-scales, opacity
-            logits), possibly compact SH (``splats.compact``).
         sh_degree: the SH degree trained at this step.
-        world: the :class:`~spirula.train.world.WorldTransform` from dataset
-            to training coordinates (``world.viewmats(vm)`` maps a dataset
-            camera to one for ``splats``).
-        device: the training :class:`~spirula.backends.base.Device`.
-        background: [3] float32 colour behind the splats.
-        max_alpha: the run's cap on one splat's alpha.
+        view: the :class:`~spirula.view.session.ViewRenderer` of the
+            current splats, shared by every live view (dataset cameras in).
     """
 
     step: int
     iterations: int
     loss: float
     n_splats: int
-    splats: object
     sh_degree: int
-    world: object
-    device: object
-    background: np.ndarray
-    max_alpha: float
+    view: object
+
+    def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
+        """[H,W,3] float32 of the current splats (background composited) from
+        a dataset camera: OpenCV world->camera ``viewmat`` [4,4], ``K`` [3,3]."""
+        return self.view.render(viewmat, K, width, height)
 
 
 @runtime_checkable
 class LiveView(Protocol):
     """A viewer attached to a training run (see the module docstring)."""
 
-    def on_step(self, step: int, trainer_state: TrainerState) -> None: ...
+    def on_step(self, step: int, state: TrainerState) -> None: ...
 
     def close(self) -> None: ...
 
 
-def trainer_state(trainer, out: dict) -> TrainerState:
-    """The :class:`TrainerState` of ``trainer`` after a step that returned ``out``
-    (no GPU work: the splats stay on the device)."""
-    from spirula.train.schedule import sh_degree_at
+class LiveHook:
+    """The training loop's side of the live views: ``viewers`` (LiveView
+    objects) and the one renderer they share, on the training ``device``.
 
-    return TrainerState(
-        step=trainer.step,
-        iterations=trainer.cfg.iterations,
-        loss=float(out["loss"]),
-        n_splats=trainer.model.n,
-        splats=trainer.model.params,
-        sh_degree=sh_degree_at(trainer.cfg, trainer.step),
-        world=trainer.world,
-        device=trainer.device,
-        background=np.asarray(trainer.scene.background, np.float32),
-        max_alpha=trainer.cfg.max_alpha,
-    )
+    ``world``: the trainer's :class:`~spirula.train.world.WorldTransform`;
+    ``background`` [3] and ``max_alpha``: the run's. The renderer's
+    rasterizer is made at the first frame a view asks for.
+    """
+
+    def __init__(self, viewers, device, world, background, max_alpha: float):
+        from spirula.view.session import ViewRenderer
+
+        self.viewers = list(viewers)
+        self.view = ViewRenderer.for_training(device, world, background, max_alpha)
+
+    def on_step(self, step: int, iterations: int, loss: float, splats, sh_degree: int):
+        """After step ``step``: the trainer's :class:`~spirula.render.rasterizer.Splats`
+        (raw, float32 or compact) trained at ``sh_degree``."""
+        self.view.use_splats(splats, sh_degree)
+        state = TrainerState(step, iterations, float(loss), splats.n, sh_degree, self.view)
+        for viewer in self.viewers:
+            viewer.on_step(step, state)
+
+    def close(self):
+        """Close every view, then free the renderer."""
+        try:
+            for viewer in self.viewers:
+                viewer.close()
+        finally:
+            self.view.close()

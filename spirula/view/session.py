@@ -1,93 +1,110 @@
-"""A headless view of splats on the device, rendered on demand.
+"""The viewers' render path: splats on the device drawn through
+:class:`spirula.Renderer`, and a headless view that renders on demand.
 
-:class:`ViewSession` holds device-resident splats (loaded from a PLY or run,
-or the trainer's own, borrowed) and renders them from a
-:class:`~spirula.view.camera.Camera` with the project's rasterizer, only when
-the camera, the image size or the splats changed since the last frame (a dirty
-check: the same request returns the same array without touching the GPU).
-The native window (spirula/view/window.py) and the live training view draw
-what it returns; the web viewer can too.
+:class:`ViewRenderer` is the one render call of every viewer (the window,
+the web viewer, the live views of training): a :class:`~spirula.Renderer`
+whose splats are set once (a file's, uploaded) or bound as they are (a
+trainer's, raw or compact), so a frame is one replay of its recorded
+sequence and one read back; cameras come in the dataset's coordinates and
+``world`` maps them to the splats' (training coordinates).
+
+:class:`ViewSession` renders a :class:`~spirula.view.camera.Camera` at one
+image size only when the camera, the size or the splats changed since the
+last frame (a dirty check: the same request returns the same array without
+touching the GPU). The native window (spirula/view/window.py) draws what it
+returns.
+
+:func:`load_source` reads what ``spirula view`` shows: a splat.ply, or a
+run folder or checkpoint (with its dataset's cameras while the dataset is
+still where the run found it).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 
-from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
+from spirula.render.rasterizer import MAX_ALPHA
+from spirula.render.video import to_uint8
+
+
+class ViewRenderer:
+    """Renders splats from dataset cameras with a :class:`spirula.Renderer`.
+
+    Args:
+        renderer: the :class:`~spirula.render.renderer.Renderer` holding the
+            splats (``set_splats`` / ``load_ply`` / ``use_splats`` done).
+        world: a :class:`~spirula.train.world.WorldTransform` when the splats
+            are in training coordinates (a trainer's), else None.
+    """
+
+    def __init__(self, renderer, world=None):
+        self.renderer, self.world = renderer, world
+
+    @classmethod
+    def from_params(cls, device, params: dict, background=None, max_alpha: float = MAX_ALPHA) -> ViewRenderer:
+        """Splats uploaded once from raw numpy parameters: means [N,3], quats
+        [N,4] wxyz, scales [N,3] (log), opacities [N] (logit), sh [N,K,3]
+        (:func:`spirula.train.run.load_run`'s or :func:`load_source`'s),
+        activated on the host as ``spirula render`` does (same numbers)."""
+        from spirula.render.renderer import Renderer, activate_splats
+
+        renderer = Renderer(device=device, max_alpha=max_alpha, background=background)
+        return cls(renderer.set_splats(**activate_splats(params)))
+
+    @classmethod
+    def for_training(cls, device, world, background, max_alpha: float) -> ViewRenderer:
+        """A renderer for a trainer's splats (bound each step by :meth:`use_splats`)."""
+        from spirula.render.renderer import Renderer
+
+        return cls(Renderer(device=device, max_alpha=max_alpha, background=background), world)
+
+    def use_splats(self, splats, sh_degree: int):
+        """Follow a trainer's :class:`~spirula.render.rasterizer.Splats` (no
+        copy; the recorded sequence is kept while nothing but their contents changed)."""
+        self.renderer.use_splats(splats, sh_degree)
+
+    def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
+        """[H,W,3] float32 colours (background composited) from the dataset
+        camera ``viewmat`` [4,4] (OpenCV world->camera), ``K`` [3,3]."""
+        viewmat = np.asarray(viewmat, np.float64)
+        if self.world is not None:
+            viewmat = self.world.viewmats(viewmat[None])[0]
+        return self.renderer.render(viewmat, K, width, height).numpy()
+
+    def close(self):
+        self.renderer.close()
 
 
 class ViewSession:
-    """Renders ``splats`` (a :class:`~spirula.render.rasterizer.Splats` on
-    ``device``; raw log-scales/logits unless ``splats.activated``) at SH
-    degree ``sh_degree`` into ``width`` x ``height`` uint8 images.
+    """Renders ``view`` (a :class:`ViewRenderer`) into ``width`` x ``height``
+    uint8 images of a :class:`~spirula.view.camera.Camera`, on demand.
+    ``own_view``: :meth:`free` closes the renderer too (a live view borrows
+    the training run's)."""
 
-    ``world``: a :class:`~spirula.train.world.WorldTransform` when the splats
-    live in training coordinates (the live view); cameras are in the dataset's
-    coordinates either way. ``background``: [3] colour behind the splats
-    (default black). ``own_splats``: :meth:`free` frees them too.
-    """
-
-    def __init__(
-        self,
-        device,
-        splats: Splats,
-        sh_degree: int,
-        width: int = 1280,
-        height: int = 720,
-        *,
-        background=None,
-        max_alpha: float = MAX_ALPHA,
-        world=None,
-        own_splats: bool = False,
-    ):
-        self.device = device
-        self.splats, self.sh_degree = splats, int(sh_degree)
-        self.background = None if background is None else np.asarray(background, np.float32).reshape(1, 3)
-        self.max_alpha, self.world, self.own_splats = max_alpha, world, own_splats
+    def __init__(self, view: ViewRenderer, width: int = 1280, height: int = 720, *, own_view: bool = False):
+        self.view, self.own_view = view, own_view
         self.width, self.height = int(width), int(height)
-        self._raster = None
         self._version = 0  # bumped when the splats change
         self._last_key = None
         self._image = None
         self.renders = 0  # frames rendered so far (the dirty check's counter)
         self.frame_ms = None  # the last frame's time: rasterize + read back + convert
 
-    @classmethod
-    def from_params(cls, device, params: dict, width: int = 1280, height: int = 720, **kw) -> ViewSession:
-        """A session owning splats uploaded from raw numpy parameters: means
-        [N,3], quats [N,4] wxyz, scales [N,3] (log), opacities [N] (logit),
-        sh [N,K,3] (:func:`spirula.train.run.load_run`'s or a PLY's)."""
-        splats = Splats.from_numpy(
-            device,
-            params["means"],
-            params["quats"],
-            params["scales"],
-            params["opacities"],
-            params["sh"],
-            activated=False,
-            prefix="view",
-        )
-        sh_degree = int(round(np.sqrt(np.asarray(params["sh"]).shape[1]))) - 1
-        return cls(device, splats, sh_degree, width, height, own_splats=True, **kw)
-
     # -- what changes -------------------------------------------------------------------
-    def set_splats(self, splats: Splats, sh_degree: int | None = None, changed: bool = True):
-        """New splats (or the same buffers with new contents): the next render
-        redraws. ``changed=False``: only follow the buffers (the trainer
-        replaced them) without asking for a new frame."""
-        self.splats = splats
-        if sh_degree is not None:
-            self.sh_degree = int(sh_degree)
-        if changed:
-            self._version += 1
+    def splats_changed(self):
+        """The splats changed (new contents or buffers): the next render redraws."""
+        self._version += 1
 
     def resize(self, width: int, height: int):
         self.width, self.height = max(int(width), 1), max(int(height), 1)
 
     def _key(self, camera) -> tuple:
-        return (camera.key(), self.width, self.height, self._version, self.sh_degree)
+        return (camera.key(), self.width, self.height, self._version)
 
     def needs_render(self, camera) -> bool:
         return self._image is None or self._key(camera) != self._last_key
@@ -100,41 +117,80 @@ class ViewSession:
         if self._image is not None and key == self._last_key:
             return self._image
         t0 = time.perf_counter()
-        viewmat = camera.viewmat()
-        if self.world is not None:
-            viewmat = self.world.viewmats(viewmat[None])[0]
-        img = self._rasterize(viewmat, camera.K(self.width, self.height))
-        self._image = np.rint(np.clip(img, 0.0, 1.0) * 255).astype(np.uint8)
+        img = self.view.render(camera.viewmat(), camera.K(self.width, self.height), self.width, self.height)
+        self._image = to_uint8(img)
         self.frame_ms = 1e3 * (time.perf_counter() - t0)
         self._last_key = key
         self.renders += 1
         return self._image
 
-    def _rasterize(self, viewmat, K) -> np.ndarray:
-        """The one rendering call: [H,W,3] float32 colours (background
-        composited) of ``self.splats`` from world->camera ``viewmat`` [4,4] and ``K`` [3,3]."""
-        r = self._raster
-        if r is None or (r.width, r.height) != (self.width, self.height):
-            if r is not None:
-                r.free()
-            r = self._raster = Rasterizer(
-                self.device,
-                self.width,
-                self.height,
-                1,
-                capacity=self.splats.n,
-                name="view.raster",
-                max_alpha=self.max_alpha,
-            )
-            r.set_backgrounds(self.background)
-        r.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
-        r.forward(self.splats, self.sh_degree)
-        return self.device.readback(r.out_colors)[0]
-
     def free(self):
-        if self._raster is not None:
-            self._raster.free()
-            self._raster = None
-        if self.own_splats and self.splats is not None:
-            self.splats.free(self.device)
-            self.splats = None
+        if self.own_view and self.view is not None:
+            self.view.close()
+        self.view = None
+
+
+@dataclasses.dataclass
+class ViewSource:
+    """What ``spirula view`` shows (:func:`load_source`).
+
+    Attributes:
+        params: raw splat arrays (means, quats, scales (log), opacities
+            (logit), sh [N,K,3]) in dataset coordinates.
+        background: [3] colour behind the splats, or None (black).
+        max_alpha: the alpha cap the splats were trained with.
+        frames: the dataset's training cameras (:class:`~spirula.data.Frame`
+            list), empty for a splat.ply or a run whose dataset moved.
+    """
+
+    params: dict
+    background: object = None
+    max_alpha: float = MAX_ALPHA
+    frames: list = dataclasses.field(default_factory=list)
+
+
+def load_source(source) -> ViewSource:
+    """A splat.ply, or a run folder or checkpoint .npz (with its dataset's
+    training cameras when the dataset is still there). Bad input raises a
+    :class:`~spirula.errors.DatasetError` naming ``source`` (one line, exit 2)."""
+    from spirula.errors import DatasetError, SpirulaError
+
+    path = Path(source)
+    if not path.exists():
+        raise DatasetError("%s: no such file or folder" % path)
+    if path.is_file() and path.suffix.lower() == ".ply":
+        from spirula.data.ply import read_splat_ply
+
+        p = read_splat_ply(path, allow_empty=False)
+        params = dict(
+            means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
+        )
+        return ViewSource(params)
+    if not (path.is_dir() or path.suffix.lower() == ".npz"):
+        raise DatasetError("%s: not a splat .ply, a run folder or a checkpoint .npz" % path)
+    from spirula.train.run import load_run
+
+    try:
+        cfg, params, ckpt, _ = load_run(path)
+    except DatasetError:
+        raise
+    except SpirulaError as exc:  # no checkpoint, or not one: bad input
+        raise DatasetError(str(exc)) from None
+    out = ViewSource(params, max_alpha=cfg.max_alpha)
+    try:
+        from spirula.data import load_dataset
+
+        folder = path if path.is_dir() else ckpt.parent.parent
+        dataset = json.loads((folder / "config.json").read_text())["dataset"]
+        scene = load_dataset(
+            dataset,
+            downscale=cfg.downscale,
+            eval_split=cfg.eval_split,
+            background=cfg.background or "auto",
+            seed=cfg.seed,
+        )
+        out.background = scene.background
+        out.frames = [scene.frames[i] for i in scene.train] or list(scene.frames)
+    except (OSError, KeyError, ValueError, IndexError, SpirulaError):
+        pass  # the dataset moved: the splats alone still show
+    return out

@@ -4,8 +4,9 @@
 ``spirula train ... --viewer-port 8080`` (:class:`WebLiveView`) open a viser
 server (https://viser.studio, as gsplat and nerfstudio use); the browser draws
 nothing of the splats itself: it sends its camera, Spirula renders that view
-with its own rasterizer and sends back a JPEG, shown as viser's background
-image. Rendering is on demand: a frame is made only when a browser camera
+through the viewers' one render path (:class:`~spirula.view.session.ViewRenderer`,
+a :class:`spirula.Renderer` holding the splats on the GPU) and sends back a
+JPEG, shown as viser's background image. Rendering is on demand: a frame is made only when a browser camera
 moved (or a browser connected) or the splats changed.
 
 Threads: viser's web threads only record which browser wants which view
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from spirula.errors import SpirulaError
+from spirula.render.video import to_uint8
 
 MAX_FRAME_SIZE = 1280  # longest side of a streamed frame, in pixels (the browser scales it to its canvas)
 JPEG_QUALITY = 85
@@ -107,40 +109,6 @@ def start_view_from_points(means) -> StartView:
     radius = float(np.percentile(np.linalg.norm(means - centre, axis=1), 90)) if len(means) else 1.0
     offset = 2.0 * max(radius, 1e-3) / np.sqrt(3.0)
     return StartView(tuple(centre + offset), tuple(centre), (0.0, 0.0, 1.0))
-
-
-# ---- rendering: the one call into the rasterizer ---------------------------------------
-
-
-def render_splats(splats: dict, viewmat, K, width: int, height: int, background=None, device=None) -> np.ndarray:
-    """[H,W,3] uint8 image of raw splats through :func:`spirula.render.api.rasterization`.
-
-    ``splats``: means [N,3], quats [N,4] wxyz, scales [N,3] (log), opacities [N]
-    (logit), sh [N,K,3], as splat.ply and checkpoints store them; ``viewmat``
-    [4,4] OpenCV world->camera, ``K`` [3,3]; ``background`` [3] in [0,1].
-    """
-    from spirula.render.api import rasterization
-
-    colors, _, _, _ = rasterization(
-        splats["means"],
-        splats["quats"],
-        np.exp(splats["scales"]),
-        1.0 / (1.0 + np.exp(-splats["opacities"])),
-        splats["sh"],
-        np.asarray(viewmat, np.float32)[None],
-        np.asarray(K, np.float32)[None],
-        width,
-        height,
-        backgrounds=None if background is None else np.asarray(background, np.float32).reshape(1, 3),
-        max_alpha=splats.get("max_alpha", 0.99),
-        device=device,
-    )
-    return to_uint8(colors[0])
-
-
-def to_uint8(img) -> np.ndarray:
-    """[H,W,3] float in [0,1] (clamped) -> uint8, rounded."""
-    return np.rint(np.clip(img, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
 # ---- the server -----------------------------------------------------------------------
@@ -312,65 +280,39 @@ class WebViewer:
 # ---- spirula view --port: a splat file or a run ----------------------------------------
 
 
-def load_splats(source) -> tuple:
-    """(raw splat arrays, background [3] or None, StartView) of a splat.ply or a
-    run folder / checkpoint (its dataset's first training camera, when the
-    dataset is still there)."""
-    from spirula.errors import DatasetError
-
-    path = Path(source)
-    if not path.exists():
-        raise DatasetError("%s: no such file or folder" % path)
-    if path.is_file() and path.suffix.lower() == ".ply":
-        from spirula.data.ply import read_splat_ply
-
-        p = read_splat_ply(path)
-        splats = dict(
-            means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
-        )
-        return splats, None, start_view_from_points(splats["means"])
-    if not (path.is_dir() or path.suffix.lower() == ".npz"):
-        raise DatasetError("%s: not a splat .ply, a run folder or a checkpoint .npz" % path)
-    from spirula.train.run import load_run
-
-    try:
-        cfg, params, _, _ = load_run(path)
-    except DatasetError:
-        raise
-    except SpirulaError as exc:  # no checkpoint, or not one: bad input
-        raise DatasetError(str(exc)) from None
-    splats = dict(params, max_alpha=cfg.max_alpha)
-    background, start = None, start_view_from_points(params["means"])
-    try:
-        import json
-
-        folder = path if path.is_dir() else path.parent.parent
-        from spirula.data import load_dataset
-
-        dataset = json.loads((folder / "config.json").read_text())["dataset"]
-        scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background="auto")
-        background = scene.background
-        V = np.asarray(scene.frames[scene.train[0] if scene.train else 0].viewmat, dtype=np.float64)
-        distance = float(np.linalg.norm(np.median(params["means"], axis=0) + V[:3, :3].T @ V[:3, 3]))
-        start = start_view_from_camera(V, max(distance, 1e-3))
-    except (OSError, KeyError, ValueError, IndexError, SpirulaError):
-        pass  # the dataset moved: the splats alone still show
-    return splats, background, start
+def start_view(source) -> StartView:
+    """Where the browser starts on a :class:`~spirula.view.session.ViewSource`:
+    the dataset's first training camera looking at the splats' median, or
+    outside the splats when there is no dataset."""
+    means = source.params["means"]
+    if not source.frames:
+        return start_view_from_points(means)
+    V = np.asarray(source.frames[0].viewmat, dtype=np.float64)
+    distance = float(np.linalg.norm(np.median(means, axis=0) + V[:3, :3].T @ V[:3, 3]))
+    return start_view_from_camera(V, max(distance, 1e-3))
 
 
 def serve(splats_source, port: int, host: str = "127.0.0.1", *, device=None, stop=None, on_ready=None, log=print):
     """Serve the web viewer of ``splats_source`` (a splat.ply, a run folder or a
     checkpoint) until Ctrl-C, or until the ``stop`` :class:`threading.Event` is
-    set. Renders on this thread, only when a browser's camera changes.
-    ``on_ready(viewer)`` is called once the server listens."""
-    splats, background, start = load_splats(splats_source)
-    viewer = WebViewer(port, host, start)
-    n = len(splats["means"])
+    set. The splats are uploaded once; renders happen on this thread, only
+    when a browser's camera changes. ``on_ready(viewer)`` is called once the
+    server listens."""
+    from spirula.view.session import ViewRenderer, load_source
+
+    source = load_source(splats_source)
+    view = ViewRenderer.from_params(device, source.params, source.background, source.max_alpha)
+    try:
+        viewer = WebViewer(port, host, start_view(source))
+    except BaseException:
+        view.close()
+        raise
+    n = len(source.params["means"])
     viewer.set_status("**%s**  \n%s splats" % (Path(splats_source).name, f"{n:,}"))
     log("spirula: web viewer of %s (%s splats) at %s" % (splats_source, f"{n:,}", viewer.where()))
 
     def render(viewmat, K, width, height):
-        return render_splats(splats, viewmat, K, width, height, background, device)
+        return to_uint8(view.render(viewmat, K, width, height))
 
     if on_ready is not None:
         on_ready(viewer)
@@ -380,6 +322,7 @@ def serve(splats_source, port: int, host: str = "127.0.0.1", *, device=None, sto
                 viewer.render_pending(render)
     finally:
         viewer.close()
+        view.close()
 
 
 # ---- spirula train --viewer-port: the live view ----------------------------------------
@@ -392,9 +335,8 @@ class WebLiveView:
 
     ``on_step`` renders at most one frame, and at most ``max_fps`` a second: a
     view a browser asked for since the last step first, else, every
-    ``refresh_s`` seconds, a browser's unmoved view of the changed splats. ``trainer_state`` gives ``render(viewmat, K,
-    width, height) -> [H,W,3] float`` (the device splats, dataset
-    coordinates), ``loss``, ``n_splats`` and ``total`` (steps planned).
+    ``refresh_s`` seconds, a browser's unmoved view of the changed splats,
+    through the run's shared renderer (``state.render``).
     """
 
     def __init__(
@@ -412,19 +354,13 @@ class WebLiveView:
         self._refresh_due = self._status_due = 0.0
         log("spirula: web viewer at %s" % self.viewer.where())
 
-    def on_step(self, step: int, trainer_state) -> None:
+    def on_step(self, step: int, state) -> None:
         now = time.perf_counter()
         if now >= self._status_due:
             self._status_due = now + STATUS_EVERY_S
-            total = getattr(trainer_state, "total", None)
             self.viewer.set_status(
-                "**training**  \nstep %d%s  \nloss %.4f  \n%s splats"
-                % (
-                    step,
-                    " / %d" % total if total else "",
-                    trainer_state.loss,
-                    f"{trainer_state.n_splats:,}",
-                )
+                "**training**  \nstep %d / %d  \nloss %.4f  \n%s splats"
+                % (step, state.iterations, state.loss, f"{state.n_splats:,}")
             )
         if now < self._frame_due or not self.viewer.has_clients():
             return
@@ -433,7 +369,7 @@ class WebLiveView:
             self.viewer.invalidate()
 
         def render(viewmat, K, width, height):
-            return to_uint8(trainer_state.render(viewmat, K, width, height))
+            return to_uint8(state.render(viewmat, K, width, height))
 
         if self.viewer.render_pending(render, limit=1):
             self._frame_due = now + 1.0 / self.max_fps

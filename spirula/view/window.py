@@ -284,8 +284,9 @@ class WindowLiveView:
 
     Each ``on_step`` handles pending input and draws at most one frame: when
     the camera moved, or every ``every`` steps for the new splats. The window
-    opens at the first step (on the dataset's first camera of ``path``);
-    closing it stops the viewer, not training.
+    opens at the first step (on the dataset's first camera of ``path``) and
+    renders through the run's shared renderer (``state.view``); closing it
+    stops the viewer, not training.
     """
 
     def __init__(self, path, width: int = 800, height: int = 600, every: int = 10, title: str = "spirula train"):
@@ -294,32 +295,27 @@ class WindowLiveView:
         self.session = None
         self.closed = False
 
-    def on_step(self, step: int, trainer_state) -> None:
+    def on_step(self, step: int, state) -> None:
         from spirula.view.session import ViewSession
 
         if self.closed:
             return
-        s = trainer_state
         if self.window is None:
-            self.session = ViewSession(
-                s.device,
-                s.splats,
-                s.sh_degree,
-                self.width,
-                self.height,
-                background=s.background,
-                max_alpha=s.max_alpha,
-                world=s.world,
-            )
+            self.session = ViewSession(state.view, self.width, self.height)
             try:
                 self.window = ViewerWindow(self.session, self.path.camera(), self.path, self.title)
             except DisplayError as exc:  # the viewer fails, training goes on
                 print("spirula: warning: --viewer: %s" % exc, file=sys.stderr)
                 self.close()
                 return
-        # follow the trainer's buffers every step (densification replaces them); redraw for them every K steps
-        self.session.set_splats(s.splats, s.sh_degree, changed=step % self.every == 0)
-        self.window.status = "step %d/%d | loss %.4f | %s splats" % (step, s.iterations, s.loss, f"{s.n_splats:,}")
+        if step % self.every == 0:  # new splats every K steps
+            self.session.splats_changed()
+        self.window.status = "step %d/%d | loss %.4f | %s splats" % (
+            step,
+            state.iterations,
+            state.loss,
+            f"{state.n_splats:,}",
+        )
         self.window.poll()
         if self.window.should_close:
             self.close()
