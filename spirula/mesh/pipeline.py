@@ -164,7 +164,9 @@ def fusion_cameras(splats: dict, dataset: Path | None):
     from spirula.mesh import cameras
 
     if dataset is None:
-        return cameras.sphere_cameras(splats["means"])
+        opacities = 1.0 / (1.0 + np.exp(-np.asarray(splats["opacity_logits"], np.float64)))
+        support = cameras.splat_support(np.exp(np.asarray(splats["log_scales"], np.float64)), opacities)
+        return cameras.sphere_cameras(splats["means"], support=support)
     return cameras.dataset_cameras(dataset)
 
 
