@@ -119,12 +119,25 @@ def load_input(path, dataset=None, log=print) -> MeshInput:
 
 
 def _recorded_dataset(run: Path) -> Path | None:
-    """The dataset path ``spirula train`` recorded in ``RUN/config.json``, if any."""
+    """The dataset ``spirula train`` recorded in ``RUN/config.json``, if any.
+
+    The trainer records the path as it was given, so a relative one is relative to the
+    folder training ran in, which is not recorded: the path as it stands (this folder),
+    else the first folder above the run (``outputs/<run>``: its grandparent, where
+    ``spirula train`` ran by default) that holds it."""
     try:
         value = json.loads((run / "config.json").read_text()).get("dataset")
     except (OSError, ValueError, AttributeError):
         return None
-    return Path(value) if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return None
+    path = Path(value)
+    if path.is_absolute() or path.is_dir():
+        return path
+    for folder in Path(run).resolve().parents:
+        if (folder / path).is_dir():
+            return folder / path
+    return path
 
 
 def check_splats(splats: dict, path) -> None:
