@@ -68,3 +68,25 @@ def test_a_trained_run_meshes_to_obj_and_vertex_coloured_ply(run, tmp_path):
     assert ply.visual.kind == "vertex" and len(ply.faces) > 0
     # vertex colours are the splats' base colours: not the black of an unset colour
     assert ply.visual.vertex_colors[:, :3].max() > 0
+
+
+def test_the_mesh_benchmark_prints_a_line_per_stage():
+    """benchmarks/mesh_timing.py (docs/performance.md) at a tiny size: every stage timed."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    args = ["--splats", "3000", "--resolution", "24", "--color", "vertex", "--views", "4", "--size", "32"]
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks/mesh_timing.py"), *args, "--simplify", "500"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(__import__("os").environ, PYTHONPATH=str(root)),
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln.split() for ln in proc.stdout.splitlines() if ln.startswith("mesh_timing ")]
+    assert [ln[6] for ln in lines] == ["fuse", "surface", "clean", "simplify", "colour", "export"]
+    for ln in lines:
+        assert float(ln[7]) >= 0 and "pool" in ln and "rss" in ln
