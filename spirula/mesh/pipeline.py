@@ -153,6 +153,14 @@ def check_splats(splats: dict, path) -> None:
         raise DatasetError(
             "%s: %d of %d splats have non-finite parameters (the first: vertex %d)" % (path, len(bad), n, bad[0])
         )
+    from spirula.reference.projection import ALPHA_THRESHOLD  # the rasterizer skips fainter splats
+
+    opacity = 1.0 / (1.0 + np.exp(-np.asarray(splats["opacity_logits"], np.float64).reshape(n)))
+    if not (opacity >= ALPHA_THRESHOLD).any():
+        raise DatasetError(
+            "%s: every splat is transparent (opacity below 1/255, at most %.3g): nothing to mesh"
+            % (path, opacity.max())
+        )
     if not (np.linalg.norm(splats["quats"], axis=1) > 0).all():
         bad = np.flatnonzero(~(np.linalg.norm(splats["quats"], axis=1) > 0))
         raise DatasetError("%s: %d splats have a zero quaternion (the first: vertex %d)" % (path, len(bad), bad[0]))
@@ -215,7 +223,11 @@ def run_mesh(device, inp: MeshInput, cfg: MeshConfig, output: Path, log=print) -
         "mesh: fuse      %6.1f s  %s voxels of %.4g from %s"
         % (times["fuse"], "x".join(map(str, shape)), volume.voxel_size, inp.dataset or "virtual cameras")
     )
-    raw = stage("surface", extract_surface, volume)
+    try:
+        raw = stage("surface", extract_surface, volume)
+    except SpirulaError as e:  # nothing drawn makes a surface: the input's fault, one line naming it
+        why = str(e).removeprefix("mesh: ")
+        raise DatasetError("%s: the splats fuse to no surface (%s)" % (inp.ply, why)) from None
     mesh = stage("clean", clean_mesh, raw, cfg.min_component_fraction)
     log(
         "mesh: surface   %6.1f s  %d faces, %d after cleanup"
