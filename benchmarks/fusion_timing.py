@@ -28,15 +28,16 @@ def main():
     from test_mesh_fusion import sphere_splats
 
     from spirula.backends import open_device
-    from spirula.mesh.cameras import sphere_cameras
+    from spirula.mesh.cameras import sphere_cameras, splat_support
     from spirula.mesh.fuse import fuse_splats, plan_slabs, volume_grid
 
     dev = open_device(a.backend)
     splats = sphere_splats(n=a.splats)
-    cams = sphere_cameras(splats["means"], n=a.views, size=a.size)
+    support = splat_support(splats["scales"], splats["opacities"])
+    cams = sphere_cameras(splats["means"], n=a.views, size=a.size, support=support)
     fuse_splats(dev, splats, cams, resolution=32, progress=False)  # warm-up: kernels compiled
     for res in a.resolution:
-        dims = volume_grid(splats["means"], res)[2]
+        dims = volume_grid(splats["means"], res, support=support)[2]
         t = time.perf_counter()
         vol = fuse_splats(dev, splats, cams, resolution=res, progress=False)
         dt = time.perf_counter() - t

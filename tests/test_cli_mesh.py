@@ -115,6 +115,27 @@ def test_a_zero_quaternion_fails_with_one_line(capsys, tmp_path, no_gpu):
     assert_one_line(*cli(capsys, path), str(path), "zero quaternion", "vertex 3")
 
 
+def test_transparent_splats_fail_with_one_line(capsys, tmp_path, no_gpu):
+    s = sphere_splats(10)
+    s["opacity_logits"][:] = -8.0  # opacity 3e-4 < 1/255: the rasterizer draws none
+    path = write_ply(tmp_path / "clear.ply", s)
+    assert_one_line(*cli(capsys, path), str(path), "every splat is transparent")
+
+
+def test_splats_that_fuse_to_no_surface_fail_with_one_line(capsys, tmp_path, monkeypatch):
+    """A fused volume that is free space wherever observed (nothing drawn in front of any
+    camera): one line naming the file, exit status 2, not a surface-stage error."""
+    empty = tsdf_volume(SHAPE)
+    empty.tsdf[:] = 0.1
+    monkeypatch.setitem(sys.modules, "spirula.mesh.fuse", types.SimpleNamespace(fuse_splats=lambda *a: empty))
+    monkeypatch.setattr("spirula.mesh.pipeline.fusion_cameras", lambda splats, dataset: None)
+    monkeypatch.setattr("spirula.cli.mesh.open_cli_device", lambda: None)
+    path = write_ply(tmp_path / "far.ply", sphere_splats(50))
+    code, err = cli(capsys, path, "--color", "vertex")
+    err = "\n".join(ln for ln in err.splitlines() if not ln.startswith("mesh: "))  # the stage lines
+    assert_one_line(code, err, str(path), "fuse to no surface", "never changes sign")
+
+
 @pytest.mark.parametrize(
     "args, words",
     [

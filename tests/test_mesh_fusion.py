@@ -115,9 +115,14 @@ def test_volume_grid_and_slabs(device):
     means = rng.uniform([-1, -0.5, -0.25], [1, 0.5, 0.25], (5000, 3))
     means[:5] = 1e6  # floaters beyond the 99.5th percentile do not grow the box
     origin, voxel, dims = volume_grid(means, 40)
-    assert max(dims) == 40 and dims[1] < dims[0] and voxel < 0.06
     lo, hi = scene_bounds(means)
-    assert np.all(origin <= lo + 1e-9) and np.all(origin + voxel * np.array(dims) >= hi - 1e-9)
+    m = FusionConfig().margin_voxels  # the truncation band and one voxel on each side
+    assert max(dims) == 40 and dims[1] < dims[0] and voxel == pytest.approx((hi - lo).max() / (40 - 2 * m))
+    assert np.all(origin <= lo - m * voxel + 1e-9) and np.all(origin + voxel * np.array(dims) >= hi + m * voxel - 1e-9)
+    # each splat's drawn radius grows the box by as much (the percentiles of mean -/+ radius)
+    lo2, hi2 = scene_bounds(means, support=np.full(len(means), 0.1))
+    np.testing.assert_allclose(lo2, lo - 0.1, atol=1e-9)
+    np.testing.assert_allclose(hi2, hi + 0.1, atol=1e-9)
     cfg = FusionConfig(slab_budget_bytes=24 * dims[1] * dims[2] * 7)
     slabs = plan_slabs(dims, device, cfg)
     assert slabs[0][0] == 0 and slabs[-1][1] == dims[0] and len(slabs) == 6

@@ -13,6 +13,7 @@ import numpy as np
 
 from spirula.errors import SpirulaError
 from spirula.mesh.fusion_config import DEFAULT
+from spirula.reference.projection import ALPHA_THRESHOLD, MAX_EXTEND  # the rasterizer's cut-off
 
 
 @dataclasses.dataclass
@@ -28,21 +29,49 @@ class Cameras:
         return len(self.viewmats)
 
 
-def scene_bounds(means, config=DEFAULT) -> tuple:
-    """The box holding the splats, robust to floaters: ``(lo [3], hi [3])`` float64, the
-    ``config.bounds_percentiles`` of the finite means per axis grown by
-    ``config.bounds_margin`` of the box size (and of its longest side, so a flat
-    scene keeps some depth) on each side."""
+def splat_support(scales, opacities) -> np.ndarray:
+    """[N] f64: the radius (world units) around each splat's mean outside which the
+    rasterizer draws nothing of it: ``opacity_extent(o)`` (shaders/include/projection.glsl:
+    min(3.33, sqrt(2 ln(255 o))) standard deviations, past which alpha < 1/255 is skipped)
+    times its largest scale. ``scales`` [N,3] activated (not log), ``opacities`` [N] in (0,1).
+
+    Why the sphere of the largest scale and not the ellipsoid's axis-aligned box: the fused
+    surface is the median depth, the depth of a splat's *mean* seen along a pixel ray through
+    its footprint, i.e. a point of the plane through the mean facing the camera, up to the
+    footprint's radius from the mean in any direction (a thin disc seen at a slant puts it
+    off the disc's plane). A transparent splat (o < 1/255) is never drawn: radius 0."""
+    scales = np.asarray(scales, np.float64).reshape(-1, 3)
+    o = np.asarray(opacities, np.float64).reshape(-1)
+    k = np.minimum(MAX_EXTEND, np.sqrt(2.0 * np.log(np.maximum(o / ALPHA_THRESHOLD, 1.0))))
+    r = k * np.abs(scales).max(axis=1)
+    return np.where(np.isfinite(r), r, 0.0)
+
+
+def scene_bounds(means, config=DEFAULT, support=None) -> tuple:
+    """The box holding the splats, robust to floaters: ``(lo [3], hi [3])`` float64, per axis
+    the ``config.bounds_percentiles`` of ``mean - support`` (lo) and ``mean + support`` (hi)
+    over the finite splats, so the box holds what the rasterizer draws of all but the
+    outermost 0.5% of the splats on each side, not just their centres: the surface fused from
+    fat splats lies about a standard deviation outside their means (a sphere of radius 0.8 of
+    splats of sigma 0.05 fuses at 0.87) and a box of the means cut it open at its faces.
+
+    ``support`` [N] (:func:`splat_support`; None: 0, the means alone). A flat scene keeps a
+    depth of at least ``config.min_thickness`` of its longest side; one point (or all at one
+    place), a unit box around it. :func:`spirula.mesh.fuse.volume_grid` adds the truncation
+    band around this box; the virtual cameras (:func:`sphere_cameras`) see all of it."""
     means = np.asarray(means, np.float64).reshape(-1, 3)
-    means = means[np.isfinite(means).all(1)]
+    support = np.zeros(len(means)) if support is None else np.asarray(support, np.float64).reshape(-1)
+    ok = np.isfinite(means).all(1) & np.isfinite(support)
+    means, support = means[ok], support[ok, None]
     if len(means) == 0:
         raise SpirulaError("meshing: no splat with a finite position")
-    lo, hi = np.percentile(means, config.bounds_percentiles, axis=0)
+    lo = np.percentile(means - support, config.bounds_percentiles[0], axis=0)
+    hi = np.percentile(means + support, config.bounds_percentiles[1], axis=0)
     size = hi - lo
     longest = float(size.max())
     if not longest > 0:
         longest = 1.0  # one point (or all at one place): a unit box around it
-    grow = config.bounds_margin * np.maximum(size, 0.1 * longest) + 0.5 * np.maximum(0.0, 0.1 * longest - size)
+    grow = 0.5 * np.maximum(0.0, config.min_thickness * longest - size)
     return lo - grow, hi + grow
 
 
@@ -71,16 +100,17 @@ def fibonacci_directions(n: int) -> np.ndarray:
     return np.stack([r * np.cos(phi), r * np.sin(phi), z], 1)
 
 
-def sphere_cameras(means, n=None, size=None, config=DEFAULT) -> Cameras:
+def sphere_cameras(means, n=None, size=None, config=DEFAULT, support=None) -> Cameras:
     """``n`` (default ``config.n_virtual_cameras``) square ``size`` x ``size`` cameras on a
-    Fibonacci sphere, all looking at the centre of the splats' box (:func:`scene_bounds`),
-    at ``config.camera_distance`` radii of the box's bounding sphere, the field of view
-    fitted to that sphere."""
+    Fibonacci sphere, all looking at the centre of the splats' box (:func:`scene_bounds` of
+    ``means`` [N,3] and ``support`` [N], :func:`splat_support`), at
+    ``config.camera_distance`` radii of the box's bounding sphere, the field of view fitted
+    to that sphere: every image holds all that is drawn of the splats in the box."""
     n = int(n or config.n_virtual_cameras)
     size = int(size or config.render_size)
     if n < 1 or size < 1:
         raise SpirulaError("meshing: need at least one virtual camera and a positive image size")
-    lo, hi = scene_bounds(means, config)
+    lo, hi = scene_bounds(means, config, support)
     centre, radius = 0.5 * (lo + hi), 0.5 * float(np.linalg.norm(hi - lo))
     dist = config.camera_distance * radius
     half = min(np.arcsin(1.0 / config.camera_distance) * config.fov_margin, np.radians(80.0))

@@ -235,7 +235,7 @@ def splat_colour_fn(splats: dict, k: int = 16):
         out = np.empty((len(points), 3))
         for s in range(0, len(points), 1 << 16):
             p = points[s : s + (1 << 16)]
-            _, idx = tree.query(p, k=k)
+            _, idx = tree.query(p, k=k, workers=-1)  # every core: the query is most of the time
             idx = idx.reshape(len(p), k)
             d = p[:, None, :] - means[idx]  # [m,k,3]
             local = np.einsum("mkji,mkj->mki", rot[idx], d) * inv_scale[idx]  # in the splat's axes, in sigmas

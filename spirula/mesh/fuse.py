@@ -41,18 +41,22 @@ class FusedVolume:
     truncation: float = 0.0
 
 
-def volume_grid(means, resolution=None, config=DEFAULT) -> tuple:
+def volume_grid(means, resolution=None, config=DEFAULT, support=None) -> tuple:
     """(origin [3] f64, voxel_size, dims (X, Y, Z)): the box of
-    :func:`~spirula.mesh.cameras.scene_bounds` with ``resolution`` voxels along its
-    longest axis (cubic voxels)."""
+    :func:`~spirula.mesh.cameras.scene_bounds` (``means`` [N,3], ``support`` [N]: the
+    splats' drawn radii, :func:`~spirula.mesh.cameras.splat_support`) plus
+    ``config.margin_voxels`` (the truncation band and one) on each side, with ``resolution``
+    voxels along its longest axis (cubic voxels). At a resolution below four margins the
+    margin shrinks to a quarter of it (at most half the volume is margin)."""
     from spirula.mesh.cameras import scene_bounds
 
     resolution = int(resolution or config.resolution)
     if resolution < 2:
         raise SpirulaError("meshing: --resolution must be at least 2, got %d" % resolution)
-    lo, hi = scene_bounds(means, config)
-    voxel = float((hi - lo).max()) / resolution
-    dims = tuple(int(d) for d in np.maximum(1, np.ceil((hi - lo) / voxel - 1e-9)))
+    lo, hi = scene_bounds(means, config, support)
+    margin = min(config.margin_voxels, resolution // 4)
+    voxel = float((hi - lo).max()) / (resolution - 2 * margin)
+    dims = tuple(int(d) + 2 * margin for d in np.maximum(1, np.ceil((hi - lo) / voxel - 1e-9)))
     centre = 0.5 * (lo + hi)
     origin = centre - 0.5 * voxel * np.array(dims)
     return origin, voxel, dims
@@ -125,7 +129,10 @@ def fuse_splats(device, splats, cameras, resolution=None, config=DEFAULT, progre
     s = _activated(splats)
     if len(cameras) == 0:
         raise SpirulaError("meshing: no camera to fuse depth from")
-    origin, voxel, dims = volume_grid(s["means"], resolution, config)
+    from spirula.mesh.cameras import splat_support
+
+    support = splat_support(s["scales"], s["opacities"])
+    origin, voxel, dims = volume_grid(s["means"], resolution, config, support)
     trunc = config.truncation_voxels * voxel
     slabs = plan_slabs(dims, device, config)
     tsdf = np.empty(dims, np.float32)

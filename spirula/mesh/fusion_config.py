@@ -6,6 +6,7 @@ Lengths in voxels are multiplied by the voxel size; the rest are plain numbers.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,10 +17,12 @@ class FusionConfig:
     # truncation band of the signed distance, in voxels: wide enough that each voxel near the
     # surface is seen within the band from several views (KinectFusion-style fusion uses 3-5)
     truncation_voxels: float = 4.0
-    # the volume's box: these percentiles of the splat means per axis (robust to floaters),
-    # grown by ``bounds_margin`` of its size on each side (so the surface is not cut open)
+    # the volume's box (spirula/mesh/cameras.py scene_bounds): these percentiles per axis of
+    # what the rasterizer draws of each splat (its mean -/+ its support radius), robust to
+    # floaters; then ``margin_voxels`` more on each side (fuse.py volume_grid)
     bounds_percentiles: tuple = (0.5, 99.5)
-    bounds_margin: float = 0.05
+    # a flat scene's box is at least this fraction of its longest side deep
+    min_thickness: float = 0.1
     # the most bytes one slab of the volume may use on the GPU (tsdf, weight and rgbw: 24 bytes
     # a voxel); a volume past this (or past the device's storage buffer range) is fused in
     # slabs along x, each rendered and fused on its own (spirula/mesh/fuse.py)
@@ -46,6 +49,13 @@ class FusionConfig:
     # the longest side of every rendered image, pixels (virtual cameras are square; dataset
     # cameras are scaled down to it, never up)
     render_size: int = 512
+
+    @property
+    def margin_voxels(self) -> int:
+        """Voxels around the splats' box on each side (fuse.py volume_grid): the truncation
+        band, so a voxel just outside the outermost surface still averages a full band of
+        observations, plus one, the marching cube straddling that surface."""
+        return int(math.ceil(self.truncation_voxels)) + 1
 
 
 DEFAULT = FusionConfig()

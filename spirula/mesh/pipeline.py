@@ -119,12 +119,25 @@ def load_input(path, dataset=None, log=print) -> MeshInput:
 
 
 def _recorded_dataset(run: Path) -> Path | None:
-    """The dataset path ``spirula train`` recorded in ``RUN/config.json``, if any."""
+    """The dataset ``spirula train`` recorded in ``RUN/config.json``, if any.
+
+    The trainer records the path as it was given, so a relative one is relative to the
+    folder training ran in, which is not recorded: the path as it stands (this folder),
+    else the first folder above the run (``outputs/<run>``: its grandparent, where
+    ``spirula train`` ran by default) that holds it."""
     try:
         value = json.loads((run / "config.json").read_text()).get("dataset")
     except (OSError, ValueError, AttributeError):
         return None
-    return Path(value) if isinstance(value, str) and value else None
+    if not isinstance(value, str) or not value:
+        return None
+    path = Path(value)
+    if path.is_absolute() or path.is_dir():
+        return path
+    for folder in Path(run).resolve().parents:
+        if (folder / path).is_dir():
+            return folder / path
+    return path
 
 
 def check_splats(splats: dict, path) -> None:
@@ -139,6 +152,14 @@ def check_splats(splats: dict, path) -> None:
         bad = np.flatnonzero(~ok)
         raise DatasetError(
             "%s: %d of %d splats have non-finite parameters (the first: vertex %d)" % (path, len(bad), n, bad[0])
+        )
+    from spirula.reference.projection import ALPHA_THRESHOLD  # the rasterizer skips fainter splats
+
+    opacity = 1.0 / (1.0 + np.exp(-np.asarray(splats["opacity_logits"], np.float64).reshape(n)))
+    if not (opacity >= ALPHA_THRESHOLD).any():
+        raise DatasetError(
+            "%s: every splat is transparent (opacity below 1/255, at most %.3g): nothing to mesh"
+            % (path, opacity.max())
         )
     if not (np.linalg.norm(splats["quats"], axis=1) > 0).all():
         bad = np.flatnonzero(~(np.linalg.norm(splats["quats"], axis=1) > 0))
@@ -164,7 +185,9 @@ def fusion_cameras(splats: dict, dataset: Path | None):
     from spirula.mesh import cameras
 
     if dataset is None:
-        return cameras.sphere_cameras(splats["means"])
+        opacities = 1.0 / (1.0 + np.exp(-np.asarray(splats["opacity_logits"], np.float64)))
+        support = cameras.splat_support(np.exp(np.asarray(splats["log_scales"], np.float64)), opacities)
+        return cameras.sphere_cameras(splats["means"], support=support)
     return cameras.dataset_cameras(dataset)
 
 
@@ -200,7 +223,11 @@ def run_mesh(device, inp: MeshInput, cfg: MeshConfig, output: Path, log=print) -
         "mesh: fuse      %6.1f s  %s voxels of %.4g from %s"
         % (times["fuse"], "x".join(map(str, shape)), volume.voxel_size, inp.dataset or "virtual cameras")
     )
-    raw = stage("surface", extract_surface, volume)
+    try:
+        raw = stage("surface", extract_surface, volume)
+    except SpirulaError as e:  # nothing drawn makes a surface: the input's fault, one line naming it
+        why = str(e).removeprefix("mesh: ")
+        raise DatasetError("%s: the splats fuse to no surface (%s)" % (inp.ply, why)) from None
     mesh = stage("clean", clean_mesh, raw, cfg.min_component_fraction)
     log(
         "mesh: surface   %6.1f s  %d faces, %d after cleanup"
