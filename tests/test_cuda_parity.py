@@ -1021,6 +1021,8 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         grad_conics=vk.readback(raster.grad_conics, shape=(rows, 3)),
         grad_rgb=vk.readback(raster.grad_rgb, shape=(rows, 3)),
         grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)),
+        # dL/d depth (--geometry's distortion): read when DEPTH_GRAD
+        grad_depth=(np.random.default_rng(seed + 1).standard_normal(rows) * 0.05).astype(np.float32),
     )
     raster.free()
     splats.free(vk)
@@ -1079,6 +1081,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             ADC_STATS=int(adc),
             N_VIEWS=views,
             ABSGRAD=int(absgrad),
+            DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )
@@ -1210,7 +1213,9 @@ def test_fpbo_compact_update_matches(backends, sh_degree, sh_coeffs, views):
         for name in storage.BF16_MOMENTS:  # bf16 rows of 2 words
             inputs["%s_%s" % (key, name)] = storage.encode_geom_moments(inputs["%s_%s" % (key, name)]).view(np.float32)
     read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS)
-    spec = dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=0, ADC_STATS=0, N_VIEWS=views, ABSGRAD=0)
+    spec = dict(
+        SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=0, ADC_STATS=0, N_VIEWS=views, ABSGRAD=0, DEPTH_GRAD=1
+    )
     vk_out, cu_out = both(
         backends, "fpbo", Threads(n), inputs, {}, read=read, push=push, spec=spec, defines=dict(COMPACT=1)
     )

@@ -137,6 +137,13 @@ def _default(field: str) -> str:
     help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).",
 )
 @click.option("--viewer", is_flag=True, help="Watch training in a window (docs/viewer.md); closing it keeps training.")
+@click.option(
+    "--geometry",
+    is_flag=True,
+    default=None,
+    help="Regularize geometry for meshing: depth distortion (docs/training.md, 'Geometry';"
+    " tune with --set distortion_weight=W --set distortion_from=STEP).",
+)
 def train(
     dataset,
     iterations,
@@ -162,6 +169,7 @@ def train(
     viewer_host,
     overrides,
     viewer,
+    geometry,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json), a nerfstudio
@@ -195,6 +203,7 @@ def train(
             eval_every=eval_every,
             save_every=save_every,
             seed=seed,
+            geometry=geometry,
         )
     )
     explicit.update(_parse_overrides(overrides))

@@ -579,7 +579,7 @@ class Rasterizer:
                 grad_xy_abs=v["grad_xy_abs"],
                 out_depths=self.out_depths,
                 grad_distort=self.grad_distort,
-                grad_depth=v["grad_depth"] if self.geometry else self._unused_depth,
+                grad_depth=self.grad_depth_binding(),
             ),
             push=dict(
                 width=self.width,
@@ -590,6 +590,10 @@ class Rasterizer:
             ),
             spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion)),
         )
+
+    def grad_depth_binding(self):
+        """The per-view dL/d depth buffer [C*N] (geometry), else a placeholder to bind."""
+        return self._per_view["grad_depth"] if self.geometry else self._unused_depth
 
     def intersections(self) -> tuple:
         """The last forward's tile-sorted intersections, read back: (tile keys
