@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import data_fixtures
 import numpy as np
 from data_fixtures import Truth, look_at, write_colmap
 
@@ -74,4 +75,10 @@ def write_sphere_scene(root: Path, n_cams: int = 24, width: int = 64, height: in
         colors=np.full((len(pts), 3), 128, np.uint8),
         images=images,
     )
-    return write_colmap(Path(root), truth, binary=True, images=images), truth
+    saved = data_fixtures.W, data_fixtures.H
+    data_fixtures.W, data_fixtures.H = width, height  # write_colmap's image size
+    try:
+        params = [focal, focal, width / 2, height / 2]
+        return write_colmap(Path(root), truth, binary=True, params=params, images=images), truth
+    finally:
+        data_fixtures.W, data_fixtures.H = saved
