@@ -103,3 +103,13 @@ def test_geometry_training_lowers_the_depth_distortion(tmp_path):
     assert d1 < 0.95 * d0
     assert e1 < e0
     assert h1 > 0.9 * h0  # not by turning the sphere transparent
+
+
+def test_geometry_flag_turns_on_the_distortion_with_its_defaults():
+    from spirula.train.config import GEOMETRY_DISTORTION_WEIGHT, TrainConfig
+
+    assert TrainConfig().distortion_weight == 0.0
+    cfg = TrainConfig(geometry=True, iterations=2000)
+    assert cfg.distortion_weight == GEOMETRY_DISTORTION_WEIGHT and cfg.distortion_from == 200
+    assert TrainConfig(geometry=True, distortion_weight=2.0, distortion_from=7).distortion_weight == 2.0
+    assert TrainConfig.from_dict(dict(distortion_weight=0.3)).distortion_weight == 0.3  # --set alone
