@@ -95,6 +95,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         g_opacity += a.grad_opacity[i];
         projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
                                 g_mean, g_quat, g_scale);
+        if (sp.DEPTH_GRAD) {  // depth = (R mean + t).z
+            g_mean += transpose(cam.R) * make3(0.0f, 0.0f, a.grad_depth[i]);
+        }
         vec3 delta = mean - camera_position(cam);
         float inv_len = inversesqrt(dot(delta, delta));
         vec3 dir = delta * inv_len;

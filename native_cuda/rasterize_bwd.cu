@@ -1,7 +1,8 @@
 // rasterize_bwd: back-propagate the image gradients to each (camera,
 // Gaussian)'s 2D mean, conic, colour and opacity. Twin of
 // shaders/rasterize_bwd.comp, with subgroups as 32-lane warps and native
-// float atomicAdd (ATOMIC_FLOAT is always 1 on CUDA).
+// float atomicAdd (ATOMIC_FLOAT is always 1 on CUDA). DISTORTION (template, from the
+// specialization constant): also the depth distortion's gradients.
 // One workgroup per TILE x TILE tile (x, y) of camera z, one thread per pixel,
 // walking the tile list back to front from the last Gaussian any pixel
 // blended. Per Gaussian, the gradients of a warp's pixels are summed with
@@ -19,7 +20,7 @@ using namespace contract;
 
 static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
-template <bool ABSGRAD>
+template <bool ABSGRAD, bool DISTORTION>
 __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
@@ -44,6 +45,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     vec3 bg = make3(a.backgrounds[3u * c], a.backgrounds[3u * c + 1u], a.backgrounds[3u * c + 2u]);
     // gradient of the pixel through T_final, shared by every Gaussian it blends
     float v_T_final = v_alpha_out - dot(bg, v_color);
+    // depth distortion: its cotangent, the totals A = 1 - T_final and D, and the sums behind
+    float v_dist = DISTORTION && inside ? a.grad_distort[p] : 0.0f;
+    float A_final = 1.0f - T_final;
+    float D_final = DISTORTION && inside ? a.out_depths[p] : 0.0f;
+    float bA = 0.0f, bD = 0.0f, bG = 0.0f;
 
     if (tid == 0u) {
         s_max_last = 0u;
@@ -83,6 +89,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
             vec3 v_con = make3(0.0f, 0.0f, 0.0f);
             vec3 v_rgb = make3(0.0f, 0.0f, 0.0f);
             float v_op = 0.0f;
+            float v_z = 0.0f;
             if (valid) {
                 float ra = 1.0f / (1.0f - alpha);
                 T *= ra;  // T before this Gaussian
@@ -92,6 +99,17 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                 v_rgb = w * v_color;
                 float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
                 behind += col * w;
+                if (DISTORTION) {
+                    float z = g.w;
+                    float A_prev = A_final - bA - w;
+                    float D_prev = D_final - bD - w * z;
+                    float dw = 2.0f * (z * A_prev - D_prev) + 2.0f * (bD - z * bA);
+                    v_alpha += v_dist * (T * dw - bG * ra);
+                    v_z = v_dist * 2.0f * w * (A_prev - bA);
+                    bG += dw * w;
+                    bA += w;
+                    bD += w * z;
+                }
                 if (raw_alpha <= pc.max_alpha) {
                     float v_sigma = -raw_alpha * v_alpha;
                     v_op = vis * v_alpha;
@@ -108,6 +126,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                 v_con = make3(warp_add(v_con.x), warp_add(v_con.y), warp_add(v_con.z));
                 v_rgb = make3(warp_add(v_rgb.x), warp_add(v_rgb.y), warp_add(v_rgb.z));
                 v_op = warp_add(v_op);
+                if (DISTORTION) {
+                    v_z = warp_add(v_z);
+                }
                 if (lane_id() == 0u) {  // subgroupElect(): all lanes are active
                     uint32_t id = s_id[k];
                     atomicAdd(&a.grad_xy[2u * id], v_xy.x);
@@ -122,6 +143,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                     if (ABSGRAD) {
                         atomicAdd(&a.grad_xy_abs[2u * id], v_abs.x);
                         atomicAdd(&a.grad_xy_abs[2u * id + 1u], v_abs.y);
+                    }
+                    if (DISTORTION) {
+                        atomicAdd(&a.grad_depth[id], v_z);
                     }
                 }
             }
@@ -139,8 +163,12 @@ SPIRULA_EXPORT int rasterize_bwd(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    if (sp.ABSGRAD) {
-        return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true>, a, pc);
+    if (sp.DISTORTION) {
+        return sp.ABSGRAD ? launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true, true>, a, pc)
+                          : launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false, true>, a, pc);
     }
-    return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false>, a, pc);
+    if (sp.ABSGRAD) {
+        return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true, false>, a, pc);
+    }
+    return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false, false>, a, pc);
 }

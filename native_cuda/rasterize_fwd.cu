@@ -2,6 +2,7 @@
 // Twin of shaders/rasterize_fwd.comp. One workgroup per TILE x TILE tile
 // (x, y) of camera z; one thread per pixel. Each batch of up to 256 Gaussians
 // is staged in shared memory; the workgroup stops when every pixel is saturated.
+// DISTORTION (template, from the specialization constant): also the depth distortion.
 // Contract: build/contracts/rasterize_fwd.h, generated from shaders/rasterize_fwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -14,6 +15,7 @@ using namespace contract;
 
 static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
+template <bool DISTORTION>
 __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
@@ -32,6 +34,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
     vec3 color = make3(0.0f, 0.0f, 0.0f);
     float depth = 0.0f;
     float median = 0.0f;
+    float distort = 0.0f;
     uint32_t last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -77,6 +80,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             float w = alpha * T;
             float4 col = s_rgb[k];
             color += make3(col.x, col.y, col.z) * w;
+            if (DISTORTION) {
+                distort += 2.0f * w * (g.w * (1.0f - T) - depth);
+            }
             depth += g.w * w;
             // a select, not a branch: this Gaussian takes T across 0.5 (once per pixel)
             median = (T > 0.5f && next_T <= 0.5f) ? g.w : median;
@@ -93,6 +99,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         a.out_depths[p] = depth;
         a.out_last[p] = last;
         a.out_median[p] = median;
+        if (DISTORTION) {
+            a.out_distort[p] = distort;
+        }
     }
 }
 
@@ -105,5 +114,8 @@ SPIRULA_EXPORT int rasterize_fwd(const SpirulaLaunch* L) {
     if (int err = unpack(L, a, pc, sp)) {
         return err;
     }
-    return launch(L, LOCAL_SIZE, rasterize_fwd_kernel, a, pc);
+    if (sp.DISTORTION) {
+        return launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true>, a, pc);
+    }
+    return launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false>, a, pc);
 }

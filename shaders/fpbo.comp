@@ -23,6 +23,8 @@
 //   binding 24    vis_count    [N]      u32  read/write  (ADC_STATS) views the splat was visible in
 //   binding 25    grad_xy_abs  [V*N,2]  f32  read   (ADC_STATS and ABSGRAD) per-pixel |dL/dmean2d| sums:
 //                                                   the statistic then uses them (AbsGS, gsplat's absgrad)
+//   binding 26    grad_depth   [V*N]    f32  read   (DEPTH_GRAD) dL/d camera z (the depth distortion,
+//                                                   --geometry): adds R^T (0, 0, dL/dz) to dL/d mean
 #extension GL_GOOGLE_include_directive : require
 #include "atomics.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -68,6 +70,7 @@ layout(constant_id = 2) const bool MCMC_NOISE = false;
 layout(constant_id = 3) const bool ADC_STATS = false;
 layout(constant_id = 4) const uint N_VIEWS = 1;
 layout(constant_id = 5) const bool ABSGRAD = false;
+layout(constant_id = 6) const bool DEPTH_GRAD = false;
 
 layout(std430, binding = 0) restrict buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) restrict buffer QuatsBuf { vec4 quats[]; };
@@ -95,6 +98,7 @@ layout(std430, binding = 22) restrict readonly buffer NumIsectsBuf { uint num_is
 layout(std430, binding = 23) restrict buffer Grad2dSumBuf { float grad2d_sum[]; };
 layout(std430, binding = 24) restrict buffer VisCountBuf { uint vis_count[]; };
 layout(std430, binding = 25) restrict readonly buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
+layout(std430, binding = 26) restrict readonly buffer GradDepthBuf { GRAD_T grad_depth[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -166,6 +170,9 @@ void main() {
         g_opacity += GRAD_LOAD(grad_opacity, i);
         projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
                                 g_mean, g_quat, g_scale);
+        if (DEPTH_GRAD) {  // depth = (R mean + t).z
+            g_mean += transpose(cam.R) * vec3(0.0, 0.0, GRAD_LOAD(grad_depth, i));
+        }
         vec3 delta = mean - camera_position(cam);
         float inv_len = inversesqrt(dot(delta, delta));
         vec3 dir = delta * inv_len;

@@ -20,6 +20,13 @@
 //   binding 12 grad_rgb     [C*N,3]   f32  add    dL/d colour
 //   binding 13 grad_opacity [C*N]     f32  add    dL/d opacity (as composited)
 //   binding 14 grad_xy_abs  [C*N,2]   f32  add    sum over pixels of |dL/d mean2d| (when ABSGRAD)
+//   binding 15 out_depths   [C,H,W]   f32  read   (DISTORTION) from rasterize_fwd: D = sum w z
+//   binding 16 grad_distort [C,H,W]   f32  read   (DISTORTION) dL/d depth distortion
+//   binding 17 grad_depth   [C*N]     f32  add    (DISTORTION) dL/d depth, through the distortion
+// DISTORTION: the depth distortion L_d = 2 sum_i w_i (z_i A_{i-1} - D_{i-1}) (A, D: sums of w,
+// w z in front of i) back-propagated with sums behind k (bA, bD, and G = sum dL_d/dw_i w_i):
+//   dL_d/dw_k = 2 (z_k A_{k-1} - D_{k-1}) + 2 (bD - z_k bA),   dL_d/dz_k = 2 w_k (A_{k-1} - bA)
+//   dL_d/dalpha_k = T_k dL_d/dw_k - G / (1 - alpha_k)   (w_i, i > k, carry 1 - alpha_k)
 #extension GL_GOOGLE_include_directive : require
 #include "atomics.glsl"
 #extension GL_KHR_shader_subgroup_basic : require
@@ -29,6 +36,7 @@
 
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const bool ABSGRAD = false;
+layout(constant_id = 1) const bool DISTORTION = false;
 
 layout(std430, binding = 0) restrict readonly buffer RangesBuf { uvec2 ranges[]; };
 layout(std430, binding = 1) restrict readonly buffer IsectIdsBuf { uint isect_ids[]; };
@@ -45,6 +53,9 @@ layout(std430, binding = 11) restrict buffer GradConicsBuf { GRAD_T grad_conics[
 layout(std430, binding = 12) restrict buffer GradRgbBuf { GRAD_T grad_rgb[]; };
 layout(std430, binding = 13) restrict buffer GradOpacityBuf { GRAD_T grad_opacity[]; };
 layout(std430, binding = 14) restrict buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
+layout(std430, binding = 15) restrict readonly buffer OutDepthsBuf { float out_depths[]; };
+layout(std430, binding = 16) restrict readonly buffer GradDistortBuf { float grad_distort[]; };
+layout(std430, binding = 17) restrict buffer GradDepthBuf { GRAD_T grad_depth[]; };
 
 layout(push_constant) uniform Push {
     uint width;
@@ -77,6 +88,11 @@ void main() {
     vec3 bg = vec3(backgrounds[3u * c], backgrounds[3u * c + 1u], backgrounds[3u * c + 2u]);
     // gradient of the pixel through T_final, shared by every Gaussian it blends
     float v_T_final = v_alpha_out - dot(bg, v_color);
+    // depth distortion: its cotangent, the totals A = 1 - T_final and D, and the sums behind
+    float v_dist = DISTORTION && inside ? grad_distort[p] : 0.0;
+    float A_final = 1.0 - T_final;
+    float D_final = DISTORTION && inside ? out_depths[p] : 0.0;
+    float bA = 0.0, bD = 0.0, bG = 0.0;
 
     if (tid == 0u) {
         s_max_last = 0u;
@@ -115,6 +131,7 @@ void main() {
             vec3 v_con = vec3(0.0);
             vec3 v_rgb = vec3(0.0);
             float v_op = 0.0;
+            float v_z = 0.0;
             if (valid) {
                 float ra = 1.0 / (1.0 - alpha);
                 T *= ra;  // T before this Gaussian
@@ -123,6 +140,17 @@ void main() {
                 v_rgb = w * v_color;
                 float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
                 behind += col * w;
+                if (DISTORTION) {
+                    float z = g.w;
+                    float A_prev = A_final - bA - w;
+                    float D_prev = D_final - bD - w * z;
+                    float dw = 2.0 * (z * A_prev - D_prev) + 2.0 * (bD - z * bA);
+                    v_alpha += v_dist * (T * dw - bG * ra);
+                    v_z = v_dist * 2.0 * w * (A_prev - bA);
+                    bG += dw * w;
+                    bA += w;
+                    bD += w * z;
+                }
                 if (raw_alpha <= pc.max_alpha) {
                     float v_sigma = -raw_alpha * v_alpha;
                     v_op = vis * v_alpha;
@@ -136,6 +164,9 @@ void main() {
                 v_con = subgroupAdd(v_con);
                 v_rgb = subgroupAdd(v_rgb);
                 v_op = subgroupAdd(v_op);
+                if (DISTORTION) {
+                    v_z = subgroupAdd(v_z);
+                }
                 if (subgroupElect()) {
                     uint id = s_id[k];
                     ATOMIC_ADD(grad_xy, 2u * id, v_xy.x);
@@ -150,6 +181,9 @@ void main() {
                     if (ABSGRAD) {
                         ATOMIC_ADD(grad_xy_abs, 2u * id, v_abs.x);
                         ATOMIC_ADD(grad_xy_abs, 2u * id + 1u, v_abs.y);
+                    }
+                    if (DISTORTION) {
+                        ATOMIC_ADD(grad_depth, id, v_z);
                     }
                 }
             }

@@ -15,6 +15,11 @@
 //   binding 9  out_last    [C,H,W]   u32  write  entries of the tile list up to the last blended
 //   binding 10 out_median  [C,H,W]   f32  write  median depth: the depth of the Gaussian whose
 //                                               blend takes T from > 0.5 to <= 0.5 (0: never)
+//   binding 11 out_distort [C,H,W]   f32  write  (DISTORTION) depth distortion
+//                                               sum_{i,j} w_i w_j |z_i - z_j| (docs/design.md §3)
+// DISTORTION (specialization constant, --geometry): also the depth distortion, from running
+// sums: blending i adds 2 w_i (z_i A - D), A = sum_{j<i} w_j = 1 - T, D = sum_{j<i} w_j z_j
+// (the list is depth-sorted, so z_i >= z_j). Off, the compiler removes it: no extra work.
 #extension GL_GOOGLE_include_directive : require
 #include "raster.glsl"
 
@@ -31,6 +36,9 @@ layout(std430, binding = 7) restrict writeonly buffer OutAlphasBuf { float out_a
 layout(std430, binding = 8) restrict writeonly buffer OutDepthsBuf { float out_depths[]; };
 layout(std430, binding = 9) restrict writeonly buffer OutLastBuf { uint out_last[]; };
 layout(std430, binding = 10) restrict writeonly buffer OutMedianBuf { float out_median[]; };
+layout(std430, binding = 11) restrict writeonly buffer OutDistortBuf { float out_distort[]; };
+
+layout(constant_id = 0) const bool DISTORTION = false;
 
 layout(push_constant) uniform Push {
     uint width;
@@ -58,6 +66,7 @@ void main() {
     vec3 color = vec3(0.0);
     float depth = 0.0;
     float median = 0.0;
+    float distort = 0.0;
     uint last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -101,6 +110,9 @@ void main() {
             }
             float w = alpha * T;
             color += s_rgb[k].rgb * w;
+            if (DISTORTION) {
+                distort += 2.0 * w * (g.w * (1.0 - T) - depth);
+            }
             depth += g.w * w;
             // a select, not a branch: this Gaussian takes T across 0.5 (once per pixel)
             median = (T > 0.5 && next_T <= 0.5) ? g.w : median;
@@ -117,5 +129,8 @@ void main() {
         out_depths[p] = depth;
         out_last[p] = last;
         out_median[p] = median;
+        if (DISTORTION) {
+            out_distort[p] = distort;
+        }
     }
 }

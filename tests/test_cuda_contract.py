@@ -116,6 +116,7 @@ def test_generated_types_counts_and_variants_of_some_kernels():
         ADC_STATS="bool",
         N_VIEWS="uint32_t",
         ABSGRAD="bool",
+        DEPTH_GRAD="bool",
     )
     assert "sp.MCMC_NOISE = L->spec[2] != 0u;" in h and "bool ABSGRAD = false;" in h
     v = h.index("namespace SH_VEC4 {")
@@ -179,12 +180,12 @@ int main() {
                 offsetof(SpirulaLaunch, spec), offsetof(SpirulaLaunch, flags), sizeof(SpirulaLaunch));
     static float mem[64];
     SpirulaLaunch L{};
-    L.n_buffers = 26u;
-    for (int i = 0; i < 26; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
+    L.n_buffers = 27u;
+    for (int i = 0; i < 27; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
     L.sizes[21] = 128u;                               // one StepParams
     L.n_push = 7u;
     L.push[4] = 0x3e99999au;                          // eps2d = 0.3f
-    L.n_spec = 6u;
+    L.n_spec = 7u;
     L.spec[0] = 3u; L.spec[1] = 16u; L.spec[2] = 1u; L.spec[4] = 2u;
     contract::Args a;
     contract::Push pc;
@@ -207,7 +208,7 @@ int main() {
     L.n_push = 6u;
     std::printf("push %d\n", contract::unpack(&L, a, pc, sp));
     L.n_push = 7u;
-    L.n_buffers = 25u;
+    L.n_buffers = 26u;
     std::printf("buffers %d\n", contract::unpack(&L, a, pc, sp));
     return 0;
 }

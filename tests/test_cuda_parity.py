@@ -244,6 +244,7 @@ def forward_inputs(backends):
         backgrounds=vk.readback(raster.backgrounds),
         out_alphas=vk.readback(raster.out_alphas),
         out_last=vk.readback(raster.out_last),
+        out_depths=vk.readback(raster.out_depths),
         width=scene["width"],
         height=scene["height"],
         rows=rows,
@@ -635,8 +636,9 @@ def test_tile_ranges_is_exact(backends):
 # ---- rasterization --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("distortion", [False, True], ids=["plain", "distortion"])
 @pytest.mark.parametrize("max_alpha", [0.99, 0.999])
-def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
+def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
     f = forward_inputs
     push, groups = raster_push(f, max_alpha)
     C, H, W = 2, f["height"], f["width"]
@@ -646,9 +648,11 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
         out_depths=((C, H, W), np.float32),
         out_last=((C, H, W), np.uint32),
         out_median=((C, H, W), np.float32),
+        out_distort=((C, H, W), np.float32),
     )
     ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds")}
-    vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push)
+    spec = dict(DISTORTION=int(distortion))
+    vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push, spec=spec, zero=("out_distort",))
     # a Gaussian at the alpha >= 1/255 or T <= 1e-4 cut-off may flip: count those pixels
     same = cu_out["out_last"] == vk_out["out_last"]
     assert_few((~same).sum(), same.size, "out_last")
@@ -660,18 +664,23 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha):
     assert_few((~same).sum(), same.size, "out_median")
     assert (vk_out["out_alphas"] > 0.5).mean() > 0.2
     assert (vk_out["out_median"] > 0).mean() > 0.2
+    # the distortion: a running sum as the depth's (same error model)
+    assert_close(cu_out["out_distort"], vk_out["out_distort"], R_PLAIN, "distortion", FLIP_FRACTION)
+    assert (vk_out["out_distort"] > 0).any() == distortion
 
 
-@pytest.mark.parametrize("absgrad", [False, True], ids=["plain", "absgrad"])
-def test_rasterize_bwd_matches(backends, forward_inputs, absgrad):
+@pytest.mark.parametrize("absgrad,distortion", [(False, False), (True, False), (False, True)])
+def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion):
     f = forward_inputs
     push, groups = raster_push(f)
     C, H, W, rows = 2, f["height"], f["width"], f["rows"]
     rng = np.random.default_rng(11)
-    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "out_alphas", "out_last")}
+    names = ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "out_alphas", "out_last", "out_depths")
+    ins = {k: f[k] for k in names}
     ins.update(
         grad_colors=rng.standard_normal((C, H, W, 3)).astype(np.float32),
         grad_alphas=rng.standard_normal((C, H, W)).astype(np.float32),
+        grad_distort=rng.standard_normal((C, H, W)).astype(np.float32),
     )
     outs = dict(
         grad_xy=((rows, 2), np.float32),
@@ -679,15 +688,16 @@ def test_rasterize_bwd_matches(backends, forward_inputs, absgrad):
         grad_rgb=((rows, 3), np.float32),
         grad_opacity=((rows,), np.float32),
         grad_xy_abs=((rows, 2), np.float32),
+        grad_depth=((rows,), np.float32),
     )
-    vk_out, cu_out = both(
-        backends, "rasterize_bwd", groups, ins, outs, push=push, spec=dict(ABSGRAD=int(absgrad)), zero=tuple(outs)
-    )
+    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion))
+    vk_out, cu_out = both(backends, "rasterize_bwd", groups, ins, outs, push=push, spec=spec, zero=tuple(outs))
     for name in outs:  # atomic sums: a looser, labelled channel
         assert_close(cu_out[name], vk_out[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)
     assert np.abs(vk_out["grad_xy"]).max() > 0
     if absgrad:
         assert np.abs(cu_out["grad_xy_abs"]).max() > 0
+    assert (np.abs(vk_out["grad_depth"]).max() > 0) == distortion
 
 
 # ---- the whole rasterizer ---------------------------------------------------------------
@@ -1016,6 +1026,8 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         grad_conics=vk.readback(raster.grad_conics, shape=(rows, 3)),
         grad_rgb=vk.readback(raster.grad_rgb, shape=(rows, 3)),
         grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)),
+        # dL/d depth (--geometry's distortion): read when DEPTH_GRAD
+        grad_depth=(np.random.default_rng(seed + 1).standard_normal(rows) * 0.05).astype(np.float32),
     )
     raster.free()
     splats.free(vk)
@@ -1074,6 +1086,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             ADC_STATS=int(adc),
             N_VIEWS=views,
             ABSGRAD=int(absgrad),
+            DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )
@@ -1205,7 +1218,9 @@ def test_fpbo_compact_update_matches(backends, sh_degree, sh_coeffs, views):
         for name in storage.BF16_MOMENTS:  # bf16 rows of 2 words
             inputs["%s_%s" % (key, name)] = storage.encode_geom_moments(inputs["%s_%s" % (key, name)]).view(np.float32)
     read = tuple(k for k in inputs if k.startswith(("m_", "v_")) or k in _FPBO_PARAMS)
-    spec = dict(SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=0, ADC_STATS=0, N_VIEWS=views, ABSGRAD=0)
+    spec = dict(
+        SH_DEGREE=sh_degree, SH_COEFFS=sh_coeffs, MCMC_NOISE=0, ADC_STATS=0, N_VIEWS=views, ABSGRAD=0, DEPTH_GRAD=1
+    )
     vk_out, cu_out = both(
         backends, "fpbo", Threads(n), inputs, {}, read=read, push=push, spec=spec, defines=dict(COMPACT=1)
     )

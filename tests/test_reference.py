@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from reference.intersect import intersect, tile_counts
 from reference.projection import projection_bwd, projection_fwd, quat_to_rotmat, sh_basis, sh_basis_jac
-from reference.rasterize import decision_codes, rasterize_bwd, rasterize_fwd
+from reference.rasterize import _trace, decision_codes, rasterize_bwd, rasterize_fwd
 from reference.render import rasterization, rasterization_bwd
 from scipy.spatial.transform import Rotation
 
@@ -586,3 +586,42 @@ def test_rasterization_bwd_fd():
     )
     for name in params:
         assert_grad(name, an[name], *fd_grad(fun(name), params[name]))
+
+
+# ----------------------------------------------------------------------------- depth distortion
+
+
+@pytest.mark.parametrize("kind", ["soft", "opaque"])
+def test_distortion_is_the_pairwise_sum(kind):
+    """The running-sum distortion equals sum_{i,j} w_i w_j |z_i - z_j| over each pixel's blended entries."""
+    inputs, radii, W, H, bg = _raster_scene(kind)
+    r = rasterize_fwd(*inputs.values(), radii, W, H, bg)
+    _, records = _trace(*inputs.values(), radii, W, H)
+    for rec in records:
+        z = inputs["depths"][rec["c"], rec["gids"]][:, None]  # [K,1]
+        w = np.where((rec["state"] & 7) == 3, rec["alpha"] * rec["T"], 0.0)  # [K,P]
+        pair = np.einsum("ip,jp,ij->p", w, w, np.abs(z - z.T))
+        got = r["distortions"][rec["c"], rec["rows"], rec["cols"], 0]
+        np.testing.assert_allclose(got, pair, rtol=1e-12, atol=1e-12)
+    assert r["distortions"].max() > 0.1
+
+
+@pytest.mark.parametrize("kind", ["soft", "opaque"])
+def test_distortion_bwd_fd(kind):
+    """dL/d(means2d, conics, opacities, depths) of L = sum(gx * distortion), with colour terms."""
+    inputs, radii, W, H, bg = _raster_scene(kind)
+    rng = np.random.default_rng(6)
+    gc, gx = rng.normal(size=(2, H, W, 3)), rng.normal(size=(2, H, W, 1))
+
+    def fun(name):
+        def f(x):
+            a = dict(inputs, **{name: x})
+            r = rasterize_fwd(*a.values(), radii, W, H, bg)
+            loss = np.sum(gc * r["colors"]) + np.sum(gx * r["distortions"])
+            return loss, decision_codes(*a.values(), radii, W, H)
+
+        return f
+
+    an = rasterize_bwd(*inputs.values(), radii, W, H, bg, grad_colors=gc, grad_distortions=gx)
+    for name in ("means2d", "conics", "opacities", "depths"):
+        assert_grad(name, an[name], *fd_grad(fun(name), inputs[name]))

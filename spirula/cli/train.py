@@ -144,6 +144,13 @@ def _default(field: str) -> str:
     is_flag=True,
     help="Watch training in a window (docs/viewer.md); closing it keeps training. With --viewer-port: both.",
 )
+@click.option(
+    "--geometry",
+    is_flag=True,
+    default=None,
+    help="Regularize geometry for meshing: depth distortion (docs/training.md, 'Geometry';"
+    " tune with --set distortion_weight=W --set distortion_from=STEP).",
+)
 def train(
     dataset,
     iterations,
@@ -171,6 +178,7 @@ def train(
     ray_address,
     overrides,
     viewer,
+    geometry,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json), a nerfstudio
@@ -204,6 +212,7 @@ def train(
             eval_every=eval_every,
             save_every=save_every,
             seed=seed,
+            geometry=geometry,
         )
     )
     explicit.update(_parse_overrides(overrides))

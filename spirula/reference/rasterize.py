@@ -6,7 +6,10 @@ Per pixel p (centre (j+0.5, i+0.5)) of camera c, walking its tile's sorted list 
     T' = T (1 - alpha);  if T' <= T_EPS: stop without blending
     C += colour alpha T;  D += depth alpha T;  T = T';  last = (index in tile list) + 1
     median = depth of the blended entry with T > 0.5 >= T'  (0 if T never crosses 0.5)
-colors = C + T bg, alphas = 1 - T, depths = D (not normalised), median_depths = median.
+    distortion += 2 w (z A - D_before), A = 1 - T before, w = alpha T   (depth distortion)
+colors = C + T bg, alphas = 1 - T, depths = D (not normalised), median_depths = median,
+distortions = sum_{i,j} w_i w_j |z_i - z_j| over the blended entries (Mip-NeRF 360, 2DGS),
+which for depth-sorted entries is the running sum above.
 The pixels of a tile are vectorised; every skip/stop decision is made per pixel.
 """
 
@@ -71,6 +74,7 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
             col = np.zeros((P, 3))
             dep = np.zeros(P)
             med = np.zeros(P)
+            dist = np.zeros(P)
             last = np.zeros(P, np.int64)
             done = np.zeros(P, bool)
             for k, g in enumerate(gids):
@@ -104,12 +108,13 @@ def _trace(means2d, conics, colors, opacities, depths, radii, width, height):
                     rec[name][k] = val
                 w = np.where(blend, alpha * T, 0.0)  # blending weight, 0 where not blended
                 col += w[:, None] * colors[c, g]
+                dist += 2.0 * w * (depths[c, g] * (1.0 - T) - dep)
                 dep += w * depths[c, g]
                 med = np.where(blend & (T > 0.5) & (T_next <= 0.5), depths[c, g], med)
                 T = np.where(blend, T_next, T)
                 last = np.where(blend, k + 1, last)
                 done |= stop
-            rec.update(color=col, depth=dep, median=med, T_final=T, last=last)
+            rec.update(color=col, depth=dep, median=med, distortion=dist, T_final=T, last=last)
             records.append(rec)
     return isect, records
 
@@ -121,7 +126,8 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
     depths [C,N] (sort key and depth value), radii [C,N,2] int (0,0 = culled), backgrounds [C,3] or None.
     Returns float64 colors [C,H,W,3], alphas [C,H,W,1], depths [C,H,W,1] (sum of depth*weight,
     not divided by alpha), median_depths [C,H,W,1] (the depth of the Gaussian whose blend takes T
-    across 0.5; 0 where T stays above), T_final [C,H,W]; last [C,H,W] int64 (number of tile-list entries up to
+    across 0.5; 0 where T stays above), distortions [C,H,W,1] (depth distortion),
+    T_final [C,H,W]; last [C,H,W] int64 (number of tile-list entries up to
     and including the last blended one; 0 if none); and isect (the intersect() dict).
     """
     isect, records = _trace(means2d, conics, colors, opacities, depths, radii, width, height)
@@ -129,6 +135,7 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
     out_c = np.zeros((C, height, width, 3))
     out_d = np.zeros((C, height, width, 1))
     out_m = np.zeros((C, height, width, 1))
+    out_x = np.zeros((C, height, width, 1))
     out_t = np.ones((C, height, width))
     out_l = np.zeros((C, height, width), np.int64)
     bg = np.zeros((C, 3)) if backgrounds is None else _f64(backgrounds)
@@ -137,6 +144,7 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
         out_c[idx] = r["color"] + r["T_final"][:, None] * bg[r["c"]]
         out_d[idx] = r["depth"][:, None]
         out_m[idx] = r["median"][:, None]
+        out_x[idx] = r["distortion"][:, None]
         out_t[idx] = r["T_final"]
         out_l[idx] = r["last"]
     return dict(
@@ -144,6 +152,7 @@ def rasterize_fwd(means2d, conics, colors, opacities, depths, radii, width, heig
         alphas=1.0 - out_t[..., None],
         depths=out_d,
         median_depths=out_m,
+        distortions=out_x,
         T_final=out_t,
         last=out_l,
         isect=isect,
@@ -174,12 +183,14 @@ def rasterize_bwd(
     grad_colors=None,
     grad_alphas=None,
     grad_depths=None,
+    grad_distortions=None,
 ) -> dict:
     """Analytic gradients of rasterize_fwd.
 
     Inputs as rasterize_fwd, plus cotangents grad_colors [C,H,W,3], grad_alphas [C,H,W,1] and,
-    optionally, grad_depths [C,H,W,1] (None = 0). Returns float64 means2d [C,N,2], conics [C,N,3],
-    colors [C,N,3], opacities [C,N], depths [C,N] (through the depth image only, not the sort),
+    optionally, grad_depths [C,H,W,1] and grad_distortions [C,H,W,1] (None = 0). Returns float64
+    means2d [C,N,2], conics [C,N,3], colors [C,N,3], opacities [C,N], depths [C,N] (through the
+    depth and distortion images, not the sort),
     and backgrounds [C,3] if backgrounds is given.
     """
     m2d, con, col, opa, dep = _inputs(means2d, conics, colors, opacities, depths)
@@ -189,6 +200,7 @@ def rasterize_bwd(
     gC = zero(3) if grad_colors is None else _f64(grad_colors)
     gA = zero(1) if grad_alphas is None else _f64(grad_alphas)
     gD = zero(1) if grad_depths is None else _f64(grad_depths)
+    gX = zero(1) if grad_distortions is None else _f64(grad_distortions)
     bg = np.zeros((C, 3)) if backgrounds is None else _f64(backgrounds)
     v = dict(
         means2d=np.zeros((C, N, 2)),
@@ -201,12 +213,17 @@ def rasterize_bwd(
     for r in records:
         c = r["c"]
         idx = (c, r["rows"], r["cols"])
-        vC, vA, vD = gC[idx], gA[idx][:, 0], gD[idx][:, 0]
+        vC, vA, vD, vX = gC[idx], gA[idx][:, 0], gD[idx][:, 0], gX[idx][:, 0]
         Tf = r["T_final"]
         v_bg[c] += np.sum(vC * Tf[:, None], 0)
         # Back to front: S = what the entries behind the current one (and the background) add.
         S = Tf[:, None] * bg[c]
         SD = np.zeros_like(Tf)
+        # distortion L = 2 sum_i w_i (z_i A_{i-1} - D_{i-1}); behind k: bA = sum w_i, bD = sum w_i z_i
+        # (= SD), G = sum (dL/dw_i) w_i; in front: A_{k-1} = A_f - bA - w_k, D_{k-1} = D_f - bD - w_k z_k
+        A_f, D_f = 1.0 - Tf, r["depth"]
+        bA = np.zeros_like(Tf)
+        G = np.zeros_like(Tf)
         for k in range(len(r["gids"]) - 1, -1, -1):
             state = r["state"][k]
             blend = (state & 7) == BLENDED
@@ -223,6 +240,13 @@ def rasterize_bwd(
                 + vA * Tf / om
                 + vD * (dep[c, g] * T - SD / om)
             )
+            z = dep[c, g]
+            A_prev, D_prev = A_f - bA - w, D_f - SD - w * z
+            dLdw = np.where(blend, 2.0 * (z * A_prev - D_prev) + 2.0 * (SD - z * bA), 0.0)
+            v_alpha = v_alpha + vX * (T * dLdw - G / om)
+            v["depths"][c, g] += np.sum(vX * 2.0 * w * (A_prev - bA))
+            G = G + dLdw * w
+            bA = bA + w
             v["colors"][c, g] += np.sum(vC * w[:, None], 0)
             v["depths"][c, g] += np.sum(vD * w)
             S = S + w[:, None] * col[c, g]

@@ -61,6 +61,7 @@ def rasterization(
     backgrounds=None,
     *,
     max_alpha: float = MAX_ALPHA,
+    distortion: bool = False,
     device=None,
 ):
     """Render N Gaussians into C images on the GPU.
@@ -78,6 +79,8 @@ def rasterization(
         backgrounds: [C,3] colours behind the Gaussians (default black).
         max_alpha: cap on one Gaussian's alpha at a pixel (default 0.99,
             docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
+        distortion: also render the depth distortion (``meta["distortions"]``
+            [C,H,W,1] float32, sum_ij w_i w_j |z_i - z_j| per pixel: docs/design.md §3).
         device: a :class:`~spirula.backends.base.Device` of either backend
             (default: the process's, :func:`spirula.backends.get_device`).
 
@@ -115,11 +118,13 @@ def rasterization(
     if backgrounds is not None:
         backgrounds = _check("backgrounds", backgrounds, (C, 3))
 
-    raster = Rasterizer(device, width, height, C, capacity=max(N, 1), name="api.raster", max_alpha=max_alpha)
+    raster = Rasterizer(
+        device, width, height, C, capacity=max(N, 1), name="api.raster", max_alpha=max_alpha, geometry=distortion
+    )
     splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True, prefix="api.splat")
     raster.set_cameras(viewmats, Ks)
     raster.set_backgrounds(backgrounds)
-    m = raster.forward(splats, sh_degree)
+    m = raster.forward(splats, sh_degree, distortion)
 
     colors = device.readback(raster.out_colors)
     alphas = device.readback(raster.out_alphas)[..., None]
@@ -144,6 +149,7 @@ def rasterization(
         "opacities": np.where(visible, xyop[..., 2], 0).astype(np.float32),
         "tiles_touched": tiles.astype(np.int32),
         "median_depths": median_depths,
+        "distortions": device.readback(raster.out_distort)[..., None] if distortion else None,
         "n_isects": m,
         "width": width,
         "height": height,
@@ -153,7 +159,9 @@ def rasterization(
     return colors, alphas, depths, meta
 
 
-def rasterization_backward(meta: dict, grad_colors, grad_alphas=None, *, absgrad: bool = False) -> dict:
+def rasterization_backward(
+    meta: dict, grad_colors, grad_alphas=None, *, absgrad: bool = False, grad_distortions=None
+) -> dict:
     """Gradients of a loss through :func:`rasterization`.
 
     Args:
@@ -162,11 +170,15 @@ def rasterization_backward(meta: dict, grad_colors, grad_alphas=None, *, absgrad
         grad_alphas: [C,H,W,1] dL/d alphas (default 0).
         absgrad: also return ``means2d_absgrad`` [C,N,2], the per-pixel sum of
             |dL/d means2d| that density control uses.
+        grad_distortions: [C,H,W,1] dL/d ``meta["distortions"]`` (needs
+            ``distortion=True``; default: no distortion term).
 
     Returns:
         dict of float32 gradients: ``means`` [N,3], ``quats`` [N,4] (of the
         given, unnormalized quaternions), ``scales`` [N,3], ``opacities`` [N],
-        ``sh_coeffs`` [N,K,3], ``means2d`` [C,N,2] (and ``means2d_absgrad``).
+        ``sh_coeffs`` [N,K,3], ``means2d`` [C,N,2] (and ``means2d_absgrad``;
+        with ``grad_distortions``, ``depths`` [C,N]: dL/d camera z through the
+        distortion, which is not propagated further).
         The gradient of the depth output is not propagated.
     """
     ctx = meta["_context"]
@@ -180,13 +192,21 @@ def rasterization_backward(meta: dict, grad_colors, grad_alphas=None, *, absgrad
     )
     device.upload(raster.grad_colors, grad_colors)
     device.upload(raster.grad_alphas, np.ascontiguousarray(ga))
+    distortion = grad_distortions is not None
+    if distortion:
+        if meta.get("distortions") is None:
+            raise ValueError("grad_distortions needs a rasterization(..., distortion=True)")
+        gx = _check("grad_distortions", grad_distortions, (C, H, W, 1))[..., 0]
+        device.upload(raster.grad_distort, np.ascontiguousarray(gx))
     grads = Splats.alloc(device, splats.n, splats.sh_coeffs, prefix="api.grad")
-    raster.backward(splats, ctx.sh_degree, grads, absgrad=absgrad)
+    raster.backward(splats, ctx.sh_degree, grads, absgrad=absgrad, distortion=distortion)
     out = grads.to_numpy(device)
     out["sh_coeffs"] = out.pop("sh")
     rows = C * splats.n
     out["means2d"] = device.readback(raster.grad_xy, shape=(rows, 2)).reshape(C, splats.n, 2)
     if absgrad:
         out["means2d_absgrad"] = device.readback(raster.grad_xy_abs, shape=(rows, 2)).reshape(C, splats.n, 2)
+    if distortion:
+        out["depths"] = device.readback(raster.grad_depth, shape=(rows,)).reshape(C, splats.n)
     grads.free(device)
     return out

@@ -139,6 +139,10 @@ class Rasterizer:
         isect_capacity: intersections to reserve room for.
         max_alpha: the cap on one Gaussian's alpha at a pixel (0.99: docs/design.md §2.4;
             gsplat 1.5.3 uses 0.999).
+        geometry: allocate the depth distortion's buffers (``out_distort``, ``grad_distort``
+            [C,H,W] and the per-view ``grad_depth`` [C*N]) so that :meth:`record_raster` and
+            :meth:`record_raster_backward` can be recorded with ``distortion=True``
+            (training with --geometry); without it they bind a one-word placeholder.
     """
 
     def __init__(
@@ -151,6 +155,7 @@ class Rasterizer:
         isect_capacity: int = 1,
         name: str = "raster",
         max_alpha: float = MAX_ALPHA,
+        geometry: bool = False,
     ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
@@ -175,6 +180,13 @@ class Rasterizer:
         self.out_median = pool.alloc(name + ".median", (C, H, W), np.float32, "image")
         self.grad_colors = pool.alloc(name + ".grad_colors", (C, H, W, 3), np.float32, "image", zero=True)
         self.grad_alphas = pool.alloc(name + ".grad_alphas", (C, H, W), np.float32, "image", zero=True)
+        self.geometry = bool(geometry)
+        if self.geometry:
+            self.out_distort = pool.alloc(name + ".distort", (C, H, W), np.float32, "image")
+            self.grad_distort = pool.alloc(name + ".grad_distort", (C, H, W), np.float32, "image", zero=True)
+        else:  # bound, never read or written (DISTORTION is off); restrict bindings need two
+            self.out_distort = self.grad_distort = pool.alloc(name + ".unused", (1,), np.float32, "other")
+            self._unused_depth = pool.alloc(name + ".unused_depth", (1,), np.float32, "other")
         self.capacity = 0
         self.isect_capacity = 0
         self._per_view = {}
@@ -202,11 +214,16 @@ class Rasterizer:
         ("grad_opacity", 1, np.float32),
         ("grad_xy_abs", 2, np.float32),
     )
+    _GEOMETRY_VIEWS = (("grad_depth", 1, np.float32),)  # with geometry: dL/d depth (distortion)
     _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
 
     def row_bytes(self) -> dict:
         """Bytes per splat of every per-view buffer (all cameras), by buffer name."""
-        return {name: self.n_cameras * width * np.dtype(dtype).itemsize for name, width, dtype in self._PER_VIEW}
+        return {name: self.n_cameras * width * np.dtype(dtype).itemsize for name, width, dtype in self._views()}
+
+    def _views(self) -> tuple:
+        """(name, width, dtype) of every per-view buffer."""
+        return self._PER_VIEW + (self._GEOMETRY_VIEWS if self.geometry else ())
 
     def max_isects(self) -> int:
         """The most intersections one intersection buffer can bind on this device."""
@@ -232,7 +249,7 @@ class Rasterizer:
         if n_gaussians > self.capacity or (room is not None and self.capacity > 1.3 * n_gaussians):
             cap = max(n_gaussians, int(room) if room is not None else int(self.capacity * 1.25))
             rows = self.n_cameras * cap
-            for name, width, dtype in self._PER_VIEW:
+            for name, width, dtype in self._views():
                 shape = (rows, width) if width > 1 else (rows,)
                 buf = self._per_view.get(name)
                 if buf is None:
@@ -292,7 +309,7 @@ class Rasterizer:
         """Shape the per-view buffers for ``n`` Gaussians (no reallocation: n <= capacity)."""
         rows = self.n_cameras * max(int(n), 1)
         pool = self.device.pool
-        for name, width, _ in self._PER_VIEW:
+        for name, width, _ in self._views():
             buf = self._per_view[name]
             if buf.shape[0] != rows:
                 pool.resize(buf, (rows, width) if width > 1 else (rows,), keep=False)
@@ -406,12 +423,18 @@ class Rasterizer:
         )
         self.offsets_scan.record(rec, v["offsets"], rows)
 
-    def record_raster(self, rec, isect_capacity: int | None = None):
+    def _check_distortion(self, distortion: bool):
+        if distortion and not self.geometry:
+            raise ValueError("%s: the depth distortion needs a Rasterizer made with geometry=True" % self.name)
+
+    def record_raster(self, rec, isect_capacity: int | None = None, distortion: bool = False):
         """Phase 2: write and sort the intersections, find the tile ranges, rasterize.
 
         Recorded for ``isect_capacity`` (default: the reserved capacity)
-        intersections; the true count is read on the GPU.
+        intersections; the true count is read on the GPU. ``distortion``: also
+        write the depth distortion to ``out_distort`` (needs ``geometry``).
         """
+        self._check_distortion(distortion)
         cap = max(int(isect_capacity or self.isect_capacity), 1)
         if cap > self.isect_capacity:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
@@ -474,6 +497,7 @@ class Rasterizer:
                 out_depths=self.out_depths,
                 out_last=self.out_last,
                 out_median=self.out_median,
+                out_distort=self.out_distort,
             ),
             push=dict(
                 width=self.width,
@@ -482,16 +506,19 @@ class Rasterizer:
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
             ),
+            spec=dict(DISTORTION=int(distortion)),
         )
 
-    def record_backward(self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
+    def record_backward(
+        self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False, distortion: bool = False
+    ):
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
         ``grads`` (a Splats-shaped set of gradient buffers, fully overwritten).
         Record after :meth:`record_raster` (it uses that forward's buffers).
         Float32 splats only (training's compact splats go through fpbo)."""
         if splats.compact:
             raise ValueError("projection_bwd reads float32 SH; compact splats are trained through fpbo")
-        self.record_raster_backward(rec, absgrad)
+        self.record_raster_backward(rec, absgrad, distortion)
         v = self._per_view
         rec.dispatch(
             "projection_bwd",
@@ -518,13 +545,19 @@ class Rasterizer:
             spec=self._spec(splats, sh_degree),
         )
 
-    def record_raster_backward(self, rec, absgrad: bool = False):
+    def record_raster_backward(self, rec, absgrad: bool = False, distortion: bool = False):
         """``rasterize_bwd`` alone: per (camera, Gaussian) gradients of the 2D
-        mean, conic, colour and opacity in ``grad_xy`` etc. (zeroed first)."""
+        mean, conic, colour and opacity in ``grad_xy`` etc. (zeroed first).
+        ``distortion``: also back-propagate ``grad_distort`` (dL/d the depth
+        distortion image, on the GPU) into those and into ``grad_depth``
+        (dL/d each Gaussian's camera z); needs ``geometry``."""
+        self._check_distortion(distortion)
         v = self._per_view
         rows = self.n_cameras * self._n
-        widths = {name: width for name, width, _ in self._PER_VIEW}
-        for name in ("grad_xy", "grad_conics", "grad_rgb", "grad_opacity") + (("grad_xy_abs",) if absgrad else ()):
+        widths = {name: width for name, width, _ in self._views()}
+        names = ("grad_xy", "grad_conics", "grad_rgb", "grad_opacity")
+        names += (("grad_xy_abs",) if absgrad else ()) + (("grad_depth",) if distortion else ())
+        for name in names:
             rec.fill(v[name], 0, nbytes=4 * widths[name] * max(rows, 1))
         rec.dispatch(
             "rasterize_bwd",
@@ -545,6 +578,9 @@ class Rasterizer:
                 grad_rgb=v["grad_rgb"],
                 grad_opacity=v["grad_opacity"],
                 grad_xy_abs=v["grad_xy_abs"],
+                out_depths=self.out_depths,
+                grad_distort=self.grad_distort,
+                grad_depth=self.grad_depth_binding(),
             ),
             push=dict(
                 width=self.width,
@@ -553,8 +589,12 @@ class Rasterizer:
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
             ),
-            spec=dict(ABSGRAD=int(absgrad)),
+            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion)),
         )
+
+    def grad_depth_binding(self):
+        """The per-view dL/d depth buffer [C*N] (geometry), else a placeholder to bind."""
+        return self._per_view["grad_depth"] if self.geometry else self._unused_depth
 
     def intersections(self) -> tuple:
         """The last forward's tile-sorted intersections, read back: (tile keys
@@ -581,6 +621,7 @@ class Rasterizer:
                 self.out_depths,
                 self.out_last,
                 self.out_median,
+                self.out_distort,
                 self.grad_colors,
                 self.grad_alphas,
                 self.depth_sort.hist,
@@ -589,13 +630,14 @@ class Rasterizer:
                 self.tile_sort.scan.scratch,
                 self.offsets_scan.scratch,
             ]
+            + ([self.grad_distort] if self.geometry else [self._unused_depth])
         ):
             pool.free(buf)
 
     # -- whole passes ---------------------------------------------------------------
-    def forward(self, splats: Splats, sh_degree: int) -> int:
-        """Run the forward pass now, sizing the intersection buffers exactly.
-        Returns the number of intersections."""
+    def forward(self, splats: Splats, sh_degree: int, distortion: bool = False) -> int:
+        """Run the forward pass now, sizing the intersection buffers exactly
+        (``distortion``: also the depth distortion). Returns the number of intersections."""
         self.reserve(splats.n)
         rec = self.device.recorder(self.name + ".project")
         self.record_project(rec, splats, sh_degree)
@@ -603,12 +645,12 @@ class Rasterizer:
         m = self.num_intersections()
         self.reserve(splats.n, m)
         rec = self.device.recorder(self.name + ".raster")
-        self.record_raster(rec, max(m, 1))
+        self.record_raster(rec, max(m, 1), distortion)
         rec.finish().run()
         return m
 
-    def backward(self, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False):
+    def backward(self, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False, distortion: bool = False):
         """Run the backward pass now (after :meth:`forward`, grad images uploaded)."""
         rec = self.device.recorder(self.name + ".backward")
-        self.record_backward(rec, splats, sh_degree, grads, absgrad)
+        self.record_backward(rec, splats, sh_degree, grads, absgrad, distortion)
         rec.finish().run()

@@ -7,13 +7,23 @@ from spirula.runtime.sequence import Threads
 
 
 def record_fpbo(
-    rec, model, raster, params, stats, sh_degree: int, mcmc_noise: bool, adc_stats: bool, absgrad: bool = False
+    rec,
+    model,
+    raster,
+    params,
+    stats,
+    sh_degree: int,
+    mcmc_noise: bool,
+    adc_stats: bool,
+    absgrad: bool = False,
+    depth_grad: bool = False,
 ):
     """Record the update of every live splat of ``model`` from ``raster``'s
     per-view gradients (after its backward), with the step's learning rates
     in ``params`` (StepParams). ``stats``: (grad2d_sum [N], vis_count [N])
     buffers for density control (bound even when unused); ``absgrad``: they
-    accumulate the per-pixel |dL/dmean2d| sums (record rasterize_bwd with absgrad)."""
+    accumulate the per-pixel |dL/dmean2d| sums (record rasterize_bwd with absgrad);
+    ``depth_grad``: add ``raster``'s per-view dL/d depth (rasterize_bwd with distortion)."""
     p, m, v = model.params, model.exp_avg, model.exp_avg_sq
     views = raster._per_view
     rec.dispatch(
@@ -46,6 +56,7 @@ def record_fpbo(
             grad2d_sum=stats[0],
             vis_count=stats[1],
             grad_xy_abs=views["grad_xy_abs"],
+            grad_depth=raster.grad_depth_binding(),
         ),
         push=dict(
             n=model.n,
@@ -63,6 +74,7 @@ def record_fpbo(
             ADC_STATS=int(adc_stats),
             N_VIEWS=raster.n_cameras,
             ABSGRAD=int(absgrad and adc_stats),
+            DEPTH_GRAD=int(depth_grad),
         ),
         defines=dict(COMPACT=1) if model.compact else dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
     )

@@ -61,7 +61,18 @@ class _ImageSize:
     for each chunk. ``images``: their train-list indices; ``capacity``:
     splats the rasterizer starts with room for."""
 
-    def __init__(self, dev, scene, width: int, height: int, images: list, name: str, capacity: int, max_alpha: float):
+    def __init__(
+        self,
+        dev,
+        scene,
+        width: int,
+        height: int,
+        images: list,
+        name: str,
+        capacity: int,
+        max_alpha: float,
+        geometry: bool = False,
+    ):
         self.width, self.height, self.images = width, height, images
         image_bytes = 4 * width * height
         rng = gt_chunk_bytes(dev)
@@ -91,7 +102,9 @@ class _ImageSize:
             dev.upload(buf, pack_rgba8(np.stack(pixels), keep))
             self.gt_chunks.append(buf)
         self.chunk = 0  # the chunk of the image being trained
-        self.raster = Rasterizer(dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha)
+        self.raster = Rasterizer(
+            dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha, geometry=geometry
+        )
         self.raster.set_backgrounds(scene.background[None])
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
         self.seqs = {}  # chunk -> (key, recorded step)
@@ -192,6 +205,7 @@ class Trainer:
                 "train" if len(sizes) == 1 else "train.%dx%d" % wh,
                 self.model.capacity,
                 cfg.max_alpha,
+                geometry=cfg.distortion_weight > 0,
             )
             for wh in sizes
         }
@@ -338,22 +352,31 @@ class Trainer:
 
     def _sequence(self, sh_degree: int):
         group = self._active
-        key = (self.model.n, sh_degree, group.raster.isect_capacity)
+        key = (self.model.n, sh_degree, group.raster.isect_capacity, self._distortion_on())
         old_key, seq = group.seqs.get(group.chunk, (None, None))
         if seq is None or old_key != key or seq.stale:
             seq = self._record(sh_degree)
             group.seqs[group.chunk] = (key, seq)
         return seq
 
+    def _distortion_on(self) -> bool:
+        """The depth distortion is in this step's loss (--geometry, from distortion_from on)."""
+        return self.cfg.distortion_weight > 0 and self.step >= self.cfg.distortion_from
+
     def _record(self, sh_degree: int):
         dev, raster, cfg = self.device, self.raster, self.cfg
+        distortion = self._distortion_on()
         rec = dev.recorder("train.step")
         rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_WORDS)
         rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=4 * STEP_PARAMS_WORDS)
         raster.record_project(rec, self.model.params, sh_degree)
         raster.record_raster(rec)
         self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
-        raster.record_raster_backward(rec, absgrad=cfg.absgrad)
+        if distortion:
+            # d(weight x mean over pixels of the distortion)/d pixel distortion: one constant.
+            # The forward needs no change: rasterize_bwd reads the depth and alpha images.
+            rec.fill(raster.grad_distort, float(cfg.distortion_weight / (raster.width * raster.height)))
+        raster.record_raster_backward(rec, absgrad=cfg.absgrad, distortion=distortion)
         record_fpbo(
             rec,
             self.model,
@@ -364,6 +387,7 @@ class Trainer:
             mcmc_noise=cfg.strategy == "mcmc",
             adc_stats=cfg.strategy == "adc",
             absgrad=cfg.absgrad,
+            depth_grad=distortion,
         )
         rec.copy(self.loss.loss_out, self.host_out, nbytes=16)
         rec.copy(
