@@ -65,3 +65,44 @@ def test_nothing_rerenders_while_nothing_changes(device):
     session.render(camera.copy())  # an equal camera is no change
     assert session.renders == 4
     session.free()
+
+
+def test_live_views_stay_within_their_share_of_training_time(monkeypatch):
+    """A view whose frame costs 5 training steps (a 1280x720 frame on a small
+    scene) is called only as often as live_view_budget of the wall time
+    affords, and every call renders: training is at most budget + one frame
+    slower, never 6x."""
+    from spirula.train.config import TrainConfig
+    from spirula.view import live, session
+
+    budget = TrainConfig().live_view_budget
+
+    class Stub:
+        def use_splats(self, splats, sh_degree):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(session.ViewRenderer, "for_training", classmethod(lambda cls, *a: Stub()))
+    now = [0.0]
+    step_s, frame_s = 0.002, 0.010
+
+    class CostlyView:
+        calls = 0
+
+        def on_step(self, step, state):
+            CostlyView.calls += 1
+            now[0] += frame_s
+
+        def close(self):
+            pass
+
+    hook = live.LiveHook([CostlyView()], None, None, None, 0.99, budget, clock=lambda: now[0])
+    splats = type("S", (), {"n": 10})()
+    for s in range(1, 1001):
+        now[0] += step_s  # the training step
+        hook.on_step(s, 1000, 0.1, splats, 0)
+    spent = CostlyView.calls * frame_s
+    assert spent <= budget * now[0] + frame_s, (CostlyView.calls, now[0])
+    assert spent >= 0.8 * budget * now[0]  # and it uses its share: frames keep coming

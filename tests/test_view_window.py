@@ -87,7 +87,8 @@ def test_live_view_draws_at_most_one_frame_per_step_and_survives_closing(display
     from spirula.view.window import WindowLiveView
 
     scene = load_dataset(write_tiny_colmap(tmp_path / "data"))
-    cfg = TrainConfig(iterations=12, cap_max=2000, sh_degree=1, eval_every=0, save_every=0)
+    # live_view_budget=1: the views every step (the budget is tested in test_view_session.py)
+    cfg = TrainConfig(iterations=12, cap_max=2000, sh_degree=1, eval_every=0, save_every=0, live_view_budget=1.0)
     seen = []
 
     class Watched(WindowLiveView):
@@ -135,7 +136,9 @@ def test_window_and_web_live_views_share_one_renderer(display, device, tmp_path)
     browser = _FakeClient(1)
     f = scene.frames[scene.train[0]]
     live.viewer.request(browser, f.viewmat, f.K, 40, 30)
-    cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
+    cfg = TrainConfig(
+        iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0, live_view_budget=1.0
+    )
     renders = []
     window_close = window.close
 

@@ -213,7 +213,9 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
     for c in (a, b):  # two browsers ask before the first step
         live.viewer.request(c, f.viewmat, f.K, 40, 30)
     rec = _Recorder()
-    cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
+    cfg = TrainConfig(
+        iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0, live_view_budget=1.0
+    )
     train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, viewers=[rec, live])
     assert rec.steps == [1, 2, 3] and rec.closed == 1 and rec.n_splats[-1] > 0
     # the first step rendered one of the two asked views, the second the other: one frame per step
@@ -243,7 +245,7 @@ def test_live_views_render_the_trainers_splats_through_one_renderer(tmp_path, de
     tr = Trainer(scene, cfg, device, log=lambda msg: None)
     assert tr.model.params.compact == compact
     rec = _Recorder()
-    hook = LiveHook([rec], device, tr.world, scene.background, cfg.max_alpha)
+    hook = LiveHook([rec], device, tr.world, scene.background, cfg.max_alpha, 1.0)
     f = scene.frames[scene.test[0]]
     states = []
     rec.on_step = lambda step, state: states.append(state)

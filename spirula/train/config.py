@@ -61,6 +61,9 @@ class TrainConfig:
     adam_eps: float = 1e-15
     # rendering: cap on one splat's alpha at a pixel (docs/design.md §2.4: 0.99; gsplat 1.5.3 0.999)
     max_alpha: float = 0.99
+    # live views (--viewer, --viewer-port): the share of wall time they may take
+    # (spirula/view/live.py; issue #15: at most 10% slower with a viewer open)
+    live_view_budget: float = 0.1
     # geometry regularizers (--geometry; docs/training.md, "Geometry"): the depth distortion
     # sum_ij w_i w_j |z_i - z_j| per pixel (camera z in the normalized training world), averaged
     # over the pixels, times distortion_weight, from step distortion_from on.

@@ -187,7 +187,7 @@ def train_run(
     if viewers:
         from spirula.view.live import LiveHook
 
-        live = LiveHook(viewers, device, trainer.world, scene.background, cfg.max_alpha)
+        live = LiveHook(viewers, device, trainer.world, scene.background, cfg.max_alpha, cfg.live_view_budget)
     t_start = time.perf_counter()
     step_ms = []
     # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)

@@ -15,6 +15,12 @@ Rules for an implementation:
 
 - ``on_step`` returns quickly: at most one frame of work (poll input, render
   once if the camera moved or new splats are due). Training waits for it.
+  The hook also holds the views to a share of the wall time
+  (``TrainConfig.live_view_budget``, 0.1): after a step whose views took time ``c``, it
+  skips them until training has run about ``c / budget`` again, so a frame
+  that costs more than a step (a 1280x720 frame is ~13 ms against a 2 ms step
+  on a small scene on the H200) slows training by at most the budget
+  instead of 7x, and the views' frame rate follows what the budget affords.
 - Render through ``state.render`` (or ``state.view``) during the call only:
   the splats are the trainer's own buffers, which densification replaces.
 - A viewer the user closed keeps answering ``on_step`` as a no-op; training
@@ -24,6 +30,7 @@ Rules for an implementation:
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -71,22 +78,35 @@ class LiveHook:
 
     ``world``: the trainer's :class:`~spirula.train.world.WorldTransform`;
     ``background`` [3] and ``max_alpha``: the run's. The renderer's
-    rasterizer is made at the first frame a view asks for.
+    rasterizer is made at the first frame a view asks for. ``budget``: the
+    share of wall time the views may take (module docstring); ``clock``:
+    seconds, monotonic (a test's fake).
     """
 
-    def __init__(self, viewers, device, world, background, max_alpha: float):
+    def __init__(self, viewers, device, world, background, max_alpha: float, budget: float, clock=time.perf_counter):
         from spirula.view.session import ViewRenderer
 
         self.viewers = list(viewers)
         self.view = ViewRenderer.for_training(device, world, background, max_alpha)
+        self.budget, self.clock = float(budget), clock
+        self.next_call = None  # clock time before which the views are skipped
+        self.calls = 0
 
     def on_step(self, step: int, iterations: int, loss: float, splats, sh_degree: int):
         """After step ``step``: the trainer's :class:`~spirula.render.rasterizer.Splats`
-        (raw, float32 or compact) trained at ``sh_degree``."""
+        (raw, float32 or compact) trained at ``sh_degree``. Skipped while the
+        views are over their time budget."""
+        t0 = self.clock()
+        if self.next_call is not None and t0 < self.next_call:
+            return
+        self.calls += 1
         self.view.use_splats(splats, sh_degree)
         state = TrainerState(step, iterations, float(loss), splats.n, sh_degree, self.view)
         for viewer in self.viewers:
             viewer.on_step(step, state)
+        t1 = self.clock()
+        # spent (t1 - t0) of the budget: training runs (t1 - t0) / budget - (t1 - t0) before the next call
+        self.next_call = t1 + (t1 - t0) * (1.0 / self.budget - 1.0)
 
     def close(self):
         """Close every view, then free the renderer."""

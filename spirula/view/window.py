@@ -294,6 +294,7 @@ class WindowLiveView:
         self.window = None
         self.session = None
         self.closed = False
+        self.refreshed = 0  # the step whose splats the window last took
 
     def on_step(self, step: int, state) -> None:
         from spirula.view.session import ViewSession
@@ -308,7 +309,8 @@ class WindowLiveView:
                 print("spirula: warning: --viewer: %s" % exc, file=sys.stderr)
                 self.close()
                 return
-        if step % self.every == 0:  # new splats every K steps
+        if step - self.refreshed >= self.every:  # new splats every K steps (the hook may skip steps)
+            self.refreshed = step
             self.session.splats_changed()
         self.window.status = "step %d/%d | loss %.4f | %s splats" % (
             step,
