@@ -665,6 +665,25 @@ def check_tsdf(dev):
     return [Row("tsdf_integrate", off, "1e-5; <= 1e-3 of voxels flip", off <= 1e-3 and bool((w > 0).any()))]
 
 
+def check_pack(dev):
+    """pack_rgba8: an image with every rounding tie, NaN and infinities, against
+    to_uint8 (spirula/reference/pack.py), exactly."""
+    from spirula.reference.pack import pack_rgba8, rgb8_case
+    from spirula.render.pack import record_pack_rgba8
+
+    rgb = rgb8_case(45, 61, seed=3).reshape(-1, 3)
+    src = dev.pool.alloc("selftest.rgb", rgb.shape, np.float32)
+    dst = dev.pool.alloc("selftest.packed", (rgb.shape[0],), np.uint32)
+    try:
+        dev.upload(src, rgb)
+        record_pack_rgba8(dev.recorder("selftest.pack"), src, dst, rgb.shape[0]).finish().run()
+        got = dev.readback(dst)
+    finally:
+        dev.pool.free(src)
+        dev.pool.free(dst)
+    return [_exact("pack_rgba8", got, pack_rgba8(rgb))]
+
+
 CHECKS = (
     check_runtime,
     check_sort,
@@ -675,6 +694,7 @@ CHECKS = (
     check_mcmc,
     check_adc,
     check_tsdf,
+    check_pack,
 )
 
 

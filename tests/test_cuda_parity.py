@@ -1782,3 +1782,18 @@ def test_tsdf_integrate_matches(backends):
     for (what, v), c in zip(zip(("tsdf", "weight", "color"), outs[0]), outs[1]):
         assert_close(c, v, R_PLAIN, what, FLIP_FRACTION)
     assert (outs[0][1] > 0).mean() > 0.1
+
+
+def test_pack_rgba8_matches(backends):
+    """pack_rgba8 on both backends and the reference (to_uint8): exact. Both round one
+    IEEE float32 multiply half to even (CUDA __fmul_rn + rintf, GLSL roundEven); the
+    image holds every tie, NaN and the infinities (spirula/reference/pack.py)."""
+    from spirula.reference.pack import pack_rgba8, rgb8_case
+
+    rgb = rgb8_case(53, 75, seed=4).reshape(-1, 3)
+    n = rgb.shape[0]
+    push = dict(src_offset=0, count=n)  # 8 workgroups of 256 < n: the grid-stride loop runs twice
+    outs = [run_kernel(d, "pack_rgba8", (8,), {"rgb": rgb}, {"packed": ((n,), np.uint32)}, push=push) for d in backends]
+    outs = [o["packed"] for o in outs]
+    assert np.array_equal(outs[0], pack_rgba8(rgb))
+    assert np.array_equal(outs[1], outs[0])

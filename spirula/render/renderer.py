@@ -98,6 +98,14 @@ class RenderResult:
         """A copy of the coverage: [H,W] float32."""
         return self._renderer.device.readback(self._alphas, shape=(self.height, self.width))
 
+    def rgb8(self) -> np.ndarray:
+        """The image as a viewer shows it: [H,W,3] uint8, equal to
+        ``to_uint8(self.numpy())`` (spirula/render/video.py) bit for bit, converted
+        on the GPU (``pack_rgba8``), so 4 bytes a pixel come back instead of 12.
+        A view of a new [H,W] uint32 array of RGBA words (``np.ascontiguousarray``
+        for a packed RGB buffer). Valid until the renderer's next render."""
+        return self._renderer._rgb8(self)
+
 
 class Renderer:
     """Renders one set of splats from any camera, keeping everything on the GPU.
@@ -165,6 +173,9 @@ class Renderer:
         pool = self.device.pool
         self._frame_in = pool.alloc("renderer.frame_in", (_FRAME_IN_WORDS,), np.float32, "viewer", host=True)
         self._frame_out = pool.alloc("renderer.frame_out", (4,), np.uint32, "viewer", host=True)
+        self._packed = None  # host-visible [H*W] uint32 RGBA8 words (RenderResult.rgb8)
+        self._pack_seq = None
+        self._pack_key = None
 
     @property
     def manager(self):
@@ -363,12 +374,35 @@ class Renderer:
             self._seq, self._seq_key = rec.finish(), key
         return self._seq
 
+    def _rgb8(self, result: RenderResult) -> np.ndarray:
+        """``pack_rgba8`` of ``result``'s colours into a host-visible buffer (the
+        kernel writes mapped memory: no staging copy), then one host copy."""
+        from spirula.render.pack import record_pack_rgba8, rgb8_view
+
+        count = result.width * result.height
+        if self._packed is None or self._packed.shape != (count,):
+            if self._packed is not None:
+                self.device.pool.free(self._packed)
+            self._packed = self.device.pool.alloc("renderer.rgb8", (count,), np.uint32, "viewer", host=True)
+            self._pack_seq = None
+        key = (id(result._colors), id(result._colors.tensor), id(self._packed))
+        if self._pack_seq is None or self._pack_key != key or self._pack_seq.stale:
+            rec = self.device.recorder("renderer.rgb8")
+            record_pack_rgba8(rec, result._colors, self._packed, count)
+            self._pack_seq, self._pack_key = rec.finish(), key
+        self._pack_seq.run()
+        words = self._packed.host_view().reshape(result.height, result.width).copy()
+        return rgb8_view(words)
+
     def close(self):
         """Free the renderer's GPU buffers (never the host's manager or tensors)."""
         if self._raster is not None:
             self._raster.free()
             self._raster = None
         self._drop_splats()
+        if self._packed is not None:
+            self.device.pool.free(self._packed)
+            self._packed, self._pack_seq = None, None
         for b in (self._frame_in, self._frame_out):
             self.device.pool.free(b)
         if self._owns_device:

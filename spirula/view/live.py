@@ -62,6 +62,11 @@ class TrainerState:
         a dataset camera: OpenCV world->camera ``viewmat`` [4,4], ``K`` [3,3]."""
         return self.view.render(viewmat, K, width, height)
 
+    def render_rgb8(self, viewmat, K, width: int, height: int) -> np.ndarray:
+        """[H,W,3] uint8 of :meth:`render` (``to_uint8`` of it, bit for bit),
+        converted on the GPU (``pack_rgba8``): a quarter of the read back."""
+        return self.view.render_rgb8(viewmat, K, width, height)
+
 
 @runtime_checkable
 class LiveView(Protocol):

@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 
 from spirula.render.rasterizer import MAX_ALPHA
-from spirula.render.video import to_uint8
 
 
 class ViewRenderer:
@@ -71,10 +70,18 @@ class ViewRenderer:
     def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
         """[H,W,3] float32 colours (background composited) from the dataset
         camera ``viewmat`` [4,4] (OpenCV world->camera), ``K`` [3,3]."""
+        return self._render(viewmat, K, width, height).numpy()
+
+    def render_rgb8(self, viewmat, K, width: int, height: int) -> np.ndarray:
+        """[H,W,3] uint8 of :meth:`render` (``to_uint8`` of it, bit for bit),
+        converted on the GPU: a viewer's frame reads back 4 bytes a pixel, not 12."""
+        return self._render(viewmat, K, width, height).rgb8()
+
+    def _render(self, viewmat, K, width: int, height: int):
         viewmat = np.asarray(viewmat, np.float64)
         if self.world is not None:
             viewmat = self.world.viewmats(viewmat[None])[0]
-        return self.renderer.render(viewmat, K, width, height).numpy()
+        return self.renderer.render(viewmat, K, width, height)
 
     def close(self):
         self.renderer.close()
@@ -93,7 +100,7 @@ class ViewSession:
         self._last_key = None
         self._image = None
         self.renders = 0  # frames rendered so far (the dirty check's counter)
-        self.frame_ms = None  # the last frame's time: rasterize + read back + convert
+        self.frame_ms = None  # the last frame's time: rasterize + convert (pack_rgba8) + read back
 
     # -- what changes -------------------------------------------------------------------
     def splats_changed(self):
@@ -117,8 +124,9 @@ class ViewSession:
         if self._image is not None and key == self._last_key:
             return self._image
         t0 = time.perf_counter()
-        img = self.view.render(camera.viewmat(), camera.K(self.width, self.height), self.width, self.height)
-        self._image = to_uint8(img)
+        self._image = self.view.render_rgb8(
+            camera.viewmat(), camera.K(self.width, self.height), self.width, self.height
+        )
         self.frame_ms = 1e3 * (time.perf_counter() - t0)
         self._last_key = key
         self.renders += 1

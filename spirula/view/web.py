@@ -34,7 +34,6 @@ from pathlib import Path
 import numpy as np
 
 from spirula.errors import SpirulaError
-from spirula.render.video import to_uint8
 
 MAX_FRAME_SIZE = 1280  # longest side of a streamed frame, in pixels (the browser scales it to its canvas)
 JPEG_QUALITY = 85
@@ -312,7 +311,7 @@ def serve(splats_source, port: int, host: str = "127.0.0.1", *, device=None, sto
     log("spirula: web viewer of %s (%s splats) at %s" % (splats_source, f"{n:,}", viewer.where()))
 
     def render(viewmat, K, width, height):
-        return to_uint8(view.render(viewmat, K, width, height))
+        return view.render_rgb8(viewmat, K, width, height)
 
     if on_ready is not None:
         on_ready(viewer)
@@ -369,7 +368,7 @@ class WebLiveView:
             self.viewer.invalidate()
 
         def render(viewmat, K, width, height):
-            return to_uint8(state.render(viewmat, K, width, height))
+            return state.render_rgb8(viewmat, K, width, height)
 
         if self.viewer.render_pending(render, limit=1):
             self._frame_due = now + 1.0 / self.max_fps
