@@ -2,24 +2,11 @@
 
 import numpy as np
 import pytest
+from data_fixtures import look_at
 
 from spirula.errors import SpirulaError
 from spirula.mesh.fusion_config import DEFAULT
 from spirula.mesh.tsdf import TSDFVolume
-
-
-def _look_at(eye, target):
-    """OpenCV world->camera [4,4]: z towards target, y down (world -z up... any up not parallel)."""
-    eye, target = np.asarray(eye, np.float64), np.asarray(target, np.float64)
-    z = target - eye
-    z /= np.linalg.norm(z)
-    x = np.cross(z, [0.0, 0.0, 1.0] if abs(z[2]) < 0.9 else [0.0, 1.0, 0.0])
-    x /= np.linalg.norm(x)
-    y = np.cross(z, x)
-    R = np.stack([x, y, z])
-    vm = np.eye(4)
-    vm[:3, :3], vm[:3, 3] = R, -R @ eye
-    return vm
 
 
 def _view(seed, W=40, H=30):
@@ -59,7 +46,7 @@ def test_tsdf_integrate_matches_reference(device, x_offset):
         views = []
         for s, eye in enumerate([(0, -3, 0.2), (2.9, 0.5, 0.3), (-0.4, 0.3, 3.0)]):
             depth, alpha, color, K = _view(s)
-            vm = _look_at(eye, (0.05, 0.0, -0.05))
+            vm = look_at(eye, (0.05, 0.0, -0.05))
             views.append((depth, alpha, color, vm, K))
             vol.integrate(depth, alpha, color, vm, K)
         t, w, c = vol.extract()
@@ -87,7 +74,7 @@ def test_tsdf_integrate_reads_one_view_of_device_images(device):
     bufs.append(pool.alloc("t.c", (2, 30, 40, 3), np.float32))
     for b, arr in zip(bufs, (depth, alpha, color)):
         device.upload(b, np.stack(arr))
-    vm = _look_at((0.3, -3, 0.4), (0, 0, 0))
+    vm = look_at((0.3, -3, 0.4), (0, 0, 0))
     a = TSDFVolume(device, [-1, -1, -1], 0.125, (16, 16, 16), name="tsdf.a")
     b = TSDFVolume(device, [-1, -1, -1], 0.125, (16, 16, 16), name="tsdf.b")
     try:

@@ -78,17 +78,11 @@ def scene_bounds(means, config=DEFAULT, support=None) -> tuple:
 def look_at(eye, target) -> np.ndarray:
     """[4,4] f64 OpenCV world->camera of a camera at ``eye`` looking at ``target``, image up
     along world +z (world +y when looking along z)."""
-    eye, target = np.asarray(eye, np.float64), np.asarray(target, np.float64)
-    fwd = target - eye
-    fwd /= np.linalg.norm(fwd)
-    up = np.array([0.0, 0.0, 1.0]) if abs(fwd[2]) < 0.99 else np.array([0.0, 1.0, 0.0])
-    right = np.cross(fwd, up)
-    right /= np.linalg.norm(right)
-    down = np.cross(fwd, right)
-    R = np.stack([right, down, fwd])
-    v = np.eye(4)
-    v[:3, :3], v[:3, 3] = R, -R @ eye
-    return v
+    from spirula.render.camera_path import look_at as look_at_up
+
+    fwd = np.asarray(target, np.float64) - np.asarray(eye, np.float64)
+    up = (0.0, 0.0, 1.0) if abs(fwd[2]) < 0.99 * np.linalg.norm(fwd) else (0.0, 1.0, 0.0)
+    return look_at_up(eye, target, up)
 
 
 def fibonacci_directions(n: int) -> np.ndarray:

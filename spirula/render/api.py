@@ -33,6 +33,21 @@ def _check(name: str, arr, shape: tuple) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
+def check_splats(means, quats, scales, opacities, sh_coeffs) -> tuple:
+    """The five splat arrays as contiguous float32, their shapes checked against
+    one another (means [N,3], quats [N,4], scales [N,3], opacities [N],
+    sh_coeffs [N,K,3]) and every value finite; one clear error otherwise."""
+    means = _check("means", means, (None, 3))
+    n = len(means)
+    return (
+        means,
+        _check("quats", quats, (n, 4)),
+        _check("scales", scales, (n, 3)),
+        _check("opacities", opacities, (n,)),
+        _check("sh_coeffs", sh_coeffs, (n, None, 3)),
+    )
+
+
 class _Context:
     """The GPU state of one rasterization() call, kept for its backward and
     returned to the pool when the metadata holding it is dropped."""
@@ -99,12 +114,8 @@ def rasterization(
     from spirula.backends import get_device
 
     device = device or get_device()
-    means = _check("means", means, (None, 3))
+    means, quats, scales, opacities, sh_coeffs = check_splats(means, quats, scales, opacities, sh_coeffs)
     N = len(means)
-    quats = _check("quats", quats, (N, 4))
-    scales = _check("scales", scales, (N, 3))
-    opacities = _check("opacities", opacities, (N,))
-    sh_coeffs = _check("sh_coeffs", sh_coeffs, (N, None, 3))
     viewmats = _check("viewmats", viewmats, (None, 4, 4))
     C = len(viewmats)
     Ks = _check("Ks", Ks, (C, 3, 3))

@@ -214,15 +214,10 @@ class Renderer:
         """
         arrays = (means, quats, scales, opacities, sh_coeffs)
         if all(isinstance(a, np.ndarray) or isinstance(a, (list, tuple)) for a in arrays):
-            from spirula.render.api import _check
+            from spirula.render.api import check_splats
 
-            means = _check("means", means, (None, 3))
-            n = len(means)
-            quats = _check("quats", quats, (n, 4))
-            scales = _check("scales", scales, (n, 3))
-            opacities = _check("opacities", opacities, (n,))
-            sh_coeffs = _check("sh_coeffs", sh_coeffs, (n, None, 3))
-            k = sh_coeffs.shape[1]
+            means, quats, scales, opacities, sh_coeffs = check_splats(means, quats, scales, opacities, sh_coeffs)
+            n, k = len(means), sh_coeffs.shape[1]
             self._check_counts(n, k)
             if not (self._own_splats and self.splats.n == n and self.splats.sh_coeffs == k):
                 self._drop_splats()

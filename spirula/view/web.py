@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.data.scene import qvec_to_rotmat
 from spirula.errors import SpirulaError
 
 MAX_FRAME_SIZE = 1280  # longest side of a streamed frame, in pixels (the browser scales it to its canvas)
@@ -45,22 +46,10 @@ STATUS_EVERY_S = 0.25  # while training: progress text at most this often
 # ---- camera maths -----------------------------------------------------------------------
 
 
-def quat_to_matrix(wxyz) -> np.ndarray:
-    """[3,3] float64 rotation of a (not necessarily unit) quaternion wxyz."""
-    w, x, y, z = np.asarray(wxyz, dtype=np.float64) / np.linalg.norm(wxyz)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
-    )
-
-
 def viewmat_from_pose(wxyz, position) -> np.ndarray:
     """[4,4] float64 OpenCV world->camera matrix of a viser camera: ``wxyz`` the
     camera->world rotation, ``position`` [3] the camera centre in world units."""
-    R = quat_to_matrix(wxyz)
+    R = qvec_to_rotmat(wxyz)
     V = np.eye(4)
     V[:3, :3] = R.T
     V[:3, 3] = -R.T @ np.asarray(position, dtype=np.float64)
