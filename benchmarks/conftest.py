@@ -18,6 +18,9 @@ def pytest_addoption(parser):
     g.addoption("--bench-iters", type=int, default=None, help="timed repetitions")
     g.addoption("--bench-json", default=None, help="also write the printed figures to this JSON file")
     g.addoption("--bench-scene", default=None, help="dataset folder for memory_run --bench-full")
+    g.addoption("--bench-gsplat", default=None, help="gsplat_train.py: the peer of test_train_bench, same call")
+    g.addoption("--bench-steps", type=int, default=None, help="training steps of test_train_bench")
+    g.addoption("--bench-profile", action="store_true", help="test_train_bench: a profiled run too (kernel times)")
     g.addoption("--bench-backend", default="vulkan", choices=("vulkan", "cuda"), help="the backend to measure")
 
 
