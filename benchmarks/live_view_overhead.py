@@ -25,7 +25,9 @@ the frames rendered.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -107,6 +109,7 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=1280)
     ap.add_argument("--height", type=int, default=720)
     ap.add_argument("--every", type=int, nargs="+", default=[10, 1], help="window: steps between new-splat frames")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds over the cases; medians are printed")
     ap.add_argument("--port", type=int, default=18080, help="web: the viewer's port")
     args = ap.parse_args(argv)
 
@@ -130,16 +133,29 @@ def main(argv=None):
     runs = [("no view", lambda: ([], None))]
     for view in args.view or ["window", "web"]:
         runs += cases(view, scene, args)
-    base = None
-    for name, make in runs:
+
+    def rate_of(make, iterations):
         viewers, counter = make()
+        c = dataclasses.replace(cfg, iterations=iterations)
         with tempfile.TemporaryDirectory() as out:
-            m = train_run(scene, cfg, device, Path(out), log=lambda *x: None, viewers=viewers)
-        rate = args.iterations / m["training_time_s"]
-        base = base or rate
+            m = train_run(scene, c, device, Path(out), log=lambda *x: None, viewers=viewers)
+        return iterations / m["training_time_s"], counter.frames if counter else 0
+
+    # a first run compiles the pipelines and warms the caches; then the cases take turns,
+    # --repeats rounds, so a drift of the machine's clocks falls on every case alike
+    rate_of(runs[0][1], min(args.iterations, 200))
+    rates = {name: [] for name, _ in runs}
+    frames = {}
+    for _ in range(args.repeats):
+        for name, make in runs:
+            rate, frames[name] = rate_of(make, args.iterations)
+            rates[name].append(rate)
+    base = statistics.median(rates["no view"])
+    for name, _ in runs:
+        rate = statistics.median(rates[name])
         print(
-            "%-40s %8.1f steps/s  %+6.1f%%  %d frames (%dx%d)"
-            % (name, rate, 100 * (base / rate - 1), counter.frames if counter else 0, args.width, args.height)
+            "%-40s %8.1f steps/s (median of %d)  %+6.1f%%  %d frames (%dx%d)"
+            % (name, rate, args.repeats, 100 * (base / rate - 1), frames[name], args.width, args.height)
         )
 
 
