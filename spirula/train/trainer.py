@@ -23,8 +23,9 @@ while step N+1 runs. Where the host needs the state (densification, opacity
 reset, NaN injection after a step) nothing is submitted ahead; evaluation,
 checkpoints and exports call :meth:`Trainer.settle`, which completes a step
 in flight. The step in flight runs exactly what the synchronous loop would
-(the same image order, learning rates and seed): the results are the same
-bit for bit.
+(the same image order, learning rates and seed); the results differ from a
+synchronous run only as two synchronous runs do (rasterize_bwd's atomic
+float sums).
 
 Training images may differ in size (several COLMAP cameras, portrait and
 landscape photos): each size gets its own :class:`_ImageSize` (rasterizer,
