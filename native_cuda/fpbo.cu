@@ -6,7 +6,8 @@
 // its screen-space gradient norm for density control (with ABSGRAD, the norm
 // of the per-pixel absolute gradient sums). Stored attributes are
 // raw: log-scales and opacity logits. Folded. A step whose intersections
-// overflowed the buffers (count > capacity) changes nothing. SH_DEGREE is a
+// overflowed the buffers (count > capacity) changes nothing, nor does the step
+// after one that overflowed (prev_isects > prev_capacity). SH_DEGREE is a
 // template parameter. With the SH_VEC4 flag the SH coefficients and their
 // moments move as float4s: one kernel serves both, viewing the float
 // pointers as float4s in a uniform branch; the launch checks the buffers
@@ -40,10 +41,10 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
 template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
 __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
     uint32_t g = global_index();
-    if (g >= pc.n || a.num_isects[pc.count_offset] > pc.isect_capacity) {
+    const StepParams* params = a.params;
+    if (g >= pc.n || a.num_isects[pc.count_offset] > pc.isect_capacity || params->prev_isects > params->prev_capacity) {
         return;
     }
-    const StepParams* params = a.params;
     constexpr int degree = SH_DEGREE;
     constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint32_t n_floats = 3u * sp.SH_COEFFS;

@@ -6,7 +6,9 @@
 // (ADC) accumulates its screen-space gradient norm for density control.
 // Stored attributes are raw: log-scales and opacity logits. Workgroup 128, folded.
 // A step whose intersections overflowed the buffers (count > capacity) changes
-// nothing: the trainer grows them and runs the step again. N_VIEWS (spec) = V.
+// nothing: the trainer grows them and runs the step again; so does a step right
+// after one that overflowed (params.prev_isects > params.prev_capacity: the
+// pipelined trainer submitted it before it could know). N_VIEWS (spec) = V.
 //   binding 0-4   means [N,3], quats [N,4], scales [N,3] (log), opacities [N] (logit),
 //                 sh [N,K,3]                            f32  read/write
 //   binding 5-14  Adam first/second moments of each     f32  read/write
@@ -112,7 +114,7 @@ layout(push_constant) uniform Push {
 
 void main() {
     uint g = global_index();
-    if (g >= pc.n || num_isects[pc.count_offset] > pc.isect_capacity) {
+    if (g >= pc.n || num_isects[pc.count_offset] > pc.isect_capacity || params.prev_isects > params.prev_capacity) {
         return;
     }
     const int degree = int(SH_DEGREE);

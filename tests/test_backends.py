@@ -69,6 +69,21 @@ class FakeCudaLib:
     def spirula_cuda_stream_destroy(self, stream):
         return 0
 
+    # events: the stream runs synchronously here, so each is complete when recorded
+    def spirula_cuda_event_create(self, handle):
+        handle._obj.value = 1
+        return 0
+
+    def spirula_cuda_event_record(self, event, stream):
+        return 0
+
+    def spirula_cuda_event_sync(self, event):
+        self.calls.append("event sync")
+        return 0
+
+    def spirula_cuda_event_destroy(self, event):
+        return 0
+
     def spirula_cuda_mem_get_info(self, free, total):
         free._obj.value, total._obj.value = 3 << 20, 8 << 20
         return 0

@@ -182,7 +182,7 @@ int main() {
     SpirulaLaunch L{};
     L.n_buffers = 27u;
     for (int i = 0; i < 27; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
-    L.sizes[21] = 128u;                               // one StepParams
+    L.sizes[21] = 136u;                               // one StepParams
     L.n_push = 7u;
     L.push[4] = 0x3e99999au;                          // eps2d = 0.3f
     L.n_spec = 7u;
@@ -195,7 +195,7 @@ int main() {
                 sp.MCMC_NOISE, sp.ADC_STATS, sp.N_VIEWS);
     L.sizes[21] = 64u;                                // too small for a StepParams
     std::printf("params %d\n", contract::unpack(&L, a, pc, sp));
-    L.sizes[21] = 128u;
+    L.sizes[21] = 136u;
     L.sizes[1] = 40u;                                 // not whole float4s (quats)
     std::printf("quats %d\n", contract::unpack(&L, a, pc, sp));
     L.sizes[1] = 48u;

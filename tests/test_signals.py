@@ -136,11 +136,11 @@ def _run(scene, device, out, monkeypatch, at_step, send, during_save=()):
     cfg = TrainConfig(iterations=8, cap_max=600, sh_degree=1, save_every=0, log_every=100)
     real_step, real_save = Trainer.train_step, run.save_checkpoint
 
-    def step(self):
+    def step(self, **kw):
         if self.step == at_step:
             for s in send:
                 os.kill(os.getpid(), s)
-        return real_step(self)
+        return real_step(self, **kw)
 
     def save(trainer, path):
         real_save(trainer, path.with_name("scratch.npz"))  # half the work done...
@@ -159,10 +159,11 @@ def _run(scene, device, out, monkeypatch, at_step, send, during_save=()):
 
 
 def test_a_signal_during_the_checkpoint_write_waits_for_it(device, scene, tmp_path, monkeypatch, guarded):
-    """SIGTERM during step 4 (the step finishes), then SIGTERM, SIGHUP and
-    SIGINT while the checkpoint is written: the write finishes (the file
-    loads, step 4), the run ends with the first signal, and the handlers are
-    the test's again."""
+    """SIGTERM during step 4 (the step finishes, and step 5, already submitted
+    by the pipelined loop, completes before the checkpoint), then SIGTERM,
+    SIGHUP and SIGINT while the checkpoint is written: the write finishes (the
+    file loads, step 5), the run ends with the first signal, and the handlers
+    are the test's again."""
     from spirula.train.run import load_checkpoint
     from spirula.train.signals import Stopped
 
@@ -178,10 +179,10 @@ def test_a_signal_during_the_checkpoint_write_waits_for_it(device, scene, tmp_pa
     assert isinstance(exc, Stopped) and exc.signum == signal.SIGTERM and exc.exit_status == 143
     assert exc.reported
     ckpts = list((tmp_path / "run" / "ckpt").iterdir())
-    assert [p.name for p in ckpts] == ["step-0000004.npz"]
+    assert [p.name for p in ckpts] == ["step-0000005.npz"]
     state = load_checkpoint(ckpts[0])
-    assert state["step"] == 4 and np.isfinite(state["model"]["params"]["means"]).all()
-    assert logs[-1].startswith("spirula: stopped by SIGTERM at step 4;")
+    assert state["step"] == 5 and np.isfinite(state["model"]["params"]["means"]).all()
+    assert logs[-1].startswith("spirula: stopped by SIGTERM at step 5;")
     assert signal.getsignal(signal.SIGTERM) is guarded
     assert signal.getsignal(signal.SIGHUP) is guarded
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
@@ -194,8 +195,9 @@ def test_a_second_signal_stops_a_step_that_hangs(device, scene, tmp_path, monkey
 
     exc, logs = _run(scene, device, tmp_path / "run", monkeypatch, at_step=2, send=[signal.SIGHUP, signal.SIGTERM])
     assert isinstance(exc, Stopped) and exc.signum == signal.SIGHUP and exc.exit_status == 129
-    # stopped inside the step, before it ran: the checkpoint is of step 2
-    assert [p.name for p in (tmp_path / "run" / "ckpt").iterdir()] == ["step-0000002.npz"]
+    # stopped inside the call for step 3, before it read step 3 back: step 3 (submitted
+    # by the call before, pipelined) completes before the checkpoint
+    assert [p.name for p in (tmp_path / "run" / "ckpt").iterdir()] == ["step-0000003.npz"]
     assert signal.getsignal(signal.SIGTERM) is guarded
 
 

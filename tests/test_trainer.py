@@ -397,16 +397,17 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes(device, scene, tmp_path,
     logs = []
     real_step = Trainer.train_step
 
-    def interrupting(self):
+    def interrupting(self, **kw):
         if self.step == 5:
             raise KeyboardInterrupt
-        return real_step(self)
+        return real_step(self, **kw)
 
     monkeypatch.setattr(Trainer, "train_step", interrupting)
     with pytest.raises(KeyboardInterrupt):
         train_run(scene, cfg, device, tmp_path / "run", log=logs.append)
     monkeypatch.undo()
-    assert [p.name for p in (tmp_path / "run" / "ckpt").iterdir()] == ["step-0000005.npz"]
+    # step 6 was in flight (pipelined): it completes before the checkpoint
+    assert [p.name for p in (tmp_path / "run" / "ckpt").iterdir()] == ["step-0000006.npz"]
     assert any("--resume" in line for line in logs)
 
     m = train_run(scene, cfg, device, tmp_path / "run", resume=tmp_path / "run", log=logs.append)
@@ -589,3 +590,71 @@ def test_training_on_two_image_sizes_learns_and_evaluates_every_size(device, mix
     assert other.shape == (30, 40, 3)
     assert abs(other.mean() - full.mean()) < 0.02
     trainer.free()
+
+
+# ---- pipelined steps ----------------------------------------------------------------------
+
+
+def _run_steps(scene, device, cfg, steps, capacity=None, monkeypatch=None):
+    """``steps`` steps of a Trainer, each call letting the next step go ahead;
+    (trainer, per-step results, submissions of the step sequence)."""
+    if capacity is not None:
+
+        def measure(self, views=8):
+            self.raster.reserve(self.model.n, capacity)
+
+        monkeypatch.setattr(Trainer, "_measure_intersections", measure)
+    t = Trainer(scene, cfg, device)
+    submits = []
+    real = t._submit
+    t._submit = lambda st, prev=None: submits.append((st.k, prev is not None)) or real(st, prev)
+    outs = [t.train_step(ahead=i + 1 < steps) for i in range(steps)]
+    t.settle()
+    return t, outs, submits
+
+
+def test_pipelined_steps_match_synchronous_ones(device, scene):
+    """pipeline_steps (the default) submits step N+1 before reading step N back;
+    the run is the synchronous one: the same images in the same order, the same
+    intersection counts and losses of the same steps, the same splats (MCMC
+    relocating at steps 5 and 10, where nothing goes ahead)."""
+    kw = dict(iterations=12, cap_max=600, sh_degree=1, refine_start=4, refine_every=5, compact=False)
+    sync, so, ss = _run_steps(scene, device, TrainConfig(pipeline_steps=False, **kw), 12)
+    pipe, po, ps = _run_steps(scene, device, TrainConfig(**kw), 12)
+    assert not any(ahead for _, ahead in ss)
+    ahead = [k for k, a in ps if a]
+    # every step but the first and those after a relocation (after 0-based steps 5 and 10) went ahead
+    assert ahead == [k for k in range(1, 12) if k not in (6, 11)]
+    assert pipe.step == sync.step == 12 and pipe._ahead is None
+    assert [o["n_isects"] for o in po] == [o["n_isects"] for o in so]
+    assert [o["n_splats"] for o in po] == [o["n_splats"] for o in so]
+    # rasterize_bwd's atomic sums make two runs differ in the last bits (same_step): two
+    # synchronous runs of these 12 steps differ by 3e-8 in means, 1e-6 in opacities, 2e-7 in
+    # sh, but by up to 3e-3 in quats (Adam turns a rotation gradient within float noise of 0
+    # into a step of up to lr): the bound of test_interrupted_run_saves_a_checkpoint_and_resumes
+    np.testing.assert_allclose([o["loss"] for o in po], [o["loss"] for o in so], rtol=1e-5)
+    assert pipe.rng.bit_generator.state == sync.rng.bit_generator.state and pipe._order == sync._order
+    da, db = sync.model.download()["params"], pipe.model.download()["params"]
+    for k in ("means", "opacities", "sh"):
+        np.testing.assert_allclose(db[k], da[k], rtol=0, atol=1e-5, err_msg=k)
+    sync.free()
+    pipe.free()
+
+
+def test_pipelined_overflow_reruns_both_steps(device, scene, monkeypatch):
+    """A tiny intersection capacity overflows with the next step already
+    submitted: that step changes nothing either (fpbo reads prev_isects), the
+    first runs again after growing, the second is submitted again; the run is
+    the one with roomy buffers."""
+    kw = dict(iterations=6, cap_max=600, sh_degree=1, compact=False)
+    roomy, ro, _ = _run_steps(scene, device, TrainConfig(pipeline_steps=False, **kw), 6, 200_000, monkeypatch)
+    tight, to, ts = _run_steps(scene, device, TrainConfig(**kw), 6, 16, monkeypatch)
+    ks = [k for k, _ in ts]
+    assert ks[:4] == [0, 1, 0, 1]  # step 0 overflowed with step 1 in flight: both again
+    assert [o["n_isects"] for o in to] == [o["n_isects"] for o in ro]
+    np.testing.assert_allclose([o["loss"] for o in to], [o["loss"] for o in ro], rtol=1e-5)
+    da, db = roomy.model.download()["params"], tight.model.download()["params"]
+    for k in ("means", "opacities", "sh"):  # as above
+        np.testing.assert_allclose(db[k], da[k], rtol=0, atol=1e-5, err_msg=k)
+    roomy.free()
+    tight.free()

@@ -37,6 +37,14 @@ struct StepParams {
     // the views: all of them, and those at "valid" SSIM positions (0: no mask)
     uint masked_pixels;
     uint masked_valid;
+    // The pipelined step loop (spirula/train/trainer.py) submits a step before the host
+    // has read the previous one's intersection count. fpbo changes nothing when that
+    // count, written here by the GPU at the end of every step (the host never writes
+    // prev_isects: its copy of the struct stops before it), passed prev_capacity, the
+    // capacity the previous step ran with; the host writes 0xFFFFFFFF when it already
+    // knows the previous step was whole (synchronous steps, a step run again).
+    uint prev_capacity;
+    uint prev_isects;
 };
 
 // The dataset image of view v (a macro: the CUDA kernels pass *params, and no

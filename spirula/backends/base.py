@@ -132,7 +132,8 @@ class Device(abc.ABC):
         if self.profiler is not None:
             self.profiler.pools.append(self.pool)
             self.profiler.devices.append(self)
-        self._pending = None  # a Sequence running asynchronously
+        self._pending = None  # the last Sequence started with run_async and not waited for
+        self._inflight = []  # every such Sequence, in submission order
 
     def __repr__(self):
         return "%s(%d: %s, %s)" % (type(self).__name__, self.info.index, self.info.name, self.info.driver)
@@ -181,9 +182,9 @@ class Device(abc.ABC):
         return g
 
     def sync(self):
-        """Wait for a sequence started with ``run_async`` (counted as GPU wait)."""
-        if self._pending is not None:
-            self._pending.wait()
+        """Wait for the sequences started with ``run_async`` (counted as GPU wait)."""
+        if self._inflight:
+            self._inflight[-1].wait()
 
     # -- memory (what BufferPool calls; the backend's) ------------------------------------
     @abc.abstractmethod

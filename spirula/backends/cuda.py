@@ -296,6 +296,7 @@ class CudaSequence(Sequence):
             self._launches.append(op.algorithm)
         prof = device.profiler
         self._events = [(Event(), Event()) for _ in ops] if prof is not None else None
+        self._done = None  # recorded after an asynchronous run's last launch
 
     def _submit(self):
         if self._events is None:
@@ -309,17 +310,24 @@ class CudaSequence(Sequence):
             stop.record(stream)
 
     def _await(self):
-        self.device._stream_sync("sequence %r" % self.label)
+        if self._done is None:
+            self.device._stream_sync("sequence %r" % self.label)
+        else:
+            # this run only: a later sequence may already be queued behind it (the pipelined trainer)
+            self._done.sync("sequence %r" % self.label)
 
     def _eval(self):
         self._submit()
-        self._await()
+        self.device._stream_sync("sequence %r" % self.label)
 
     def _eval_async(self):
         self._submit()
+        if self._done is None:
+            self._done = Event(self.device.lib)
+        self._done.record(self.device.stream)
 
-    def _account(self, prof, wall_ns: int):
+    def _account(self, prof, wall_ns: int, waited: bool = True):
         if not self._ops:
-            prof.device_wait(wall_ns, 0, 0)
+            prof.device_wait(wall_ns, 0, 0, waited)
             return
-        prof.sequence(wall_ns, ((op, stop.since(start)) for op, (start, stop) in zip(self._ops, self._events)))
+        prof.sequence(wall_ns, ((op, stop.since(start)) for op, (start, stop) in zip(self._ops, self._events)), waited)

@@ -314,25 +314,32 @@ class CudaHostMemory:
 
 
 class Event:
-    __slots__ = ("handle",)
+    """A CUDA event; ``lib``: the library to call (default: the loaded one)."""
 
-    def __init__(self):
+    __slots__ = ("handle", "lib")
+
+    def __init__(self, lib=None):
+        self.lib = lib or _lib
         h = _P()
-        check(_lib.spirula_cuda_event_create(C.byref(h)), "cudaEventCreate")
+        check(self.lib.spirula_cuda_event_create(C.byref(h)), "cudaEventCreate")
         self.handle = h.value
 
     def record(self, stream):
-        check(_lib.spirula_cuda_event_record(self.handle, stream), "cudaEventRecord")
+        check(self.lib.spirula_cuda_event_record(self.handle, stream), "cudaEventRecord")
+
+    def sync(self, what: str = "cudaEventSynchronize"):
+        """Wait until the work recorded before this event has finished."""
+        check(self.lib.spirula_cuda_event_sync(self.handle), what)
 
     def since(self, start: Event) -> int:
         """Nanoseconds from ``start`` to this event (both completed)."""
         ms = C.c_float()
-        check(_lib.spirula_cuda_event_elapsed(C.byref(ms), start.handle, self.handle), "cudaEventElapsedTime")
+        check(self.lib.spirula_cuda_event_elapsed(C.byref(ms), start.handle, self.handle), "cudaEventElapsedTime")
         return int(ms.value * 1e6)
 
     def __del__(self):
         try:
-            if self.handle and _lib is not None:
-                _lib.spirula_cuda_event_destroy(self.handle)
+            if self.handle and self.lib is not None:
+                self.lib.spirula_cuda_event_destroy(self.handle)
         except Exception:
             pass

@@ -250,6 +250,7 @@ class BufferPool:
         the first ``copy_bytes`` copied over (0: contents dropped, NaN when
         poisoning); the version bumps. Out of memory leaves ``buf`` as it was."""
         new = self._tensor(buf.name, cap)
+        self.device.sync()  # a sequence still running (run_async) may use the old memory
         if copy_bytes:
             self.device.copy_tensors(buf.tensor, new, copy_bytes)
         self.device.forget_tensor(buf.tensor)
@@ -265,6 +266,7 @@ class BufferPool:
     def free(self, buf: Buffer):
         if buf.tensor is None:
             return
+        self.device.sync()
         self.device.forget_tensor(buf.tensor)
         buf.tensor = None
         buf.version += 1

@@ -115,13 +115,15 @@ class Profiler:
         row.count += 1
         row.ns += ns
 
-    def device_wait(self, ns: int, gpu_ns: int, dispatches: int):
-        self.wait.count += 1
+    def device_wait(self, ns: int, gpu_ns: int, dispatches: int, waited: bool = True):
+        """``waited``: the host blocked (the row counts host waits); False for a
+        sequence found finished while waiting for a later one."""
+        self.wait.count += int(waited)
         self.wait.ns += ns
         self.gpu_exec.count += dispatches
         self.gpu_exec.ns += gpu_ns
 
-    def sequence(self, wall_ns: int, timed):
+    def sequence(self, wall_ns: int, timed, waited: bool = True):
         """Account one evaluated sequence: ``wall_ns`` spent waiting for it and
         ``timed``, its dispatches as (op, GPU ns) with ``op.name``, ``op.kind``
         ('kernel' | 'copy' | 'fill') and ``op.nbytes``. Recorded copies and
@@ -138,7 +140,7 @@ class Profiler:
             else:
                 gpu += ns
                 n += 1
-        self.device_wait(max(wall_ns - moved, 0), gpu, n)
+        self.device_wait(max(wall_ns - moved, 0), gpu, n, waited)
 
     # -- reports ------------------------------------------------------------------
     def kernel_report(self) -> str:

@@ -259,26 +259,50 @@ class Sequence:
         self._account(prof, prof.clock() - t0)
 
     def run_async(self):
-        """Submit the sequence and return; :meth:`wait` (or the next transfer) waits."""
+        """Submit the sequence and return; :meth:`wait` (or the next transfer) waits.
+
+        Sequences already running stay running: the GPU runs submissions in
+        order (on Vulkan each sequence starts with a barrier against earlier
+        submissions to the queue; CUDA has one stream), so several may be in
+        flight; ``device.sync()`` waits for them all. The same sequence
+        submitted again first waits for its previous run."""
         self._check()
-        self.device.sync()
+        if self._async:
+            self.wait()
         self._eval_async()
         self._async = True
+        self.device._inflight.append(self)
         self.device._pending = self
 
     def wait(self):
+        """Wait for this sequence's run (and so for every submission before it)."""
         if not self._async:
             return
         prof = self.device.profiler
         t0 = prof.clock() if prof is not None else 0
         self._await()
         self._async = False
-        if self.device._pending is self:
-            self.device._pending = None
+        inflight = self.device._inflight
+        # what was submitted before it is finished too (in-order execution)
+        k = inflight.index(self) if self in inflight else -1
+        for earlier in inflight[:k]:
+            earlier._finished()
+        del inflight[: k + 1]
+        if self.device._pending is self or not inflight:
+            self.device._pending = inflight[-1] if inflight else None
         if prof is not None:
             # Only the time spent blocked here counts as GPU wait; the host work
             # done between run_async and wait stays host time.
             self._account(prof, prof.clock() - t0)
+
+    def _finished(self):
+        """A later submission was waited for, so this run is over too: no wait,
+        and (with the profiler on) its rows count as zero wall time."""
+        self._await()
+        self._async = False
+        prof = self.device.profiler
+        if prof is not None:
+            self._account(prof, 0, waited=False)
 
     def _eval(self):
         raise NotImplementedError
@@ -289,7 +313,7 @@ class Sequence:
     def _await(self):
         raise NotImplementedError
 
-    def _account(self, prof, wall_ns: int):
+    def _account(self, prof, wall_ns: int, waited: bool = True):
         raise NotImplementedError
 
 
@@ -323,11 +347,11 @@ class RecordedSequence(Sequence):
     def _await(self):
         self._seq.eval_await()
 
-    def _account(self, prof, wall_ns: int):
+    def _account(self, prof, wall_ns: int, waited: bool = True):
         if not self._timed:
-            prof.device_wait(wall_ns, 0, 0)
+            prof.device_wait(wall_ns, 0, 0, waited)
             return
         ts = self._seq.get_timestamps()
         period = self.device.info.timestamp_period_ns
         mask = self.device.timestamp_mask
-        prof.sequence(wall_ns, ((op, int(((ts[i + 1] - ts[i]) & mask) * period)) for i, op in self._timed))
+        prof.sequence(wall_ns, ((op, int(((ts[i + 1] - ts[i]) & mask) * period)) for i, op in self._timed), waited)

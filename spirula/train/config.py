@@ -107,6 +107,9 @@ class TrainConfig:
     eval_every: int = 0
     save_every: int = 7000
     log_every: int = 100  # a plain progress line every N steps when stderr is not a terminal
+    # submit each step before reading the previous one's results (spirula/train/trainer.py): the GPU
+    # stays busy across steps; False: one waited-for step at a time (same results, bit for bit)
+    pipeline_steps: bool = True
     # testing aid (the soak test, docs/testing.md): every N steps, NaN into one parameter of 1% of
     # the splats (means, quats, scales, opacities, sh in turn); 0: never
     inject_nan_every: int = 0

@@ -171,6 +171,7 @@ def train_run(
     saved = {}  # the last checkpoint: step, path
 
     def checkpoint():
+        trainer.settle()  # a step in flight completes first: the checkpoint holds whole steps
         if saved.get("step") == trainer.step:
             return saved["path"]
         path = ckpt_dir / ("step-%07d.npz" % trainer.step)
@@ -196,7 +197,14 @@ def train_run(
             while trainer.step < cfg.iterations:
                 stop.check()
                 t0 = time.perf_counter()
-                out = trainer.train_step()
+                # the next step may go to the GPU before this one is read back, unless the
+                # host needs this step's state: evaluation, a checkpoint, the last step
+                s = trainer.step + 1
+                ahead = s < cfg.iterations and not (
+                    (cfg.eval_every and s % cfg.eval_every == 0 and scene.test)
+                    or (cfg.save_every and s % cfg.save_every == 0)
+                )
+                out = trainer.train_step(ahead=ahead)
                 step_ms.append(1e3 * (time.perf_counter() - t0))
                 s = trainer.step
                 progress.update(s, out)

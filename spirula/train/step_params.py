@@ -16,6 +16,12 @@ from spirula.runtime.structs import include_dtype
 STEP_PARAMS_DTYPE = include_dtype("step_params.glsl", "StepParams")
 STEP_PARAMS_WORDS = STEP_PARAMS_DTYPE.itemsize // 4
 MAX_VIEWS = STEP_PARAMS_DTYPE["image_index"].shape[0]
+# The words the host writes: all but ``prev_isects``, which the GPU writes at
+# the end of each step (the pipelined step loop, spirula/train/trainer.py).
+STEP_PARAMS_HOST_WORDS = STEP_PARAMS_DTYPE.fields["prev_isects"][1] // 4
+PREV_ISECTS_WORD = STEP_PARAMS_HOST_WORDS
+# ``prev_capacity`` when the previous step is known to be whole: fpbo never skips
+NO_GUARD = 0xFFFFFFFF
 
 
 def step_params(**values) -> np.ndarray:

@@ -110,6 +110,11 @@ class Strategy:
         c = self.cfg
         return c.refine_start < step < c.refine_stop and step % c.refine_every == 0
 
+    def due(self, step: int) -> bool:
+        """Whether :meth:`step_post_backward` after step ``step`` may change
+        the splats (the trainer submits no step ahead of it then)."""
+        return self.refine_due(step)
+
     def step_post_backward(self, model, stats, step: int, extent: float, device):
         """After step ``step`` (0-based, as gsplat): refine (and reset) when due.
 
@@ -353,6 +358,10 @@ class ADC(Strategy):
     past it a refinement only prunes."""
 
     stopped = False  # growth stopped at the limit (said once)
+
+    def due(self, step: int) -> bool:
+        c = self.cfg
+        return self.refine_due(step) or (step % c.reset_every == 0 and 0 < step < c.refine_stop)
 
     def step_post_backward(self, model, stats, step: int, extent: float, device):
         c = self.cfg

@@ -13,6 +13,20 @@ floats and one count. The sequence is recorded again only when the splat
 count, the SH degree or a buffer's allocation changes (densification, the
 SH schedule, intersection growth).
 
+Pipelined steps (``TrainConfig.pipeline_steps``, on by default): a waited-for
+evaluation costs a round trip (~0.6 ms on an H200, a fifth of a 256x256
+step) with the GPU idle. So :meth:`Trainer.train_step` with ``ahead=True``
+submits the next step before waiting for this one: two slots of
+``host_in``/``host_out`` (and a step sequence recorded for each), the GPU
+runs them in order, and the host reads step N's loss and intersection count
+while step N+1 runs. Where the host needs the state (densification, opacity
+reset, NaN injection after a step) nothing is submitted ahead; evaluation,
+checkpoints and exports call :meth:`Trainer.settle`, which completes a step
+in flight. The step in flight runs exactly what the synchronous loop would
+(the same image order, learning rates and seed); the results differ from a
+synchronous run only as two synchronous runs do (rasterize_bwd's atomic
+float sums).
+
 Training images may differ in size (several COLMAP cameras, portrait and
 landscape photos): each size gets its own :class:`_ImageSize` (rasterizer,
 loss scratch, ground truth and recorded step); the splats, their optimizer
@@ -33,7 +47,13 @@ from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
 from spirula.train.model import PARAM_NAMES, SplatModel, init_from_points
 from spirula.train.optimizer import record_fpbo
 from spirula.train.schedule import learning_rates, sh_degree_at
-from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
+from spirula.train.step_params import (
+    NO_GUARD,
+    PREV_ISECTS_WORD,
+    STEP_PARAMS_HOST_WORDS,
+    STEP_PARAMS_WORDS,
+    step_params,
+)
 from spirula.train.world import WorldTransform
 
 # Intersection buffers hold ISECT_HEADROOM x the most intersections a view has
@@ -41,6 +61,10 @@ from spirula.train.world import WorldTransform
 # costs its step twice (run, grow, run again). 1.25 keeps the buffers within
 # the 1.3x of the live need (docs/design.md, memory); more is grown at 90%.
 ISECT_HEADROOM = 1.25
+# host_in words of one step: its StepParams, then its camera (viewmat [4,4], fx fy cx cy)
+HOST_IN_WORDS = STEP_PARAMS_WORDS + 20
+HOST_OUT_WORDS = 8  # loss, l1, ssim, mse, intersection count
+SLOTS = 2  # host_in/host_out slots: the step being read back and the one submitted ahead
 # The default memory budget: this fraction of the device's local memory. The
 # rest is for what the pool does not see: the driver, pipelines and
 # descriptor pools, Kompute's staging buffers, a display on the same GPU, and
@@ -118,6 +142,19 @@ class _ImageSize:
         self.loss.free()
         for buf in self.gt_chunks:
             device.pool.free(buf)
+
+
+class _Step:
+    """One training step on its way: ``k`` its 0-based index, ``image`` its
+    train-list index, ``group``/``chunk`` where its ground truth is,
+    ``slot`` its host_in/host_out slot; once submitted, ``seq`` and the
+    intersection ``capacity`` it runs with."""
+
+    __slots__ = ("k", "image", "group", "chunk", "sh_degree", "slot", "seq", "capacity", "submitted")
+
+    def __init__(self, k, image, group, chunk, sh_degree, slot):
+        self.k, self.image, self.group, self.chunk, self.sh_degree, self.slot = k, image, group, chunk, sh_degree, slot
+        self.seq, self.capacity, self.submitted = None, 0, False
 
 
 class Trainer:
@@ -212,8 +249,11 @@ class Trainer:
         self._size_of_image = [self.sizes[(f.width, f.height)] for f in frames]
         self._eval_rasters = {}
         self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
-        self.host_in = pool.alloc("train.host_in", (STEP_PARAMS_WORDS + 20,), np.uint32, host=True)
-        self.host_out = pool.alloc("train.host_out", (8,), np.float32, host=True)
+        self.host_in = pool.alloc("train.host_in", (SLOTS, HOST_IN_WORDS), np.uint32, host=True)
+        self.host_out = pool.alloc("train.host_out", (SLOTS, HOST_OUT_WORDS), np.float32, host=True)
+        self._slot = 0  # the host_in/host_out slot of the next step submitted
+        self._ahead = None  # the _Step submitted ahead (pipelined), not yet read back
+        self._settled = None  # the result of a step settle() completed, for the next train_step()
         self._isects_per_splat = 0.0
         for group in self.sizes.values():
             self._active = group
@@ -323,6 +363,7 @@ class Trainer:
 
     def reserve_views(self, n: int):
         """Room for ``n`` splats in every image size's rasterizer."""
+        self.settle()
         for group in self.sizes.values():
             group.raster.reserve(n)
 
@@ -350,25 +391,32 @@ class Trainer:
         self._isects_per_splat = max(self._isects_per_splat, most / max(self.model.n, 1))
         self.raster.reserve(self.model.n, most, isect_room=int(most * ISECT_HEADROOM))
 
-    def _sequence(self, sh_degree: int):
-        group = self._active
-        key = (self.model.n, sh_degree, group.raster.isect_capacity, self._distortion_on())
-        old_key, seq = group.seqs.get(group.chunk, (None, None))
+    def _sequence(self, st):
+        """The recorded step for ``st`` (a :class:`_Step`): its image size and
+        chunk, its SH degree, its host_in/host_out slot."""
+        group = self._active = st.group
+        group.chunk = st.chunk
+        distortion = self._distortion_on(st.k)
+        key = (self.model.n, st.sh_degree, group.raster.isect_capacity, distortion)
+        old_key, seq = group.seqs.get((st.chunk, st.slot), (None, None))
         if seq is None or old_key != key or seq.stale:
-            seq = self._record(sh_degree)
-            group.seqs[group.chunk] = (key, seq)
+            seq = self._record(st.sh_degree, distortion, st.slot)
+            group.seqs[(st.chunk, st.slot)] = (key, seq)
         return seq
 
-    def _distortion_on(self) -> bool:
-        """The depth distortion is in this step's loss (--geometry, from distortion_from on)."""
-        return self.cfg.distortion_weight > 0 and self.step >= self.cfg.distortion_from
+    def _distortion_on(self, k: int | None = None) -> bool:
+        """The depth distortion is in the loss of step ``k`` (0-based; default:
+        the next) (--geometry, from distortion_from on)."""
+        k = self.step if k is None else k
+        return self.cfg.distortion_weight > 0 and k >= self.cfg.distortion_from
 
-    def _record(self, sh_degree: int):
+    def _record(self, sh_degree: int, distortion: bool, slot: int):
         dev, raster, cfg = self.device, self.raster, self.cfg
-        distortion = self._distortion_on()
         rec = dev.recorder("train.step")
-        rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_WORDS)
-        rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=4 * STEP_PARAMS_WORDS)
+        src = 4 * HOST_IN_WORDS * slot
+        # prev_isects is the GPU's (shaders/include/step_params.glsl): the host's copy stops before it
+        rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_HOST_WORDS, src_offset=src)
+        rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=src + 4 * STEP_PARAMS_WORDS)
         raster.record_project(rec, self.model.params, sh_degree)
         raster.record_raster(rec)
         self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
@@ -389,10 +437,12 @@ class Trainer:
             absgrad=cfg.absgrad,
             depth_grad=distortion,
         )
-        rec.copy(self.loss.loss_out, self.host_out, nbytes=16)
-        rec.copy(
-            raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=4 * raster.total_offset, dst_offset=16
-        )
+        dst = 4 * HOST_OUT_WORDS * slot
+        count = 4 * raster.total_offset
+        rec.copy(self.loss.loss_out, self.host_out, nbytes=16, dst_offset=dst)
+        rec.copy(raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=count, dst_offset=dst + 16)
+        # the count for the next step's fpbo, which may run before the host has read this one's
+        rec.copy(raster.offsets_scan.scratch, self.params, nbytes=4, src_offset=count, dst_offset=4 * PREV_ISECTS_WORD)
         return rec.finish()
 
     def _next_image(self) -> int:
@@ -400,18 +450,22 @@ class Trainer:
             self._order = list(self.rng.permutation(len(self.viewmats)))
         return int(self._order.pop())
 
-    def _write_params(self, image: int, sh_degree: int):
-        cfg = self.cfg
-        t = self.step + 1
-        lr = learning_rates(cfg, self.step, self.extent)
+    def _write_params(self, st, prev_capacity: int):
+        """Step ``st``'s StepParams and camera into its host_in slot.
+        ``prev_capacity``: the intersection capacity of the step before it on
+        the GPU when that one is still unread (fpbo skips this step if it
+        overflowed), else NO_GUARD."""
+        cfg, group = self.cfg, st.group
+        t = st.k + 1
+        lr = learning_rates(cfg, st.k, self.extent)
         p = step_params(
             step=t,
             seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF,
             n_views=1,
             n_splats=self.model.n,
-            image_index=[self._active.local[image][1]] + [0] * 7,
-            masked_pixels=self._active.masked[image][0],
-            masked_valid=self._active.masked[image][1],
+            image_index=[group.local[st.image][1]] + [0] * 7,
+            masked_pixels=group.masked[st.image][0],
+            masked_valid=group.masked[st.image][1],
             lr_means=lr.means,
             lr_quats=lr.quats,
             lr_scales=lr.scales,
@@ -428,40 +482,101 @@ class Trainer:
             opacity_reg=cfg.opacity_reg,
             scale_reg=cfg.scale_reg,
             noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
-            grad_norm_scale_x=self.width / 2.0,
-            grad_norm_scale_y=self.height / 2.0,
+            grad_norm_scale_x=group.width / 2.0,
+            grad_norm_scale_y=group.height / 2.0,
+            prev_capacity=prev_capacity,
         )
-        view = self.host_in.host_view()
+        view = self.host_in.host_view()[st.slot]
         view[:STEP_PARAMS_WORDS] = np.frombuffer(p.tobytes(), np.uint32)
         cam = np.zeros(20, np.float32)
-        cam[:16] = self.viewmats[image].reshape(-1)
-        K = self.Ks[image]
+        cam[:16] = self.viewmats[st.image].reshape(-1)
+        K = self.Ks[st.image]
         cam[16:] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
         view[STEP_PARAMS_WORDS:] = cam.view(np.uint32)
 
-    def train_step(self) -> dict:
+    def _new_step(self, k: int):
+        """Step ``k`` (0-based): its image (the next of the shuffled order), size
+        group, chunk and SH degree, and a host_in/host_out slot."""
+        image = self._next_image()
+        group = self._size_of_image[image]
+        st = _Step(k, image, group, group.local[image][0], sh_degree_at(self.cfg, k), self._slot)
+        self._slot = (self._slot + 1) % SLOTS
+        return st
+
+    def _submit(self, st, prev=None):
+        """Record (if needed), write and submit step ``st``; ``prev``: the step
+        submitted before it and not yet read back (None: known whole)."""
+        st.seq = self._sequence(st)
+        st.capacity = st.group.raster.isect_capacity
+        self._write_params(st, NO_GUARD if prev is None else prev.capacity)
+        st.seq.run_async()
+        st.submitted = True
+
+    def _may_run_ahead(self, k: int) -> bool:
+        """Whether step ``k + 1`` may be submitted before step ``k``'s results
+        are read: nothing after step ``k`` needs the host (densification,
+        opacity reset, NaN injection)."""
+        cfg = self.cfg
+        if not cfg.pipeline_steps or self.strategy.due(k):
+            return False
+        return not (cfg.inject_nan_every and (k + 1) % cfg.inject_nan_every == 0)
+
+    def train_step(self, ahead: bool = False) -> dict:
         """One optimization step (re-run after growing the intersection
         buffers if they overflowed), then the strategy's densification.
         Returns loss, l1, ssim, mse, the intersection count and the splat
-        count after the step."""
-        sh_degree = sh_degree_at(self.cfg, self.step)
-        image = self._next_image()
-        self._active = self._size_of_image[image]
-        self._active.chunk = self._active.local[image][0]
-        while True:
-            self._write_params(image, sh_degree)
-            self._sequence(sh_degree).run()
-            out = self.host_out.host_view()
-            n_isects = int(out[4:5].view(np.uint32)[0])
-            if n_isects <= self.raster.isect_capacity:
-                break
-            # fpbo left the splats unchanged: grow and run this step again
-            self.raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
+        count after the step.
+
+        ``ahead``: the caller will call train_step again without touching the
+        trainer's GPU state in between (anything that does calls
+        :meth:`settle` first), so the next step may be submitted before this
+        one's results are read (with ``TrainConfig.pipeline_steps``).
+
+        The intersection overflow with a step in flight: a step whose count
+        passes the capacity changes nothing (fpbo), and neither does the step
+        submitted after it, since its fpbo compares the count the first one
+        left in ``params.prev_isects`` with the capacity the host wrote into
+        its ``prev_capacity``. The host then grows the buffers, runs the first
+        again and submits the second again on the next call: both steps run
+        as in the synchronous loop, and no capacity has to be guessed ahead."""
+        if self._settled is not None:
+            out, self._settled = self._settled, None
+            return out
+        return self._run_step(ahead)
+
+    def _run_step(self, ahead: bool) -> dict:
+        st = self._ahead
+        self._ahead = None
+        if st is None:
+            st = self._new_step(self.step)
+        if not st.submitted:
+            self._submit(st)
+        nxt = None
+        if ahead and self._may_run_ahead(st.k):
+            nxt = self._new_step(st.k + 1)
+            self._submit(nxt, prev=st)
+        st.seq.wait()
+        raster = st.group.raster
+        out = self.host_out.host_view()[st.slot].copy()
+        n_isects = int(out[4:5].view(np.uint32)[0])
+        if n_isects > raster.isect_capacity:
+            if nxt is not None:
+                nxt.seq.wait()  # it changed nothing either (prev_isects > prev_capacity)
+                nxt.submitted = False
+            while n_isects > raster.isect_capacity:
+                # fpbo left the splats unchanged: grow and run this step again
+                raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
+                self._submit(st)
+                st.seq.wait()
+                out = self.host_out.host_view()[st.slot].copy()
+                n_isects = int(out[4:5].view(np.uint32)[0])
+        self._ahead = nxt
+        self._active = st.group
         self.step += 1  # counted before growing: out of memory there leaves a whole step to checkpoint
-        if n_isects > 0.9 * self.raster.isect_capacity:
-            self.raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
-        elif n_isects > self.raster.isect_keys.shape[0]:
-            self.raster.reserve(self.model.n, n_isects)  # the live need: the most a view has needed
+        if n_isects > 0.9 * raster.isect_capacity:
+            raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
+        elif n_isects > raster.isect_keys.shape[0]:
+            raster.reserve(self.model.n, n_isects)  # the live need: the most a view has needed
         changes = self.strategy.step_post_backward(
             self.model,
             self.stats,
@@ -481,6 +596,13 @@ class Trainer:
             n_isects=n_isects,
             n_splats=self.model.n,
         )
+
+    def settle(self):
+        """Complete the step in flight, if one is (``train_step(ahead=True)``):
+        it counts in ``step`` and the next :meth:`train_step` returns its
+        results. Afterwards the GPU state is that of ``step`` whole steps."""
+        if self._ahead is not None and self._settled is None:
+            self._settled = self._run_step(False)
 
     def inject_nan(self) -> tuple:
         """Testing aid (``inject_nan_every``): NaN into one parameter (means,
@@ -522,6 +644,7 @@ class Trainer:
         """One image [H,W,3] float32 of the current splats (background
         composited) from a dataset camera (world->camera ``viewmat``, ``K``),
         ``size`` (width, height) pixels (default: the training images')."""
+        self.settle()
         deg = self.cfg.sh_degree if sh_degree is None else sh_degree
         raster = self._raster_for(*size) if size is not None else self.raster
         raster.set_cameras(self.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
@@ -530,6 +653,7 @@ class Trainer:
 
     def evaluate(self, indices=None) -> dict:
         """PSNR and SSIM of every test image (clamped to [0, 1])."""
+        self.settle()
         from spirula.train.metrics import psnr, ssim
 
         indices = self.scene.test if indices is None else indices
@@ -545,11 +669,13 @@ class Trainer:
     def splat_arrays(self) -> dict:
         """Current raw parameters in dataset coordinates, as numpy: means, quats,
         scales (log), opacities (logit), sh."""
+        self.settle()
         return self.world.to_dataset(self.model.download()["params"])
 
     # -- checkpoints ----------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything --resume needs, as numpy arrays and plain values."""
+        self.settle()
         state = self.model.download()
         return dict(
             step=self.step,
@@ -563,6 +689,8 @@ class Trainer:
         )
 
     def load_state_dict(self, state: dict):
+        self.device.sync()
+        self._ahead = self._settled = None  # what was in flight is replaced
         model = state["model"]
         self.model.set_count(len(model["params"]["means"]))
         self.model.upload(model["params"], {"exp_avg": model["exp_avg"], "exp_avg_sq": model["exp_avg_sq"]})
@@ -577,6 +705,8 @@ class Trainer:
             group.seqs.clear()
 
     def free(self):
+        self.device.sync()
+        self._ahead = self._settled = None
         self.model.free()
         self.strategy.free(self.device)
         for group in self.sizes.values():
