@@ -5,6 +5,7 @@ import pytest
 
 from spirula.render.sort import RadixSort, digit_widths
 
+
 # keys that need 1 (bits 1, 6, 8), 2 (12, 16), 3 (20, 24) and 4 (32) passes
 @pytest.mark.parametrize(
     "n,bits",
