@@ -143,5 +143,6 @@ def test_raster_bench(benchmark, profiled_device, bench_opts, bwd_reduce):
     fwdbwd.run()
     print(prof.kernel_report())
     benchmark.pedantic(fwdbwd.run, rounds=3, iterations=1)
-    for b in (raster, splats, grads):  # --bench-bwd-reduce runs this test again
-        b.free() if b is raster else b.free(device)
+    raster.free()  # --bench-bwd-reduce runs this test again
+    splats.free(device)
+    grads.free(device)
