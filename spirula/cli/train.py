@@ -220,19 +220,21 @@ def train(
         from spirula.runtime.buffers import parse_size
 
         parse_size(explicit["vram_budget"], "--vram-budget ")  # a bad SIZE: one line, exit status 2
-    if resume is not None:
-        # a resumed run keeps its own configuration; options given now override it
-        saved = _saved_config(resume)
-        dataset = dataset or Path(saved["dataset"])
-        cfg = TrainConfig.from_dict({**saved, **explicit})
-    else:
-        if dataset is None:
+    try:  # a setting TrainConfig refuses (--set strategy=bad): one line, exit status 2
+        if resume is not None:
+            # a resumed run keeps its own configuration; options given now override it
+            saved = _saved_config(resume)
+            dataset = dataset or Path(saved["dataset"])
+            cfg = TrainConfig.from_dict({**saved, **explicit})
+        elif dataset is None:
             from spirula.data.demo import ensure_demo_scene
 
             dataset = ensure_demo_scene(log=_log)
             cfg = TrainConfig.demo(**explicit)
         else:
             cfg = TrainConfig(**explicit)
+    except ValueError as exc:
+        raise SpirulaError("spirula train: %s" % exc) from None
     dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run)
     if dataset is None:
         return
