@@ -3,12 +3,13 @@ time on one GPU (quality does not depend on the runs' speed, so they share it).
 
     python benchmarks/quality_sweep.py DATASET --seeds 0-4 --parallel 3 \\
         --config defaults --config "gsplat_rates:mcmc_keep_moments=true,lr_opacities=0.05" \\
-        [--gsplat .device/gsplat_train.py] [--json OUT.json]
+        [--gsplat .device/gsplat_train.py] [--strategy adc] [--json OUT.json]
 
-Each run is `spirula train DATASET --iterations 3000 --cap-max 1000000
---background black --seed S --set KEY=VALUE ...` (the training benchmark of
-docs/performance.md); a config is NAME or NAME:KEY=VALUE,KEY=VALUE. With
---gsplat, the peer trainer runs the same seeds (42 + S) as config "gsplat".
+Each run is `spirula train DATASET --iterations 3000 --strategy mcmc --cap-max
+1000000 --background black --seed S --set KEY=VALUE ...` (the training
+benchmark of docs/performance.md); a config is NAME or NAME:KEY=VALUE,KEY=VALUE.
+With --gsplat, the peer trainer runs the same seeds (42 + S) with the same
+strategy (gsplat's MCMCStrategy, or DefaultStrategy for adc) as config "gsplat".
 Prints a line per run as it ends (PSNR, SSIM, splats relocated, the fewest
 relocated by one refinement in the run's second half, which is 0 when
 relocation stalled, and non-finite splats), then per config the mean,
@@ -46,6 +47,8 @@ def spirula_command(args, sets, seed, out):
         args.dataset,
         "--iterations",
         str(args.iterations),
+        "--strategy",
+        args.strategy,
         "--cap-max",
         str(args.cap_max),
         "--background",
@@ -69,7 +72,7 @@ def gsplat_command(args, seed, out):
         "--data",
         args.dataset,
         "--strategy",
-        "mcmc",
+        args.strategy,
         "--cap-max",
         str(args.cap_max),
         "--steps",
@@ -100,18 +103,23 @@ def summarize(name, seed, out, rc, seconds):
     return row
 
 
-def main():
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dataset")
     ap.add_argument("--config", action="append", default=[], help="NAME or NAME:KEY=VALUE,KEY=VALUE")
     ap.add_argument("--seeds", default="0-4", help="e.g. 0-4 or 0,2,5")
     ap.add_argument("--iterations", type=int, default=3000)
-    ap.add_argument("--cap-max", type=int, default=1_000_000)
+    ap.add_argument("--strategy", choices=["mcmc", "adc"], default="mcmc", help="both trainers' densification")
+    ap.add_argument("--cap-max", type=int, default=1_000_000, help="MCMC's budget (ADC ignores it)")
     ap.add_argument("--parallel", type=int, default=3, help="runs at a time")
     ap.add_argument("--gsplat", default=None, help="gsplat_train.py: also run the peer")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/quality_sweep"))
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main():
+    args = parse_args()
     seeds = parse_seeds(args.seeds)
     configs = [parse_config(c) for c in args.config or ["defaults"]]
     # seed-major order: a sweep cut short still has every config at the first seeds
@@ -151,19 +159,30 @@ def main():
     names = (["gsplat"] if args.gsplat else []) + [n for n, _ in configs]
     table = {}
     for name in names:
-        psnr = [r["psnr"] for r in rows if r["config"] == name and r.get("psnr") is not None]
-        if not psnr:
+        done = [r for r in rows if r["config"] == name and r.get("psnr") is not None]
+        if not done:
             continue
+        psnr = [r["psnr"] for r in done]
+        splats = [r["n_splats"] for r in done if r.get("n_splats") is not None]
         table[name] = dict(
             runs=len(psnr),
             mean=statistics.mean(psnr),
             std=statistics.stdev(psnr) if len(psnr) > 1 else 0.0,
             min=min(psnr),
             max=max(psnr),
+            splats_mean=statistics.mean(splats) if splats else None,
         )
         print(
-            "[sweep] %-24s %d runs  PSNR mean %.3f  std %.3f  range %.2f-%.2f"
-            % (name, len(psnr), table[name]["mean"], table[name]["std"], min(psnr), max(psnr)),
+            "[sweep] %-24s %d runs  PSNR mean %.3f  std %.3f  range %.2f-%.2f  splats mean %s"
+            % (
+                name,
+                len(psnr),
+                table[name]["mean"],
+                table[name]["std"],
+                min(psnr),
+                max(psnr),
+                "%.0f" % table[name]["splats_mean"] if splats else "-",
+            ),
             flush=True,
         )
     if args.json:

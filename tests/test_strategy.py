@@ -62,6 +62,7 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
         refine_start=2,
         refine_every=3,
         reset_every=6,
+        opacity_reset=True,
         grow_grad2d=1e-7,
     )
     assert list(inspect.signature(type(strategies.make(cfg))).parameters) == ["cfg"]
@@ -407,8 +408,12 @@ def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
     trainer.free()
 
 
-def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch):
-    """step_post_backward(..., s, ...) with the 0-based index of the step just done, as gsplat."""
+@pytest.mark.parametrize("opacity_reset", [False, True], ids=["default", "opacity-reset"])
+def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch, opacity_reset):
+    """step_post_backward(..., s, ...) with the 0-based index of the step just done, as gsplat.
+    By default no opacity reset ever runs, as in gsplat 1.5.3's DefaultStrategy: its test
+    `step % reset_every == 0 & step > 0` parses as the chain `step % reset_every == (0 & step) > 0`,
+    whose second link is `0 > 0`; with opacity_reset (3DGS), every reset_every steps."""
     from spirula.train import strategy as strategies
 
     calls = []
@@ -420,19 +425,27 @@ def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch
     monkeypatch.setattr(strategies.ADC, "refine", refine)
     monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self, model, device: calls.append(("reset",)))
     cfg = TrainConfig(
-        compact=False, strategy="adc", sh_degree=1, refine_start=5, refine_every=5, reset_every=15, refine_stop=31
+        compact=False,
+        strategy="adc",
+        sh_degree=1,
+        refine_start=5,
+        refine_every=5,
+        reset_every=15,
+        refine_stop=31,
+        opacity_reset=opacity_reset,
     )
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     for s in range(40):
         trainer.strategy.step_post_backward(trainer.model, trainer.stats, s, trainer.extent, device)
+    reset = [("reset",)] if opacity_reset else []
     assert calls == [
         ("refine", 10),
         ("refine", 15),
-        ("reset",),
+        *reset,
         ("refine", 20),
         ("refine", 25),
         ("refine", 30),
-        ("reset",),
+        *reset,
     ]
     trainer.free()
 

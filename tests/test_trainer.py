@@ -323,6 +323,7 @@ def test_checkpoint_resumes_bit_identical(device, scene, tmp_path, strategy):
         refine_start=4,
         refine_every=5,
         reset_every=10,
+        opacity_reset=True,  # (ADC) a reset before the checkpoint too
         grow_grad2d=1e-6,
     )
     a = Trainer(scene, cfg, device)

@@ -99,8 +99,12 @@ class TrainConfig:
     # ADC
     grow_grad2d: float = 0.0002
     grow_scale3d: float = 0.01  # x extent: smaller splats are cloned, larger split
-    prune_scale3d: float = 0.1  # x extent: larger splats are pruned (after the first reset)
-    reset_every: int = 3000
+    prune_scale3d: float = 0.1  # x extent: larger splats are pruned (after step reset_every)
+    reset_every: int = 3000  # the opacity reset's period; oversized splats are pruned past it
+    # cap every opacity at 2 x min_opacity every reset_every steps (3DGS). Off, as gsplat 1.5.3's
+    # DefaultStrategy, whose reset never runs (`step % reset_every == 0 & step > 0` chains to
+    # `0 > 0`); docs/performance.md, "ADC against gsplat"
+    opacity_reset: bool = False
     absgrad: bool = False
     # data
     downscale: int | None = None

@@ -11,7 +11,8 @@ Policy lives here (when to refine, how many splats); the work is done by the
   the image is unchanged. Position noise is applied every step by ``fpbo``.
 - :class:`ADC` (Kerbl et al. 2023, as gsplat's ``DefaultStrategy``): clone
   small and split large splats with a high screen-space gradient, prune
-  transparent and oversized ones, reset opacities every ``reset_every`` steps.
+  transparent and oversized ones; with ``opacity_reset`` (off, as gsplat
+  1.5.3, whose reset never runs), reset opacities every ``reset_every`` steps.
 
 Data flows down, as in gsplat's ``strategy.step_post_backward(params,
 optimizers, state, step, info)``: after each step the trainer hands
@@ -359,17 +360,20 @@ class ADC(Strategy):
 
     stopped = False  # growth stopped at the limit (said once)
 
-    def due(self, step: int) -> bool:
+    def reset_due(self, step: int) -> bool:
+        """Whether the opacity reset runs after step ``step`` (``opacity_reset`` on)."""
         c = self.cfg
-        return self.refine_due(step) or (step % c.reset_every == 0 and 0 < step < c.refine_stop)
+        return c.opacity_reset and step % c.reset_every == 0 and 0 < step < c.refine_stop
+
+    def due(self, step: int) -> bool:
+        return self.refine_due(step) or self.reset_due(step)
 
     def step_post_backward(self, model, stats, step: int, extent: float, device):
-        c = self.cfg
         changes = None
         if self.refine_due(step):
             changes = self.refine(model, stats, step, extent, device)
             model = changes.model
-        if step % c.reset_every == 0 and 0 < step < c.refine_stop:
+        if self.reset_due(step):
             reset = self.reset_opacity(model, device)
             if changes is None:
                 changes = reset
