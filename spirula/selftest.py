@@ -386,7 +386,8 @@ def gpu_fpbo_step(dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_
     raster.record_project(rec, model.params, sh_degree)
     raster.record_raster(rec)
     raster.record_raster_backward(rec)
-    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=adc_stats)
+    flatten = reg.get("flatten_reg", 0.0) > 0
+    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=adc_stats, flatten=flatten)
     rec.finish().run()
     visible = (dev.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)
     count = dev.readback(stats[1])

@@ -1056,6 +1056,7 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         adam_eps=1e-15,
         opacity_reg=0.01,
         scale_reg=0.02,
+        flatten_reg=5.0 if views == 2 else 0.0,  # the two-view cases also flatten (FLATTEN below)
         noise_scale=noise_scale,
         grad_norm_scale_x=s["width"] / 2.0,
         grad_norm_scale_y=s["height"] / 2.0,
@@ -1087,6 +1088,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             N_VIEWS=views,
             ABSGRAD=int(absgrad),
             DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
+            FLATTEN=int(views == 2),  # and the flattening regularizer's
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )

@@ -7,7 +7,7 @@
 
 namespace spirula {
 #include "step_params.glsl"
-static_assert(sizeof(StepParams) == 128, "StepParams is 128 bytes (std430)");
+static_assert(sizeof(StepParams) == 132, "StepParams is 132 bytes (std430)");
 }  // namespace spirula
 
 #endif

@@ -37,6 +37,7 @@ struct StepParams {
     // the views: all of them, and those at "valid" SSIM positions (0: no mask)
     uint masked_pixels;
     uint masked_valid;
+    float flatten_reg;  // + flatten_reg * mean(min_k exp(log_scale_k)): --geometry's flattening
 };
 
 // The dataset image of view v (a macro: the CUDA kernels pass *params, and no

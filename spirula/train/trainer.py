@@ -388,6 +388,7 @@ class Trainer:
             adc_stats=cfg.strategy == "adc",
             absgrad=cfg.absgrad,
             depth_grad=distortion,
+            flatten=cfg.flatten_weight > 0,
         )
         rec.copy(self.loss.loss_out, self.host_out, nbytes=16)
         rec.copy(
@@ -427,6 +428,7 @@ class Trainer:
             ssim_weight=cfg.ssim_weight,
             opacity_reg=cfg.opacity_reg,
             scale_reg=cfg.scale_reg,
+            flatten_reg=cfg.flatten_weight,
             noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
             grad_norm_scale_x=self.width / 2.0,
             grad_norm_scale_y=self.height / 2.0,
