@@ -1799,3 +1799,15 @@ def test_pack_rgba8_matches(backends):
     outs = [o["packed"] for o in outs]
     assert np.array_equal(outs[0], pack_rgba8(rgb))
     assert np.array_equal(outs[1], outs[0])
+
+
+def test_normal_consistency_matches(backends):
+    """normal_consistency_fwd/bwd (--geometry) on both backends: each within 2e-5 of its
+    output's largest of the float64 reference (tests/test_normals.py says why), so within
+    4e-5 of each other."""
+    from test_normals import _case, run_normal_consistency
+
+    N, d, a, Ks, g = _case(C=2, H=21, W=19, seed=5)
+    vk, cu = (run_normal_consistency(dev, N, d, a, Ks, g) for dev in backends)
+    for got, want, what in zip(cu, vk, ("loss", "grad_normals", "grad_depths")):
+        assert_near(got, want, 4e-5 * np.abs(want).max(), 0.0, what)
