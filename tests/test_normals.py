@@ -8,27 +8,12 @@ from test_cuda_parity import run_kernel
 from spirula.reference.normals import (
     depth_normals,
     normal_consistency_bwd,
+    normal_consistency_case,
     normal_consistency_fwd,
     splat_normals,
 )
 
-
-def _case(C=2, H=13, W=17, seed=0):
-    """A smooth depth surface (tilted plane + a bump, camera z 1.5..2.5) with two holes
-    (depth 0), random rendered normals of length ~alpha, alphas in [0.2, 1], cotangents."""
-    rng = np.random.default_rng(seed)
-    Ks = np.array([[[30.0, 0, W / 2 + 0.3], [0, 28.0, H / 2 - 0.2], [0, 0, 1]]] * C)
-    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
-    d = np.stack(
-        [2.0 + 0.03 * (c + 1) * (u - W / 2) - 0.02 * (v - H / 2) + 0.1 * np.sin(0.5 * u + c) for c in range(C)]
-    )
-    d[0, 5, 7] = 0.0
-    d[-1, 9 % H, 3] = 0.0
-    a = rng.uniform(0.2, 1.0, (C, H, W))
-    N = rng.standard_normal((C, H, W, 3))
-    N *= (a / np.linalg.norm(N, axis=-1))[..., None]
-    g = rng.standard_normal((C, H, W))
-    return N, d, a, Ks, g
+_case = normal_consistency_case
 
 
 def test_depth_normal_of_a_plane_is_its_normal_towards_the_camera():

@@ -114,3 +114,26 @@ def normal_consistency_bwd(normals, depths, alphas, Ks, grad_loss):
     grad_d[:, 1:-1, 2:] += (ray[:, 1:-1, 2:] * gB).sum(-1)
     grad_d[:, 1:-1, :-2] -= (ray[:, 1:-1, :-2] * gB).sum(-1)
     return grad_n, grad_d
+
+
+def normal_consistency_case(C=2, H=13, W=17, seed=0):
+    """Inputs of the kernels' tests and selftest, float64 values exact in float32:
+    (normals [C,H,W,3], depths [C,H,W], alphas [C,H,W], Ks [C,3,3], grad_loss [C,H,W]).
+    A smooth depth surface (tilted plane + a bump, camera z 1.5..2.5) with two holes (depth
+    0), random rendered normals of length alpha, alphas in [0.2, 1], normal cotangents."""
+    rng = np.random.default_rng(seed)
+    Ks = np.array([[[30.0, 0, W / 2 + 0.3], [0, 28.0, H / 2 - 0.2], [0, 0, 1]]] * C)
+    v, u = np.mgrid[0:H, 0:W].astype(np.float64)
+    d = np.stack(
+        [2.0 + 0.03 * (c + 1) * (u - W / 2) - 0.02 * (v - H / 2) + 0.1 * np.sin(0.5 * u + c) for c in range(C)]
+    )
+    d[0, 5 % H, 7 % W] = 0.0
+    d[-1, 9 % H, 3] = 0.0
+    a = rng.uniform(0.2, 1.0, (C, H, W))
+    N = rng.standard_normal((C, H, W, 3))
+    N *= (a / np.linalg.norm(N, axis=-1))[..., None]
+    g = rng.standard_normal((C, H, W))
+    return tuple(x.astype(np.float32).astype(np.float64) for x in (N, d, a)) + (
+        Ks,
+        g.astype(np.float32).astype(np.float64),
+    )
