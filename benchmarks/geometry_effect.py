@@ -1,8 +1,10 @@
 """What --geometry changes: train the synthetic sphere scene (tests/geometry_cases.py: a
 textured unit sphere, seed points scattered through a ball) with and without the geometry
 regularizers, mesh each result (fuse_splats + marching cubes) and print, per run: test PSNR,
-the mean depth distortion and median-depth error over the training views, and the Chamfer
-distance of the mesh to the true sphere.
+the mean depth distortion and median-depth error over the training views, the splats'
+flatness (mean smallest / middle scale) and the Chamfer distance of the mesh to the true
+sphere. Runs: plain, each term alone (the depth distortion of --geometry; the flattening at
+--flatten-weight), and both (--runs picks some).
 
     python benchmarks/geometry_effect.py --backend cuda --iterations 7000 --size 512 --views 64
     python benchmarks/geometry_effect.py --iterations 300            # lavapipe: a few minutes
@@ -23,6 +25,16 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+# the runs: TrainConfig fields (flatten_weight None: --flatten-weight). The normal consistency
+# (spirula/reference/normals.py, kernels normal_consistency_fwd/bwd) joins when the trainer has it.
+RUNS = {
+    "plain": {},
+    "distortion": dict(geometry=True),
+    "flatten": dict(flatten_weight=None),
+    "distortion+flatten": dict(geometry=True, flatten_weight=None),
+}
 
 
 def _sigmoid(x):
@@ -94,7 +106,9 @@ def main():
     ap.add_argument("--views", type=int, default=24)
     ap.add_argument("--size", type=int, default=64, help="image width (height 3/4 of it)")
     ap.add_argument("--resolution", type=int, default=96, help="TSDF voxels along the longest axis")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], help="TrainConfig KEY=VALUE (both runs)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], help="TrainConfig KEY=VALUE (every run)")
+    ap.add_argument("--flatten-weight", type=float, default=1.0, help="flatten_weight of the flattening runs")
+    ap.add_argument("--runs", default=",".join(RUNS), help="comma-separated of: " + ", ".join(RUNS))
     a = ap.parse_args()
     import json
 
@@ -110,8 +124,11 @@ def main():
     write_sphere_scene(root, n_cams=a.views, width=a.size, height=a.size * 3 // 4, focal=a.size * 60 / 64)
     scene = load_dataset(root)
     extra = {k: json.loads(v) for k, v in (o.split("=", 1) for o in a.overrides)}
-    for geometry in (False, True):
-        cfg = TrainConfig(iterations=a.iterations, sh_degree=0, geometry=geometry, **extra)
+    for run in a.runs.split(","):
+        fields = dict(RUNS[run], **extra)
+        if "flatten_weight" in fields and fields["flatten_weight"] is None:
+            fields["flatten_weight"] = a.flatten_weight
+        cfg = TrainConfig(iterations=a.iterations, sh_degree=0, **fields)
         trainer = Trainer(scene, cfg, dev)
         t = time.perf_counter()
         for _ in range(a.iterations):
@@ -121,12 +138,14 @@ def main():
         splats = trainer.splat_arrays()
         distort, med_err = depth_stats(dev, splats, scene, [scene.frames[i] for i in scene.train])
         chamfer, nverts = mesh_chamfer(dev, splats, scene, a.resolution)
+        s = np.sort(np.exp(splats["scales"]), axis=1)
+        flat = float((s[:, 0] / s[:, 1]).mean())
         print(
-            "geometry %-5s distortion_weight %g: %d steps %.1f s, %d splats, test PSNR %.2f dB,"
-            " distortion %.4f, median depth error %.4f, Chamfer %.4f (%d vertices)"
+            "%-18s distortion_weight %g flatten_weight %g: %d steps %.1f s, %d splats, test PSNR %.2f dB,"
+            " distortion %.4f, median depth error %.4f, min/mid scale %.3f, Chamfer %.4f (%d vertices)"
             % (
-                (geometry, cfg.distortion_weight, a.iterations, dt, trainer.model.n, psnr, distort, med_err)
-                + (chamfer, nverts)
+                (run, cfg.distortion_weight, cfg.flatten_weight, a.iterations, dt, trainer.model.n, psnr, distort)
+                + (med_err, flat, chamfer, nverts)
             ),
             flush=True,
         )

@@ -1,7 +1,7 @@
 // fpbo: fused projection backward + optimizer. Twin of shaders/fpbo.comp.
 // One thread per splat: sums the gradients of its projections in every view
 // (the maths of projection_bwd), adds the regularizers, applies Adam to every
-// attribute in place, then (MCMC_NOISE) perturbs the position with
+// attribute in place (FLATTEN: plus the flattening regularizer's), then (MCMC_NOISE) perturbs the position with
 // opacity-gated noise shaped by its covariance and (ADC_STATS) accumulates
 // its screen-space gradient norm for density control (with ABSGRAD, the norm
 // of the per-pixel absolute gradient sums). Stored attributes are
@@ -133,6 +133,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     float n_splats = float(max(params->n_splats, 1u));
     // through the activations, plus the regularizers' gradients
     g_scale = g_scale * scale + params->scale_reg / (3.0f * n_splats) * scale;
+    if (sp.FLATTEN) {  // flatten_reg * mean(min_k scale_k): at the first smallest axis
+        int k_min = scale.y < scale.x ? 1 : 0;
+        k_min = scale.z < scale[k_min] ? 2 : k_min;
+        g_scale[k_min] += params->flatten_reg / n_splats * scale[k_min];
+    }
     g_opacity = (g_opacity + params->opacity_reg / n_splats) * opacity * (1.0f - opacity);
 
     float b1 = params->beta1, b2 = params->beta2, c1 = params->bias1, c2 = params->bias2, eps = params->adam_eps;

@@ -27,6 +27,9 @@
 //                                                   the statistic then uses them (AbsGS, gsplat's absgrad)
 //   binding 26    grad_depth   [V*N]    f32  read   (DEPTH_GRAD) dL/d camera z (the depth distortion,
 //                                                   --geometry): adds R^T (0, 0, dL/dz) to dL/d mean
+// FLATTEN (spec): the flattening regularizer flatten_reg * mean over splats of min_k scale_k
+// (StepParams, --geometry): each splat's thinnest axis pushed towards 0, a disc on the surface.
+// d/d log_scale_k = flatten_reg / n * scale_k at the smallest k (the first of equal ones), else 0.
 #extension GL_GOOGLE_include_directive : require
 #include "atomics.glsl"
 #extension GL_EXT_control_flow_attributes : require
@@ -73,6 +76,7 @@ layout(constant_id = 3) const bool ADC_STATS = false;
 layout(constant_id = 4) const uint N_VIEWS = 1;
 layout(constant_id = 5) const bool ABSGRAD = false;
 layout(constant_id = 6) const bool DEPTH_GRAD = false;
+layout(constant_id = 7) const bool FLATTEN = false;
 
 layout(std430, binding = 0) restrict buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) restrict buffer QuatsBuf { vec4 quats[]; };
@@ -204,6 +208,11 @@ void main() {
     float n_splats = float(max(params.n_splats, 1u));
     // through the activations, plus the regularizers' gradients
     g_scale = g_scale * scale + params.scale_reg / (3.0 * n_splats) * scale;
+    if (FLATTEN) {
+        uint k_min = scale.y < scale.x ? 1u : 0u;
+        k_min = scale.z < scale[k_min] ? 2u : k_min;
+        g_scale[k_min] += params.flatten_reg / n_splats * scale[k_min];
+    }
     g_opacity = (g_opacity + params.opacity_reg / n_splats) * opacity * (1.0 - opacity);
 
     float b1 = params.beta1, b2 = params.beta2, c1 = params.bias1, c2 = params.bias2, eps = params.adam_eps;

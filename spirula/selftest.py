@@ -386,7 +386,8 @@ def gpu_fpbo_step(dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_
     raster.record_project(rec, model.params, sh_degree)
     raster.record_raster(rec)
     raster.record_raster_backward(rec)
-    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=adc_stats)
+    flatten = reg.get("flatten_reg", 0.0) > 0
+    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=adc_stats, flatten=flatten)
     rec.finish().run()
     visible = (dev.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)
     count = dev.readback(stats[1])
@@ -684,6 +685,40 @@ def check_pack(dev):
     return [_exact("pack_rgba8", got, pack_rgba8(rgb))]
 
 
+def check_normal_consistency(dev):
+    """normal_consistency_fwd/bwd (--geometry) on a smooth depth surface with holes, against
+    the float64 reference (tests/test_normals.py: 2e-5 of each output's largest)."""
+    from spirula.reference.normals import normal_consistency_bwd, normal_consistency_case, normal_consistency_fwd
+    from spirula.train.normal_consistency import record_normal_consistency
+
+    N, d, a, Ks, g = normal_consistency_case()
+    C, H, W = d.shape
+    cams = np.zeros((C, 20), np.float32)
+    cams[:, :16] = np.eye(4).reshape(-1)
+    cams[:, 16:] = Ks[:, [0, 1, 0, 1], [0, 1, 2, 2]]
+    f32 = np.float32
+    arrays = dict(normals=N, depths=d, alphas=a, cameras=cams, grad_loss=g)
+    bufs = {k: dev.pool.alloc("selftest.nc." + k, v.shape, f32) for k, v in arrays.items()}
+    for k in ("out_loss", "grad_depths"):
+        bufs[k] = dev.pool.alloc("selftest.nc." + k, (C, H, W), f32)
+    bufs["grad_normals"] = dev.pool.alloc("selftest.nc.grad_normals", (C, H, W, 3), f32)
+    try:
+        for k, v in arrays.items():
+            dev.upload(bufs[k], v.astype(f32))
+        rec = dev.recorder("selftest.normal_consistency")
+        record_normal_consistency(rec, *(bufs[k] for k in ("normals", "depths", "alphas", "cameras")), W, H, C, **{
+            k: bufs[k] for k in ("out_loss", "grad_loss", "grad_normals", "grad_depths")
+        })  # fmt: skip
+        rec.finish().run()
+        got = [dev.readback(bufs[k]) for k in ("out_loss", "grad_normals", "grad_depths")]
+    finally:
+        for b in bufs.values():
+            dev.pool.free(b)
+    want = [normal_consistency_fwd(N, d, a, Ks), *normal_consistency_bwd(N, d, a, Ks, g)]
+    names = ("normal_consistency_fwd", "normal_consistency_bwd", "normal_consistency_bwd")
+    return [_within(n, x, w, 2e-5 * np.abs(w).max(), "2e-5 max|ref|") for n, x, w in zip(names, got, want)]
+
+
 CHECKS = (
     check_runtime,
     check_sort,
@@ -695,6 +730,7 @@ CHECKS = (
     check_adc,
     check_tsdf,
     check_pack,
+    check_normal_consistency,
 )
 
 

@@ -117,6 +117,7 @@ def test_generated_types_counts_and_variants_of_some_kernels():
         N_VIEWS="uint32_t",
         ABSGRAD="bool",
         DEPTH_GRAD="bool",
+        FLATTEN="bool",
     )
     assert "sp.MCMC_NOISE = L->spec[2] != 0u;" in h and "bool ABSGRAD = false;" in h
     v = h.index("namespace SH_VEC4 {")
@@ -182,10 +183,10 @@ int main() {
     SpirulaLaunch L{};
     L.n_buffers = 27u;
     for (int i = 0; i < 27; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
-    L.sizes[21] = 136u;                               // one StepParams
+    L.sizes[21] = 140u;                               // one StepParams
     L.n_push = 7u;
     L.push[4] = 0x3e99999au;                          // eps2d = 0.3f
-    L.n_spec = 7u;
+    L.n_spec = 8u;
     L.spec[0] = 3u; L.spec[1] = 16u; L.spec[2] = 1u; L.spec[4] = 2u;
     contract::Args a;
     contract::Push pc;
@@ -195,7 +196,7 @@ int main() {
                 sp.MCMC_NOISE, sp.ADC_STATS, sp.N_VIEWS);
     L.sizes[21] = 64u;                                // too small for a StepParams
     std::printf("params %d\n", contract::unpack(&L, a, pc, sp));
-    L.sizes[21] = 136u;
+    L.sizes[21] = 140u;
     L.sizes[1] = 40u;                                 // not whole float4s (quats)
     std::printf("quats %d\n", contract::unpack(&L, a, pc, sp));
     L.sizes[1] = 48u;

@@ -1063,6 +1063,7 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         adam_eps=1e-15,
         opacity_reg=0.01,
         scale_reg=0.02,
+        flatten_reg=5.0 if views == 2 else 0.0,  # the two-view cases also flatten (FLATTEN below)
         noise_scale=noise_scale,
         grad_norm_scale_x=s["width"] / 2.0,
         grad_norm_scale_y=s["height"] / 2.0,
@@ -1094,6 +1095,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             N_VIEWS=views,
             ABSGRAD=int(absgrad),
             DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
+            FLATTEN=int(views == 2),  # and the flattening regularizer's
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )
@@ -1804,3 +1806,15 @@ def test_pack_rgba8_matches(backends):
     outs = [o["packed"] for o in outs]
     assert np.array_equal(outs[0], pack_rgba8(rgb))
     assert np.array_equal(outs[1], outs[0])
+
+
+def test_normal_consistency_matches(backends):
+    """normal_consistency_fwd/bwd (--geometry) on both backends: each within 2e-5 of its
+    output's largest of the float64 reference (tests/test_normals.py says why), so within
+    4e-5 of each other."""
+    from test_normals import _case, run_normal_consistency
+
+    N, d, a, Ks, g = _case(C=2, H=21, W=19, seed=5)
+    vk, cu = (run_normal_consistency(dev, N, d, a, Ks, g) for dev in backends)
+    for got, want, what in zip(cu, vk, ("loss", "grad_normals", "grad_depths")):
+        assert_near(got, want, 4e-5 * np.abs(want).max(), 0.0, what)

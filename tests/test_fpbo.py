@@ -14,8 +14,13 @@ from spirula.train.model import SplatModel
 LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
 
 
-@pytest.mark.parametrize("sh_degree,step,views", [(0, 1, 1), (3, 7, 1), (2, 3, 2), (3, 2, 2)])
-def test_fpbo_matches_reference_update(device, sh_degree, step, views):
+@pytest.mark.parametrize(
+    "sh_degree,step,views,flatten_reg",
+    [(0, 1, 1, 0.0), (3, 7, 1, 0.0), (2, 3, 2, 0.0), (3, 2, 2, 0.0), (1, 3, 2, 40.0)],
+)
+def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_reg):
+    """flatten_reg > 0: with FLATTEN (--geometry's flattening, tests/test_geometry.py); 40 / 150
+    splats makes its gradient (0.27 x the smallest scale) of the order of the rendering's."""
     s = random_scene(n=150, cameras=views, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
     n, K = len(s["means"]), s["sh_coeffs"].shape[1]
@@ -37,7 +42,7 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views):
         np.abs(a, out=a)
     model = SplatModel(device, n, n, K)
     model.upload(raw, moments)
-    reg = dict(opacity_reg=0.01, scale_reg=0.02)
+    reg = dict(opacity_reg=0.01, scale_reg=0.02, flatten_reg=flatten_reg)
     gc, vis, count = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg)
     got = model.download()
 

@@ -74,12 +74,12 @@ def test_every_shared_file_is_compiled_for_cuda():
 def test_step_params_layout_comes_from_the_glsl_struct():
     from spirula.train.step_params import MAX_VIEWS, STEP_PARAMS_DTYPE, STEP_PARAMS_WORDS, step_params
 
-    assert STEP_PARAMS_DTYPE.itemsize == 136 and STEP_PARAMS_WORDS == 34 and MAX_VIEWS == 8
+    assert STEP_PARAMS_DTYPE.itemsize == 140 and STEP_PARAMS_WORDS == 35 and MAX_VIEWS == 8
     fields = STEP_PARAMS_DTYPE.fields
     assert fields["step"][1] == 0 and fields["n_splats"][1] == 12
     assert fields["image_index"][1] == 16 and fields["image_index"][0].shape == (8,)
-    assert fields["lr_means"][1] == 48 and fields["masked_valid"][1] == 124
-    assert fields["prev_capacity"][1] == 128 and fields["prev_isects"][1] == 132
+    assert fields["lr_means"][1] == 48 and fields["masked_valid"][1] == 124 and fields["flatten_reg"][1] == 128
+    assert fields["prev_capacity"][1] == 132 and fields["prev_isects"][1] == 136
     # every member of the GLSL struct, in order
     body = re.search(r"struct StepParams \{(.*?)\};", _code(INCLUDE / "step_params.glsl"), re.S).group(1)
     members = [re.match(r"\s*\w+\s+(\w+)", d).group(1) for d in body.split(";") if d.strip()]

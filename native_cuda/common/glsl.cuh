@@ -136,6 +136,9 @@ SPIRULA_FN mat3 outerProduct(vec3 c, vec3 r) { return mat3(c * r.x, c * r.y, c *
 
 SPIRULA_FN float inversesqrt(float x) { return rsqrtf(x); }
 SPIRULA_FN vec3 normalize(vec3 v) { return v * rsqrtf(dot(v, v)); }
+SPIRULA_FN vec3 cross(vec3 a, vec3 b) {
+    return vec3(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);
+}
 SPIRULA_FN float clamp(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
 SPIRULA_FN float glsl_clamp(float x, float lo, float hi) { return clamp(x, lo, hi); }
 SPIRULA_FN vec2 clamp(vec2 x, vec2 lo, vec2 hi) { return {clamp(x.x, lo.x, hi.x), clamp(x.y, lo.y, hi.y)}; }

@@ -7,7 +7,7 @@
 
 namespace spirula {
 #include "step_params.glsl"
-static_assert(sizeof(StepParams) == 136, "StepParams is 136 bytes (std430)");
+static_assert(sizeof(StepParams) == 140, "StepParams is 140 bytes (std430)");
 }  // namespace spirula
 
 #endif

@@ -37,6 +37,7 @@ struct StepParams {
     // the views: all of them, and those at "valid" SSIM positions (0: no mask)
     uint masked_pixels;
     uint masked_valid;
+    float flatten_reg;  // + flatten_reg * mean(min_k exp(log_scale_k)): --geometry's flattening
     // The pipelined step loop (spirula/train/trainer.py) submits a step before the host
     // has read the previous one's intersection count. fpbo changes nothing when that
     // count, written here by the GPU at the end of every step (the host never writes

@@ -19,7 +19,7 @@ def fpbo_expected(raw, moments, grads, scales, opacities, reg, lrs, step):
     {...}}`` by the same names; ``grads``: the reference gradients with respect
     to the activated values (``rasterization_bwd``: means, quats, scales,
     opacities, sh_coeffs); ``scales``/``opacities``: the activated values;
-    ``reg``: opacity_reg, scale_reg; ``lrs``: the StepParams learning rates
+    ``reg``: opacity_reg, scale_reg and (optional) flatten_reg; ``lrs``: the StepParams learning rates
     (lr_means, ..., lr_sh0 for coefficient 0, lr_shN for the rest).
     Returns ``{name: (p', m', v')}``: the gradients chained to the raw
     parameters (exp, sigmoid) with the regularizers' added, then Adam.
@@ -30,7 +30,7 @@ def fpbo_expected(raw, moments, grads, scales, opacities, reg, lrs, step):
         means=grads["means"],
         quats=grads["quats"],
         sh=grads["sh_coeffs"],
-        scales=grads["scales"] * sc + reg["scale_reg"] / (3 * n) * sc,
+        scales=grads["scales"] * sc + reg["scale_reg"] / (3 * n) * sc + flatten_grad(sc, reg.get("flatten_reg", 0.0)),
         opacities=(grads["opacities"] + reg["opacity_reg"] / n) * op * (1 - op),
     )
     out = {}
@@ -48,4 +48,21 @@ def fpbo_expected(raw, moments, grads, scales, opacities, reg, lrs, step):
             lr,
             step,
         ) + (lr,)
+    return out
+
+
+def flatten_loss(scales, weight):
+    """--geometry's flattening regularizer: ``weight`` x the mean over splats of each
+    splat's smallest scale (``scales`` [N,3], activated). Returns a float."""
+    return weight * float(np.min(np.asarray(scales, np.float64), axis=1).mean())
+
+
+def flatten_grad(scales, weight):
+    """d :func:`flatten_loss` / d log-scale, [N,3] float64: weight / N x the scale at
+    each splat's smallest axis (the first of equal ones, as np.argmin and fpbo), 0 elsewhere."""
+    sc = np.asarray(scales, np.float64)
+    out = np.zeros_like(sc)
+    k = np.argmin(sc, axis=1)
+    rows = np.arange(len(sc))
+    out[rows, k] = weight / max(len(sc), 1) * sc[rows, k]
     return out

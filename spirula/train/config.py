@@ -74,6 +74,10 @@ class TrainConfig:
     geometry: bool = False
     distortion_weight: float | None = None
     distortion_from: int | None = None
+    # flattening: + flatten_weight x the mean over splats of each splat's smallest scale (in the
+    # normalized training world), pushing every splat to a disc on the surface (Gaussian Surfels,
+    # PGSR). Its own weight, not turned on by --geometry: 0 (off) by default (docs/training.md)
+    flatten_weight: float = 0.0
     lr_means: float = 1.6e-4  # x scene extent, decaying to lr_means_final x extent
     lr_means_final: float = 1.6e-6
     lr_quats: float = 1e-3
@@ -142,6 +146,8 @@ class TrainConfig:
             self.distortion_from = self.iterations // 10
         if self.distortion_weight < 0:
             raise ValueError("distortion_weight must be >= 0, got %r" % self.distortion_weight)
+        if self.flatten_weight < 0:
+            raise ValueError("flatten_weight must be >= 0, got %r" % self.flatten_weight)
 
     @classmethod
     def demo(cls, **fields) -> TrainConfig:

@@ -17,13 +17,15 @@ def record_fpbo(
     adc_stats: bool,
     absgrad: bool = False,
     depth_grad: bool = False,
+    flatten: bool = False,
 ):
     """Record the update of every live splat of ``model`` from ``raster``'s
     per-view gradients (after its backward), with the step's learning rates
     in ``params`` (StepParams). ``stats``: (grad2d_sum [N], vis_count [N])
     buffers for density control (bound even when unused); ``absgrad``: they
     accumulate the per-pixel |dL/dmean2d| sums (record rasterize_bwd with absgrad);
-    ``depth_grad``: add ``raster``'s per-view dL/d depth (rasterize_bwd with distortion)."""
+    ``depth_grad``: add ``raster``'s per-view dL/d depth (rasterize_bwd with distortion);
+    ``flatten``: add the flattening regularizer (weight: ``params``' flatten_reg)."""
     p, m, v = model.params, model.exp_avg, model.exp_avg_sq
     views = raster._per_view
     rec.dispatch(
@@ -75,6 +77,7 @@ def record_fpbo(
             N_VIEWS=raster.n_cameras,
             ABSGRAD=int(absgrad and adc_stats),
             DEPTH_GRAD=int(depth_grad),
+            FLATTEN=int(flatten),
         ),
         defines=dict(COMPACT=1) if model.compact else dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
     )

@@ -446,6 +446,7 @@ class Trainer:
             adc_stats=cfg.strategy == "adc",
             absgrad=cfg.absgrad,
             depth_grad=distortion,
+            flatten=cfg.flatten_weight > 0,
         )
         dst = 4 * HOST_OUT_WORDS * slot
         count = 4 * raster.total_offset
@@ -491,6 +492,7 @@ class Trainer:
             ssim_weight=cfg.ssim_weight,
             opacity_reg=cfg.opacity_reg,
             scale_reg=cfg.scale_reg,
+            flatten_reg=cfg.flatten_weight,
             noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
             grad_norm_scale_x=group.width / 2.0,
             grad_norm_scale_y=group.height / 2.0,

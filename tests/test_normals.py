@@ -1,0 +1,119 @@
+"""Normal consistency (2DGS, --geometry): the float64 reference (spirula/reference/normals.py)
+against geometry and finite differences, and the kernels normal_consistency_fwd/bwd
+(shaders/, native_cuda/) against the reference."""
+
+import numpy as np
+from test_cuda_parity import run_kernel
+
+from spirula.reference.normals import (
+    depth_normals,
+    normal_consistency_bwd,
+    normal_consistency_case,
+    normal_consistency_fwd,
+    splat_normals,
+)
+
+_case = normal_consistency_case
+
+
+def test_depth_normal_of_a_plane_is_its_normal_towards_the_camera():
+    """Depths of the plane n . X = h (camera space) rendered exactly: every interior pixel's
+    depth normal is n (the side facing the camera), to float64 rounding."""
+    H, W = 9, 11
+    K = np.array([[[20.0, 0, 5.1], [0, 21.0, 4.3], [0, 0, 1]]])
+    n = np.array([0.3, -0.2, -1.0])
+    n /= np.linalg.norm(n)
+    h = -2.0  # n . X = h, the camera on the side n points to (n . 0 = 0 > h)
+    v, u = np.mgrid[0:H, 0:W] + 0.5
+    ray = np.stack([(u - 5.1) / 20.0, (v - 4.3) / 21.0, np.ones_like(u)], -1)
+    depth = h / (ray @ n)
+    got, valid = depth_normals(depth[None], K)
+    assert valid[0, 1:-1, 1:-1].all() and not valid[0, 0].any() and not valid[0, :, -1].any()
+    np.testing.assert_allclose(got[0, 1:-1, 1:-1], np.broadcast_to(n, (H - 2, W - 2, 3)), atol=1e-12)
+    # fronto-parallel: -z
+    got, _ = depth_normals(np.full((1, 5, 5), 3.0), K)
+    np.testing.assert_allclose(got[0, 2, 2], [0.0, 0.0, -1.0], atol=1e-15)
+
+
+def test_reference_backward_matches_finite_differences():
+    """Both cotangents of the reference against central differences of sum(g l) (float64,
+    step 1e-6: truncation ~1e-12 x the third derivative, rounding ~1e-16 / 1e-6; both far
+    below the 1e-7 bound). The holes make five pixels each lose their depth normal."""
+    N, d, a, Ks, g = _case(C=1, H=7, W=9)
+    d[0, 3, 4] = 0.0
+    gn, gd = normal_consistency_bwd(N, d, a, Ks, g)
+
+    def f(N_, d_):
+        return float((normal_consistency_fwd(N_, d_, a, Ks) * g).sum())
+
+    for x, got in ((d, gd), (N, gn)):
+        fd = np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            if x is d and d[idx] == 0.0:
+                continue  # the hole: the loss is discontinuous there
+            xp, xm = x.copy(), x.copy()
+            xp[idx] += 1e-6
+            xm[idx] -= 1e-6
+            fd[idx] = (f(*((xp, d) if x is N else (N, xp))) - f(*((xm, d) if x is N else (N, xm)))) / 2e-6
+        np.testing.assert_allclose(got, fd, atol=1e-7 * max(1.0, np.abs(fd).max()))
+    assert np.abs(gd).max() > 0.1 and np.abs(gn).max() > 0.1
+
+
+def test_splat_normals_face_the_camera_along_the_smallest_axis():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((50, 4))
+    s = rng.uniform(0.01, 1.0, (50, 3))
+    means = rng.uniform(-1, 1, (50, 3))
+    vm = np.eye(4)[None].repeat(2, 0)
+    vm[:, 2, 3] = 4.0
+    vm[1, :3, :3] = [[0, 0, 1], [0, 1, 0], [-1, 0, 0]]
+    n = splat_normals(q, s, means, vm)
+    np.testing.assert_allclose(np.linalg.norm(n, axis=-1), 1.0, rtol=1e-12)
+    p = np.einsum("cij,nj->cni", vm[:, :3, :3], means) + vm[:, None, :3, 3]
+    assert ((n * p).sum(-1) <= 0).all()
+    from spirula.reference.projection import quat_to_rotmat
+
+    R = quat_to_rotmat(q)
+    axis = R[np.arange(50), :, np.argmin(s, 1)]
+    # the rotated smallest axis, up to sign
+    np.testing.assert_allclose(np.abs(np.einsum("ij,nj->ni", vm[0, :3, :3], axis)), np.abs(n[0]), atol=1e-12)
+
+
+def _cameras(Ks):
+    cams = np.zeros((len(Ks), 20), np.float32)
+    cams[:, :16] = np.eye(4).reshape(-1)
+    cams[:, 16:] = Ks[:, [0, 1, 0, 1], [0, 1, 2, 2]]
+    return cams
+
+
+def run_normal_consistency(dev, N, d, a, Ks, g):
+    C, H, W = d.shape
+    f32 = np.float32
+    inputs = dict(normals=N.astype(f32), depths=d.astype(f32), alphas=a.astype(f32), cameras=_cameras(Ks))
+    push = dict(width=W, height=H, count=C * H * W)  # 1 workgroup of 256 < C H W: grid-stride
+    fwd = run_kernel(dev, "normal_consistency_fwd", (1,), inputs, {"out_loss": ((C, H, W), f32)}, push=push)
+    bwd = run_kernel(
+        dev,
+        "normal_consistency_bwd",
+        (1,),
+        dict(inputs, grad_loss=g.astype(f32)),
+        {"grad_normals": ((C, H, W, 3), f32), "grad_depths": ((C, H, W), f32)},
+        push=push,
+    )
+    return fwd["out_loss"], bwd["grad_normals"], bwd["grad_depths"]
+
+
+def test_kernels_match_reference(device):
+    """The kernels (float32) against the float64 reference on the inputs rounded to float32.
+    The depth normal is a difference of neighbouring points: P = d ray is exact to ~2^-24 |P|,
+    A and B (~2 d / f here) lose a factor |P| / |A| ~ f / 2 ~ 15, then 1 / |c| and the
+    cross products add a few ulps: ~1e-6 of each output's largest, held to 2e-5."""
+    N, d, a, Ks, g = _case()
+    N, d, a, g = (x.astype(np.float32).astype(np.float64) for x in (N, d, a, g))
+    loss, gn, gd = run_normal_consistency(device, N, d, a, Ks, g)
+    want_loss = normal_consistency_fwd(N, d, a, Ks)
+    want_gn, want_gd = normal_consistency_bwd(N, d, a, Ks, g)
+    for got, want, what in ((loss, want_loss, "loss"), (gn, want_gn, "grad_normals"), (gd, want_gd, "grad_depths")):
+        assert np.isfinite(got).all(), what
+        np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), err_msg=what)
+    assert (loss == 0).sum() == (want_loss == 0).sum()  # the border and the holes' pixels
