@@ -22,23 +22,6 @@ def pytest_addoption(parser):
     g.addoption("--bench-steps", type=int, default=None, help="training steps of test_train_bench")
     g.addoption("--bench-profile", action="store_true", help="test_train_bench: a profiled run too (kernel times)")
     g.addoption("--bench-backend", default="vulkan", choices=("vulkan", "cuda"), help="the backend to measure")
-    g.addoption(
-        "--bench-bwd-reduce",
-        default="subgroup",
-        help="rasterize_bwd's reduction(s) to measure, comma-separated (Rasterizer's bwd_reduce):"
-        " subgroup, workgroup; raster_bench runs once per value, in the order given",
-    )
-
-
-def pytest_generate_tests(metafunc):
-    if "bwd_reduce" in metafunc.fixturenames:
-        from spirula.render.rasterizer import BWD_REDUCE
-
-        modes = [m.strip() for m in metafunc.config.getoption("--bench-bwd-reduce").split(",") if m.strip()]
-        bad = [m for m in modes if m not in BWD_REDUCE]
-        if bad or not modes:
-            raise pytest.UsageError("--bench-bwd-reduce: %r is not one of %s" % (bad, ", ".join(BWD_REDUCE)))
-        metafunc.parametrize("bwd_reduce", modes)
 
 
 class BenchOptions:

@@ -1,7 +1,6 @@
 """raster_bench: the rasterizer's stages on a fixed random slab (docs/design.md §7).
 
     pytest benchmarks/test_raster_bench.py --benchmark-only -s [--bench-full] [--bench-n N]
-        [--bench-bwd-reduce subgroup,workgroup]
 
 Default: 20,000 Gaussians at 320x214 (lavapipe-sized); --bench-full: 2M at
 1237x822, the workload of gsplat_raster_bench.py. Stage times are GPU times
@@ -10,8 +9,6 @@ iterations): projection (projection_fwd), intersect+sort (depth sort, tile
 counts and scan, intersection write, tile sort, tile ranges),
 rasterize_fwd, rasterize_bwd, projection_bwd, and clears (fill). The whole
 forward and forward+backward are also timed by wall clock around one eval.
---bench-bwd-reduce runs it once per rasterize_bwd reduction (``raster_bench`` for
-"subgroup", the default; ``raster_bench.workgroup`` for the other).
 """
 
 import os
@@ -58,7 +55,7 @@ def profiled_device(bench_opts):
     yield dev
 
 
-def _setup(device, opts, bwd_reduce="subgroup"):
+def _setup(device, opts):
     from spirula.render.rasterizer import Rasterizer, Splats
 
     n = opts.n or opts.pick(20_000, 2_000_000)
@@ -75,7 +72,7 @@ def _setup(device, opts, bwd_reduce="subgroup"):
         activated=True,
         prefix="bench",
     )
-    raster = Rasterizer(device, w, h, 1, capacity=n, name="bench.raster", bwd_reduce=bwd_reduce)
+    raster = Rasterizer(device, w, h, 1, capacity=n, name="bench.raster")
     vm, K = camera(w, h, focal)
     raster.set_cameras(vm, K)
     m = raster.forward(splats, 0)
@@ -92,10 +89,10 @@ def _stage_times(prof, kernels_by_name):
     return out
 
 
-def test_raster_bench(benchmark, profiled_device, bench_opts, bwd_reduce):
+def test_raster_bench(benchmark, profiled_device, bench_opts):
     device = profiled_device
     prof = device.profiler
-    n, w, h, m, splats, raster, grads = _setup(device, bench_opts, bwd_reduce)
+    n, w, h, m, splats, raster, grads = _setup(device, bench_opts)
     rec = device.recorder("bench.fwd")
     raster.record_project(rec, splats, 0)
     raster.record_raster(rec)
@@ -126,7 +123,7 @@ def test_raster_bench(benchmark, profiled_device, bench_opts, bwd_reduce):
 
     fwd_ms, fwdbwd_ms = wall(fwd), wall(fwdbwd)
     bench_opts.record(
-        "raster_bench" + ("" if bwd_reduce == "subgroup" else "." + bwd_reduce),
+        "raster_bench",
         n=n,
         width=w,
         height=h,
@@ -143,6 +140,3 @@ def test_raster_bench(benchmark, profiled_device, bench_opts, bwd_reduce):
     fwdbwd.run()
     print(prof.kernel_report())
     benchmark.pedantic(fwdbwd.run, rounds=3, iterations=1)
-    raster.free()  # --bench-bwd-reduce runs this test again
-    splats.free(device)
-    grads.free(device)

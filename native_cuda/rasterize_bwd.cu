@@ -2,14 +2,11 @@
 // Gaussian)'s 2D mean, conic, colour and opacity. Twin of
 // shaders/rasterize_bwd.comp, with subgroups as 32-lane warps and native
 // float atomicAdd (ATOMIC_FLOAT is always 1 on CUDA). DISTORTION (template, from the
-// specialization constant): also the depth distortion's gradients. REDUCE (template,
-// BWD_REDUCE = 1): the workgroup reduction, in rounds of S = 32 Gaussians, with the
-// shader's s_part layout for 8 warps.
+// specialization constant): also the depth distortion's gradients.
 // One workgroup per TILE x TILE tile (x, y) of camera z, one thread per pixel,
 // walking the tile list back to front from the last Gaussian any pixel
 // blended. Per Gaussian, the gradients of a warp's pixels are summed with
-// warp adds, then one lane adds them to the output (BWD_REDUCE = 0) or to
-// shared memory, summed over the warps and added once per (Gaussian, tile) (1).
+// warp adds, then one lane adds them to the output.
 // Contract: build/contracts/rasterize_bwd.h, generated from shaders/rasterize_bwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -23,57 +20,13 @@ using namespace contract;
 
 static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
-constexpr uint32_t BWD_FLOATS = 12u;  // xy 2, conic 3, rgb 3, opacity 1, |xy| 2, depth 1
-constexpr uint32_t N_WARPS = TILE_PIXELS / WARP;
-
-// REDUCE: sum a round's partials (n Gaussians from s_id[first]; tag) into the output,
-// one thread per (float, Gaussian), and zero them again (the shader's flush_round)
 template <bool ABSGRAD, bool DISTORTION>
-__device__ __forceinline__ void flush_round(const Args& a, float* s_part, const uint32_t* s_hit, const uint32_t* s_id,
-                                            uint32_t first, uint32_t n, uint32_t tag) {
-    const uint32_t floats = 9u + (ABSGRAD ? 2u : 0u);
-    for (uint32_t e = local_index(); e < BWD_FLOATS * WARP; e += TILE_PIXELS) {
-        uint32_t f = e / WARP, j = e % WARP;
-        if (f == 11u ? !DISTORTION : f >= floats) {
-            continue;
-        }
-        if (j >= n || s_hit[j] != tag) {
-            continue;
-        }
-        float v = 0.0f;
-        for (uint32_t g = 0u; g < N_WARPS; ++g) {
-            uint32_t at = (f * N_WARPS + g) * WARP + j;
-            v += s_part[at];
-            s_part[at] = 0.0f;
-        }
-        uint32_t id = s_id[first + j];
-        if (f < 2u) {
-            atomicAdd(&a.grad_xy[2u * id + f], v);
-        } else if (f < 5u) {
-            atomicAdd(&a.grad_conics[3u * id + f - 2u], v);
-        } else if (f < 8u) {
-            atomicAdd(&a.grad_rgb[3u * id + f - 5u], v);
-        } else if (f == 8u) {
-            atomicAdd(&a.grad_opacity[id], v);
-        } else if (f < 11u) {
-            atomicAdd(&a.grad_xy_abs[2u * id + f - 9u], v);
-        } else {
-            atomicAdd(&a.grad_depth[id], v);
-        }
-    }
-}
-
-template <bool ABSGRAD, bool DISTORTION, bool REDUCE>
 __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
     __shared__ float4 s_rgb[TILE_PIXELS];
     __shared__ uint32_t s_id[TILE_PIXELS];
     __shared__ uint32_t s_max_last;
-    // REDUCE: float f of Gaussian j from warp g at (f * N_WARPS + g) * WARP + j; s_hit[j]:
-    // the round's tag if any pixel touched j (the shader's s_part, s_hit)
-    __shared__ float s_part[REDUCE ? BWD_FLOATS * TILE_PIXELS : 1u];
-    __shared__ uint32_t s_hit[REDUCE ? WARP : 1u];
 
     uint32_t c = blockIdx.z;
     uint32_t tile = blockIdx.y * pc.tile_width + blockIdx.x;
@@ -101,14 +54,6 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     if (tid == 0u) {
         s_max_last = 0u;
     }
-    if (REDUCE) {
-        for (uint32_t i = tid; i < BWD_FLOATS * TILE_PIXELS; i += TILE_PIXELS) {
-            s_part[i] = 0.0f;
-        }
-        if (tid < WARP) {
-            s_hit[tid] = 0u;
-        }
-    }
     __syncthreads();
     atomicMax(&s_max_last, last);
     __syncthreads();
@@ -128,125 +73,85 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
             s_rgb[tid] = a.rgb[id];
         }
         __syncthreads();
-        // rounds of S Gaussians (REDUCE), else the whole batch at once
-        constexpr uint32_t S = REDUCE ? WARP : TILE_PIXELS;
-        for (uint32_t round_end = count; round_end > 0u;) {
-            uint32_t round_start = round_end - min(round_end, S);
-            uint32_t tag = batch_start + round_start + 1u;
-            for (uint32_t kk = round_end; kk > round_start; --kk) {
-                uint32_t k = kk - 1u;
-                bool valid = batch_start - range.x + k < last;
-                float4 g = s_xyop[k];
-                float4 cn = s_conic[k];
-                vec3 con = make3(cn.x, cn.y, cn.z);
-                vec2 d = make2(g.x - centre.x, g.y - centre.y);
-                float sigma = gaussian_sigma(d, con);
-                float vis = expf(-sigma);
-                float raw_alpha = g.z * vis;
-                float alpha = fminf(pc.max_alpha, raw_alpha);
-                valid = valid && sigma >= 0.0f && alpha >= MIN_ALPHA;
-                vec2 v_xy = make2(0.0f, 0.0f);
-                vec3 v_con = make3(0.0f, 0.0f, 0.0f);
-                vec3 v_rgb = make3(0.0f, 0.0f, 0.0f);
-                float v_op = 0.0f;
-                float v_z = 0.0f;
-                if (valid) {
-                    float ra = 1.0f / (1.0f - alpha);
-                    T *= ra;  // T before this Gaussian
-                    float4 cc = s_rgb[k];
-                    vec3 col = make3(cc.x, cc.y, cc.z);
-                    float w = alpha * T;
-                    v_rgb = w * v_color;
-                    float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
-                    behind += col * w;
-                    if (DISTORTION) {
-                        float z = g.w;
-                        float A_prev = A_final - bA - w;
-                        float D_prev = D_final - bD - w * z;
-                        float dw = 2.0f * (z * A_prev - D_prev) + 2.0f * (bD - z * bA);
-                        v_alpha += v_dist * (T * dw - bG * ra);
-                        v_z = v_dist * 2.0f * w * (A_prev - bA);
-                        bG += dw * w;
-                        bA += w;
-                        bD += w * z;
-                    }
-                    if (raw_alpha <= pc.max_alpha) {
-                        float v_sigma = -raw_alpha * v_alpha;
-                        v_op = vis * v_alpha;
-                        v_con = make3(0.5f * d.x * d.x, d.x * d.y, 0.5f * d.y * d.y) * v_sigma;
-                        v_xy = v_sigma * make2(con.x * d.x + con.y * d.y, con.y * d.x + con.z * d.y);
-                    }
+        for (uint32_t kk = count; kk > 0u; --kk) {
+            uint32_t k = kk - 1u;
+            bool valid = batch_start - range.x + k < last;
+            float4 g = s_xyop[k];
+            float4 cn = s_conic[k];
+            vec3 con = make3(cn.x, cn.y, cn.z);
+            vec2 d = make2(g.x - centre.x, g.y - centre.y);
+            float sigma = gaussian_sigma(d, con);
+            float vis = expf(-sigma);
+            float raw_alpha = g.z * vis;
+            float alpha = fminf(pc.max_alpha, raw_alpha);
+            valid = valid && sigma >= 0.0f && alpha >= MIN_ALPHA;
+            vec2 v_xy = make2(0.0f, 0.0f);
+            vec3 v_con = make3(0.0f, 0.0f, 0.0f);
+            vec3 v_rgb = make3(0.0f, 0.0f, 0.0f);
+            float v_op = 0.0f;
+            float v_z = 0.0f;
+            if (valid) {
+                float ra = 1.0f / (1.0f - alpha);
+                T *= ra;  // T before this Gaussian
+                float4 cc = s_rgb[k];
+                vec3 col = make3(cc.x, cc.y, cc.z);
+                float w = alpha * T;
+                v_rgb = w * v_color;
+                float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
+                behind += col * w;
+                if (DISTORTION) {
+                    float z = g.w;
+                    float A_prev = A_final - bA - w;
+                    float D_prev = D_final - bD - w * z;
+                    float dw = 2.0f * (z * A_prev - D_prev) + 2.0f * (bD - z * bA);
+                    v_alpha += v_dist * (T * dw - bG * ra);
+                    v_z = v_dist * 2.0f * w * (A_prev - bA);
+                    bG += dw * w;
+                    bA += w;
+                    bD += w * z;
                 }
-                if (__any_sync(FULL_MASK, valid)) {
-                    vec2 v_abs = make2(0.0f, 0.0f);
+                if (raw_alpha <= pc.max_alpha) {
+                    float v_sigma = -raw_alpha * v_alpha;
+                    v_op = vis * v_alpha;
+                    v_con = make3(0.5f * d.x * d.x, d.x * d.y, 0.5f * d.y * d.y) * v_sigma;
+                    v_xy = v_sigma * make2(con.x * d.x + con.y * d.y, con.y * d.x + con.z * d.y);
+                }
+            }
+            if (__any_sync(FULL_MASK, valid)) {
+                vec2 v_abs = make2(0.0f, 0.0f);
+                if (ABSGRAD) {
+                    v_abs = make2(warp_add(fabsf(v_xy.x)), warp_add(fabsf(v_xy.y)));
+                }
+                v_xy = make2(warp_add(v_xy.x), warp_add(v_xy.y));
+                v_con = make3(warp_add(v_con.x), warp_add(v_con.y), warp_add(v_con.z));
+                v_rgb = make3(warp_add(v_rgb.x), warp_add(v_rgb.y), warp_add(v_rgb.z));
+                v_op = warp_add(v_op);
+                if (DISTORTION) {
+                    v_z = warp_add(v_z);
+                }
+                if (lane_id() == 0u) {  // subgroupElect(): all lanes are active
+                    uint32_t id = s_id[k];
+                    atomicAdd(&a.grad_xy[2u * id], v_xy.x);
+                    atomicAdd(&a.grad_xy[2u * id + 1u], v_xy.y);
+                    atomicAdd(&a.grad_conics[3u * id], v_con.x);
+                    atomicAdd(&a.grad_conics[3u * id + 1u], v_con.y);
+                    atomicAdd(&a.grad_conics[3u * id + 2u], v_con.z);
+                    atomicAdd(&a.grad_rgb[3u * id], v_rgb.x);
+                    atomicAdd(&a.grad_rgb[3u * id + 1u], v_rgb.y);
+                    atomicAdd(&a.grad_rgb[3u * id + 2u], v_rgb.z);
+                    atomicAdd(&a.grad_opacity[id], v_op);
                     if (ABSGRAD) {
-                        v_abs = make2(warp_add(fabsf(v_xy.x)), warp_add(fabsf(v_xy.y)));
+                        atomicAdd(&a.grad_xy_abs[2u * id], v_abs.x);
+                        atomicAdd(&a.grad_xy_abs[2u * id + 1u], v_abs.y);
                     }
-                    v_xy = make2(warp_add(v_xy.x), warp_add(v_xy.y));
-                    v_con = make3(warp_add(v_con.x), warp_add(v_con.y), warp_add(v_con.z));
-                    v_rgb = make3(warp_add(v_rgb.x), warp_add(v_rgb.y), warp_add(v_rgb.z));
-                    v_op = warp_add(v_op);
                     if (DISTORTION) {
-                        v_z = warp_add(v_z);
-                    }
-                    if (REDUCE) {
-                        if (lane_id() == 0u) {
-                            uint32_t at = warp_id() * S + k - round_start;
-                            constexpr uint32_t step = N_WARPS * S;  // from one float to the next
-                            s_part[at] = v_xy.x;
-                            s_part[at + step] = v_xy.y;
-                            s_part[at + 2u * step] = v_con.x;
-                            s_part[at + 3u * step] = v_con.y;
-                            s_part[at + 4u * step] = v_con.z;
-                            s_part[at + 5u * step] = v_rgb.x;
-                            s_part[at + 6u * step] = v_rgb.y;
-                            s_part[at + 7u * step] = v_rgb.z;
-                            s_part[at + 8u * step] = v_op;
-                            if (ABSGRAD) {
-                                s_part[at + 9u * step] = v_abs.x;
-                                s_part[at + 10u * step] = v_abs.y;
-                            }
-                            if (DISTORTION) {
-                                s_part[at + 11u * step] = v_z;
-                            }
-                            s_hit[k - round_start] = tag;  // the same value from every touching warp
-                        }
-                    } else if (lane_id() == 0u) {  // subgroupElect(): all lanes are active
-                        uint32_t id = s_id[k];
-                        atomicAdd(&a.grad_xy[2u * id], v_xy.x);
-                        atomicAdd(&a.grad_xy[2u * id + 1u], v_xy.y);
-                        atomicAdd(&a.grad_conics[3u * id], v_con.x);
-                        atomicAdd(&a.grad_conics[3u * id + 1u], v_con.y);
-                        atomicAdd(&a.grad_conics[3u * id + 2u], v_con.z);
-                        atomicAdd(&a.grad_rgb[3u * id], v_rgb.x);
-                        atomicAdd(&a.grad_rgb[3u * id + 1u], v_rgb.y);
-                        atomicAdd(&a.grad_rgb[3u * id + 2u], v_rgb.z);
-                        atomicAdd(&a.grad_opacity[id], v_op);
-                        if (ABSGRAD) {
-                            atomicAdd(&a.grad_xy_abs[2u * id], v_abs.x);
-                            atomicAdd(&a.grad_xy_abs[2u * id + 1u], v_abs.y);
-                        }
-                        if (DISTORTION) {
-                            atomicAdd(&a.grad_depth[id], v_z);
-                        }
+                        atomicAdd(&a.grad_depth[id], v_z);
                     }
                 }
             }
-            if (REDUCE) {
-                __syncthreads();  // the round's partials are written
-                flush_round<ABSGRAD, DISTORTION>(a, s_part, s_hit, s_id, round_start, round_end - round_start, tag);
-                __syncthreads();  // and consumed
-            }
-            round_end = round_start;
         }
         batch_end = batch_start;
     }
-}
-
-template <bool ABSGRAD, bool DISTORTION>
-int launch_reduce(const SpirulaLaunch* L, const Args& a, const Push& pc, uint32_t reduce) {
-    return reduce != 0u ? launch(L, LOCAL_SIZE, rasterize_bwd_kernel<ABSGRAD, DISTORTION, true>, a, pc)
-                        : launch(L, LOCAL_SIZE, rasterize_bwd_kernel<ABSGRAD, DISTORTION, false>, a, pc);
 }
 
 }  // namespace
@@ -259,9 +164,11 @@ SPIRULA_EXPORT int rasterize_bwd(const SpirulaLaunch* L) {
         return err;
     }
     if (sp.DISTORTION) {
-        return sp.ABSGRAD ? launch_reduce<true, true>(L, a, pc, sp.BWD_REDUCE)
-                          : launch_reduce<false, true>(L, a, pc, sp.BWD_REDUCE);
+        return sp.ABSGRAD ? launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true, true>, a, pc)
+                          : launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false, true>, a, pc);
     }
-    return sp.ABSGRAD ? launch_reduce<true, false>(L, a, pc, sp.BWD_REDUCE)
-                      : launch_reduce<false, false>(L, a, pc, sp.BWD_REDUCE);
+    if (sp.ABSGRAD) {
+        return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true, false>, a, pc);
+    }
+    return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false, false>, a, pc);
 }

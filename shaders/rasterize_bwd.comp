@@ -4,17 +4,7 @@
 // One workgroup per 16x16 tile (x, y) of camera z, one thread per pixel,
 // walking the tile list back to front from the last Gaussian any pixel
 // blended. Per Gaussian, the gradients of a subgroup's pixels are summed
-// with subgroup adds; then BWD_REDUCE picks who adds them to the output
-// (float atomics):
-//   0 (subgroup):  one lane of each subgroup any of whose pixels the Gaussian
-//                  touched: up to TILE_PIXELS / gl_SubgroupSize sets of atomics
-//                  per (Gaussian, tile), 8 with 32-lane subgroups;
-//   1 (workgroup): the Gaussians go in rounds of S = gl_SubgroupSize; one lane
-//                  per touching subgroup writes its sums to s_part, and after a
-//                  barrier one thread per (gradient float, Gaussian) of the round
-//                  sums the subgroups' partials in subgroup order and adds that:
-//                  one set of atomics per (Gaussian, tile) any pixel touched,
-//                  none for the others, at the cost of two barriers per round.
+// with subgroup adds, then one lane adds them to the output (float atomics).
 //   binding 0  ranges       [C*T,2]   u32  read
 //   binding 1  isect_ids    [M]       u32  read
 //   binding 2  xyop         [C*N,4]   f32  read
@@ -47,7 +37,6 @@
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const bool ABSGRAD = false;
 layout(constant_id = 1) const bool DISTORTION = false;
-layout(constant_id = 2) const uint BWD_REDUCE = 0u;  // 0: subgroup, 1: workgroup (spirula/render/rasterizer.py)
 
 layout(std430, binding = 0) restrict readonly buffer RangesBuf { uvec2 ranges[]; };
 layout(std430, binding = 1) restrict readonly buffer IsectIdsBuf { uint isect_ids[]; };
@@ -81,48 +70,6 @@ shared vec4 s_conic[TILE_PIXELS];
 shared vec4 s_rgb[TILE_PIXELS];
 shared uint s_id[TILE_PIXELS];
 shared uint s_max_last;
-// BWD_REDUCE = 1: a round's partial sums, float f of Gaussian j from subgroup g at
-// (f * gl_NumSubgroups + g) * S + j (gl_NumSubgroups * S = TILE_PIXELS), zero between
-// rounds; s_hit[j]: the round's tag (its first list position + 1) if any pixel touched j
-const uint BWD_FLOATS = 12u;  // xy 2, conic 3, rgb 3, opacity 1, |xy| 2, depth 1
-shared float s_part[BWD_FLOATS * TILE_PIXELS];
-shared uint s_hit[128];  // a round: at most MAX_SUBGROUP_SIZE (spirula/runtime/vkinfo.py)
-
-// BWD_REDUCE = 1: sum the round's partials (n Gaussians from s_id[first]; tag) into the
-// output, one thread per (float, Gaussian), and zero them again
-void flush_round(uint first, uint n, uint tag) {
-    uint S = gl_SubgroupSize;
-    uint floats = 9u + (ABSGRAD ? 2u : 0u);
-    for (uint e = gl_LocalInvocationIndex; e < BWD_FLOATS * S; e += TILE_PIXELS) {
-        uint f = e / S, j = e % S;
-        if (f == 11u ? !DISTORTION : f >= floats) {
-            continue;
-        }
-        if (j >= n || s_hit[j] != tag) {
-            continue;
-        }
-        float v = 0.0;
-        for (uint g = 0u; g < gl_NumSubgroups; ++g) {
-            uint at = (f * gl_NumSubgroups + g) * S + j;
-            v += s_part[at];
-            s_part[at] = 0.0;
-        }
-        uint id = s_id[first + j];
-        if (f < 2u) {
-            ATOMIC_ADD(grad_xy, 2u * id + f, v);
-        } else if (f < 5u) {
-            ATOMIC_ADD(grad_conics, 3u * id + f - 2u, v);
-        } else if (f < 8u) {
-            ATOMIC_ADD(grad_rgb, 3u * id + f - 5u, v);
-        } else if (f == 8u) {
-            ATOMIC_ADD(grad_opacity, id, v);
-        } else if (f < 11u) {
-            ATOMIC_ADD(grad_xy_abs, 2u * id + f - 9u, v);
-        } else {
-            ATOMIC_ADD(grad_depth, id, v);
-        }
-    }
-}
 
 void main() {
     uint c = gl_WorkGroupID.z;
@@ -150,14 +97,6 @@ void main() {
     if (tid == 0u) {
         s_max_last = 0u;
     }
-    if (BWD_REDUCE != 0u) {
-        for (uint i = tid; i < BWD_FLOATS * TILE_PIXELS; i += TILE_PIXELS) {
-            s_part[i] = 0.0;
-        }
-        if (tid < 128u) {
-            s_hit[tid] = 0u;
-        }
-    }
     barrier();
     atomicMax(s_max_last, last);
     barrier();
@@ -177,111 +116,77 @@ void main() {
             s_rgb[tid] = rgb[id];
         }
         barrier();
-        // rounds of S Gaussians (BWD_REDUCE = 1), else the whole batch at once
-        uint S = BWD_REDUCE != 0u ? gl_SubgroupSize : TILE_PIXELS;
-        for (uint round_end = count; round_end > 0u;) {
-            uint round_start = round_end - min(round_end, S);
-            uint tag = batch_start + round_start + 1u;
-            for (uint kk = round_end; kk > round_start; --kk) {
-                uint k = kk - 1u;
-                bool valid = batch_start - range.x + k < last;
-                vec4 g = s_xyop[k];
-                vec3 con = s_conic[k].xyz;
-                vec2 d = g.xy - centre;
-                float sigma = gaussian_sigma(d, con);
-                float vis = exp(-sigma);
-                float raw_alpha = g.z * vis;
-                float alpha = min(pc.max_alpha, raw_alpha);
-                valid = valid && sigma >= 0.0 && alpha >= MIN_ALPHA;
-                vec2 v_xy = vec2(0.0);
-                vec3 v_con = vec3(0.0);
-                vec3 v_rgb = vec3(0.0);
-                float v_op = 0.0;
-                float v_z = 0.0;
-                if (valid) {
-                    float ra = 1.0 / (1.0 - alpha);
-                    T *= ra;  // T before this Gaussian
-                    vec3 col = s_rgb[k].rgb;
-                    float w = alpha * T;
-                    v_rgb = w * v_color;
-                    float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
-                    behind += col * w;
-                    if (DISTORTION) {
-                        float z = g.w;
-                        float A_prev = A_final - bA - w;
-                        float D_prev = D_final - bD - w * z;
-                        float dw = 2.0 * (z * A_prev - D_prev) + 2.0 * (bD - z * bA);
-                        v_alpha += v_dist * (T * dw - bG * ra);
-                        v_z = v_dist * 2.0 * w * (A_prev - bA);
-                        bG += dw * w;
-                        bA += w;
-                        bD += w * z;
-                    }
-                    if (raw_alpha <= pc.max_alpha) {
-                        float v_sigma = -raw_alpha * v_alpha;
-                        v_op = vis * v_alpha;
-                        v_con = vec3(0.5 * d.x * d.x, d.x * d.y, 0.5 * d.y * d.y) * v_sigma;
-                        v_xy = v_sigma * vec2(con.x * d.x + con.y * d.y, con.y * d.x + con.z * d.y);
-                    }
+        for (uint kk = count; kk > 0u; --kk) {
+            uint k = kk - 1u;
+            bool valid = batch_start - range.x + k < last;
+            vec4 g = s_xyop[k];
+            vec3 con = s_conic[k].xyz;
+            vec2 d = g.xy - centre;
+            float sigma = gaussian_sigma(d, con);
+            float vis = exp(-sigma);
+            float raw_alpha = g.z * vis;
+            float alpha = min(pc.max_alpha, raw_alpha);
+            valid = valid && sigma >= 0.0 && alpha >= MIN_ALPHA;
+            vec2 v_xy = vec2(0.0);
+            vec3 v_con = vec3(0.0);
+            vec3 v_rgb = vec3(0.0);
+            float v_op = 0.0;
+            float v_z = 0.0;
+            if (valid) {
+                float ra = 1.0 / (1.0 - alpha);
+                T *= ra;  // T before this Gaussian
+                vec3 col = s_rgb[k].rgb;
+                float w = alpha * T;
+                v_rgb = w * v_color;
+                float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
+                behind += col * w;
+                if (DISTORTION) {
+                    float z = g.w;
+                    float A_prev = A_final - bA - w;
+                    float D_prev = D_final - bD - w * z;
+                    float dw = 2.0 * (z * A_prev - D_prev) + 2.0 * (bD - z * bA);
+                    v_alpha += v_dist * (T * dw - bG * ra);
+                    v_z = v_dist * 2.0 * w * (A_prev - bA);
+                    bG += dw * w;
+                    bA += w;
+                    bD += w * z;
                 }
-                if (subgroupAny(valid)) {
-                    vec2 v_abs = ABSGRAD ? subgroupAdd(abs(v_xy)) : vec2(0.0);
-                    v_xy = subgroupAdd(v_xy);
-                    v_con = subgroupAdd(v_con);
-                    v_rgb = subgroupAdd(v_rgb);
-                    v_op = subgroupAdd(v_op);
-                    if (DISTORTION) {
-                        v_z = subgroupAdd(v_z);
+                if (raw_alpha <= pc.max_alpha) {
+                    float v_sigma = -raw_alpha * v_alpha;
+                    v_op = vis * v_alpha;
+                    v_con = vec3(0.5 * d.x * d.x, d.x * d.y, 0.5 * d.y * d.y) * v_sigma;
+                    v_xy = v_sigma * vec2(con.x * d.x + con.y * d.y, con.y * d.x + con.z * d.y);
+                }
+            }
+            if (subgroupAny(valid)) {
+                vec2 v_abs = ABSGRAD ? subgroupAdd(abs(v_xy)) : vec2(0.0);
+                v_xy = subgroupAdd(v_xy);
+                v_con = subgroupAdd(v_con);
+                v_rgb = subgroupAdd(v_rgb);
+                v_op = subgroupAdd(v_op);
+                if (DISTORTION) {
+                    v_z = subgroupAdd(v_z);
+                }
+                if (subgroupElect()) {
+                    uint id = s_id[k];
+                    ATOMIC_ADD(grad_xy, 2u * id, v_xy.x);
+                    ATOMIC_ADD(grad_xy, 2u * id + 1u, v_xy.y);
+                    ATOMIC_ADD(grad_conics, 3u * id, v_con.x);
+                    ATOMIC_ADD(grad_conics, 3u * id + 1u, v_con.y);
+                    ATOMIC_ADD(grad_conics, 3u * id + 2u, v_con.z);
+                    ATOMIC_ADD(grad_rgb, 3u * id, v_rgb.x);
+                    ATOMIC_ADD(grad_rgb, 3u * id + 1u, v_rgb.y);
+                    ATOMIC_ADD(grad_rgb, 3u * id + 2u, v_rgb.z);
+                    ATOMIC_ADD(grad_opacity, id, v_op);
+                    if (ABSGRAD) {
+                        ATOMIC_ADD(grad_xy_abs, 2u * id, v_abs.x);
+                        ATOMIC_ADD(grad_xy_abs, 2u * id + 1u, v_abs.y);
                     }
-                    if (BWD_REDUCE != 0u) {
-                        if (subgroupElect()) {
-                            uint at = gl_SubgroupID * S + k - round_start;
-                            uint step = gl_NumSubgroups * S;  // from one float to the next
-                            s_part[at] = v_xy.x;
-                            s_part[at + step] = v_xy.y;
-                            s_part[at + 2u * step] = v_con.x;
-                            s_part[at + 3u * step] = v_con.y;
-                            s_part[at + 4u * step] = v_con.z;
-                            s_part[at + 5u * step] = v_rgb.x;
-                            s_part[at + 6u * step] = v_rgb.y;
-                            s_part[at + 7u * step] = v_rgb.z;
-                            s_part[at + 8u * step] = v_op;
-                            if (ABSGRAD) {
-                                s_part[at + 9u * step] = v_abs.x;
-                                s_part[at + 10u * step] = v_abs.y;
-                            }
-                            if (DISTORTION) {
-                                s_part[at + 11u * step] = v_z;
-                            }
-                            s_hit[k - round_start] = tag;  // the same value from every touching subgroup
-                        }
-                    } else if (subgroupElect()) {
-                        uint id = s_id[k];
-                        ATOMIC_ADD(grad_xy, 2u * id, v_xy.x);
-                        ATOMIC_ADD(grad_xy, 2u * id + 1u, v_xy.y);
-                        ATOMIC_ADD(grad_conics, 3u * id, v_con.x);
-                        ATOMIC_ADD(grad_conics, 3u * id + 1u, v_con.y);
-                        ATOMIC_ADD(grad_conics, 3u * id + 2u, v_con.z);
-                        ATOMIC_ADD(grad_rgb, 3u * id, v_rgb.x);
-                        ATOMIC_ADD(grad_rgb, 3u * id + 1u, v_rgb.y);
-                        ATOMIC_ADD(grad_rgb, 3u * id + 2u, v_rgb.z);
-                        ATOMIC_ADD(grad_opacity, id, v_op);
-                        if (ABSGRAD) {
-                            ATOMIC_ADD(grad_xy_abs, 2u * id, v_abs.x);
-                            ATOMIC_ADD(grad_xy_abs, 2u * id + 1u, v_abs.y);
-                        }
-                        if (DISTORTION) {
-                            ATOMIC_ADD(grad_depth, id, v_z);
-                        }
+                    if (DISTORTION) {
+                        ATOMIC_ADD(grad_depth, id, v_z);
                     }
                 }
             }
-            if (BWD_REDUCE != 0u) {
-                barrier();  // the round's partials are written
-                flush_round(round_start, round_end - round_start, tag);
-                barrier();  // and consumed
-            }
-            round_end = round_start;
         }
         batch_end = batch_start;
     }

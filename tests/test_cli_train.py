@@ -123,7 +123,7 @@ def test_resume_without_checkpoint_is_one_line(dataset, tmp_path):
     assert_one_line_error(spirula("train", "--resume", tmp_path, *SMALL))
 
 
-@pytest.mark.parametrize("setting", ["strategy=bad", "bwd_reduce=bad"])
+@pytest.mark.parametrize("setting", ["strategy=bad", "flatten_weight=-1"])
 def test_a_setting_the_configuration_refuses_is_one_line(dataset, tmp_path, setting):
     proc = spirula("train", dataset, "--set", setting, "-o", tmp_path / "run", *SMALL)
     assert_one_line_error(proc, setting.split("=")[0])

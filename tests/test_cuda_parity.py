@@ -675,9 +675,8 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
     assert (vk_out["out_distort"] > 0).any() == distortion
 
 
-@pytest.mark.parametrize("bwd_reduce", [0, 1], ids=["subgroup", "workgroup"])
 @pytest.mark.parametrize("absgrad,distortion", [(False, False), (True, False), (False, True)])
-def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion, bwd_reduce):
+def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion):
     f = forward_inputs
     push, groups = raster_push(f)
     C, H, W, rows = 2, f["height"], f["width"], f["rows"]
@@ -697,7 +696,7 @@ def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion, bw
         grad_xy_abs=((rows, 2), np.float32),
         grad_depth=((rows,), np.float32),
     )
-    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), BWD_REDUCE=bwd_reduce)
+    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion))
     vk_out, cu_out = both(backends, "rasterize_bwd", groups, ins, outs, push=push, spec=spec, zero=tuple(outs))
     for name in outs:  # atomic sums: a looser, labelled channel
         assert_close(cu_out[name], vk_out[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)

@@ -8,7 +8,6 @@ from render_cases import gpu_render, random_scene, ref_grads
 from spirula.render.api import rasterization_backward
 
 INPUTS = ("means", "quats", "scales", "opacities", "sh_coeffs")
-REDUCE = pytest.mark.parametrize("bwd_reduce", ["subgroup", "workgroup"])
 
 
 def assert_grad_close(got, ref, name):
@@ -22,17 +21,16 @@ def assert_grad_close(got, ref, name):
     assert (err <= bound).all(), "%s: worst %g (max|ref| %g)" % (name, err.max(), scale)
 
 
-@REDUCE
 @pytest.mark.parametrize("sh_degree", [0, 3])
 @pytest.mark.parametrize("float_atomics", [True, False], ids=["native-atomics", "cas-atomics"])
-def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, bwd_reduce):
+def test_gradients_of_every_input_match_reference(sh_degree, float_atomics):
     from spirula.backends import open_device
 
     device = open_device("vulkan", float_atomics=float_atomics)
     assert device.float_atomics == (float_atomics and device.info.atomic_float_add)
     scene = random_scene(n=200, sh_degree=sh_degree, seed=10 + sh_degree)
     bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)
-    colors, alphas, _, meta = gpu_render(scene, backgrounds=bg, device=device, bwd_reduce=bwd_reduce)
+    colors, alphas, _, meta = gpu_render(scene, backgrounds=bg, device=device)
     rng = np.random.default_rng(7)
     gc = rng.standard_normal(colors.shape).astype(np.float32)
     ga = rng.standard_normal(alphas.shape).astype(np.float32)
@@ -43,13 +41,12 @@ def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, bwd_
         assert_grad_close(got[name], ref[name], name)
 
 
-@REDUCE
-def test_rasterize_bwd_per_camera_outputs_match_reference(bwd_reduce):
+def test_rasterize_bwd_per_camera_outputs_match_reference():
     """The raster stage alone: dL/d(means2d, conics, colours, opacities) per camera."""
     from reference.rasterize import rasterize_bwd
 
     scene = random_scene(n=150, seed=21)
-    colors, alphas, _, meta = gpu_render(scene, bwd_reduce=bwd_reduce)
+    colors, alphas, _, meta = gpu_render(scene)
     gc = np.random.default_rng(1).standard_normal(colors.shape).astype(np.float32)
     got = rasterization_backward(meta, gc, np.zeros_like(alphas), absgrad=True)
     raster = meta["_context"].raster
@@ -80,15 +77,14 @@ def test_rasterize_bwd_per_camera_outputs_match_reference(bwd_reduce):
     assert np.all(got["means2d_absgrad"] + 1e-6 >= np.abs(got["means2d"]))
 
 
-@REDUCE
-def test_gradients_with_gsplat_alpha_cap(monkeypatch, bwd_reduce):
+def test_gradients_with_gsplat_alpha_cap(monkeypatch):
     """max_alpha = 0.999: where o exp(-sigma) lies between 0.99 and 0.999 the
     gradient flows (unclamped), and 1 - alpha divides down to 1e-3."""
     import reference.rasterize
 
     scene = random_scene(n=200, seed=12)
     scene["opacities"] = np.random.default_rng(3).uniform(0.985, 0.9999, 200).astype(np.float32)
-    colors, alphas, _, meta = gpu_render(scene, max_alpha=0.999, bwd_reduce=bwd_reduce)
+    colors, alphas, _, meta = gpu_render(scene, max_alpha=0.999)
     rng = np.random.default_rng(8)
     gc = rng.standard_normal(colors.shape).astype(np.float32)
     ga = rng.standard_normal(alphas.shape).astype(np.float32)
@@ -97,33 +93,3 @@ def test_gradients_with_gsplat_alpha_cap(monkeypatch, bwd_reduce):
     ref = ref_grads(scene, gc, ga)
     for name in INPUTS:
         assert_grad_close(got[name], ref[name], name)
-
-
-def test_workgroup_reduction_equals_subgroup_up_to_summation_order():
-    """BWD_REDUCE = 1 adds the same per-subgroup sums as BWD_REDUCE = 0, in another order:
-    each subgroup sum once into a per-tile total (subgroup order), then one atomic per tile.
-    A (camera, Gaussian) float sums m = tiles_touched x subgroups-per-tile partials s_i;
-    any two orders of a float32 sum differ by at most 2 (m - 1) u sum|s_i| (u = 2^-24),
-    and sum|s_i| <= sum over pixels of |term|, which is means2d_absgrad (positive terms:
-    the absgrad itself). 8 u more for a per-pixel term rounded differently in the two
-    compiled variants. The image (75x53) leaves partially covered tiles on both edges."""
-    scene = random_scene(n=150, seed=21)
-    got = {}
-    for mode in ("subgroup", "workgroup"):
-        colors, alphas, _, meta = gpu_render(scene, distortion=True, bwd_reduce=mode)
-        rng = np.random.default_rng(1)
-        gc = rng.standard_normal(colors.shape).astype(np.float32)
-        ga = rng.standard_normal(alphas.shape).astype(np.float32)
-        gx = rng.standard_normal(alphas.shape).astype(np.float32)
-        got[mode] = rasterization_backward(meta, gc, ga, absgrad=True, grad_distortions=gx)
-    sub, wg = got["subgroup"], got["workgroup"]
-    device = meta["_context"].device
-    m = meta["tiles_touched"].astype(np.float64)[..., None] * (256 // device.info.subgroup_size)
-    assert (m > 256 // device.info.subgroup_size).any()  # Gaussians over several tiles
-    u = 2.0**-24
-    absgrad = np.maximum(sub["means2d_absgrad"], wg["means2d_absgrad"])
-    bound = (2 * np.maximum(m - 1, 0) + 8) * u * absgrad * (1 + 1e-3)
-    for name in ("means2d", "means2d_absgrad"):
-        err = np.abs(wg[name] - sub[name])
-        assert (err <= bound).all(), "%s: worst excess %g" % (name, (err - bound).max())
-    assert np.abs(sub["means2d"]).max() > 0

@@ -112,7 +112,7 @@ def activated(raw):
     )
 
 
-@pytest.mark.parametrize("case", ["fresh", "resumed", "mixed-sizes", "workgroup-reduce"])
+@pytest.mark.parametrize("case", ["fresh", "resumed", "mixed-sizes"])
 def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     """Trainer.train_step against spirula/reference: render, 0.8 L1 + 0.2 (1 -
     SSIM) against the 8-bit ground truth, rasterization_bwd, the chain to
@@ -120,8 +120,7 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     schedule's rates. "fresh": the first step (Adam step 1, SH degree 0);
     "resumed": step 6 of a run with Adam moments and SH degree 1 active;
     "mixed-sizes": the first step on a half-size view of a dataset with two
-    image sizes; "workgroup-reduce": the first step with TrainConfig.bwd_reduce
-    = "workgroup" (rasterize_bwd's BWD_REDUCE = 1)."""
+    image sizes."""
     n = 60
     mixed = case == "mixed-sizes"
     if mixed:
@@ -138,10 +137,8 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
         sh_every=5 if resumed else 1,
         cap_max=n,
         compact=False,
-        bwd_reduce="workgroup" if case == "workgroup-reduce" else "subgroup",
     )
     trainer = Trainer(scene, cfg, device, init=random_init(n, 1, seed=11))
-    assert trainer.sizes[next(iter(trainer.sizes))].raster.bwd_reduce == cfg.bwd_reduce
     if mixed:
         assert sorted(trainer.sizes) == [(32, 24), (64, 48)]
         trainer._order = [next(k for k, i in enumerate(scene.train) if scene.frames[i].width == 32)]

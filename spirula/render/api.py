@@ -77,7 +77,6 @@ def rasterization(
     *,
     max_alpha: float = MAX_ALPHA,
     distortion: bool = False,
-    bwd_reduce: str = "subgroup",
     device=None,
 ):
     """Render N Gaussians into C images on the GPU.
@@ -97,9 +96,6 @@ def rasterization(
             docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
         distortion: also render the depth distortion (``meta["distortions"]``
             [C,H,W,1] float32, sum_ij w_i w_j |z_i - z_j| per pixel: docs/design.md §3).
-        bwd_reduce: how :func:`rasterization_backward` reduces its gradients before the
-            global atomics (``"subgroup"`` or ``"workgroup"``,
-            :data:`spirula.render.rasterizer.BWD_REDUCE`); equal up to summation order.
         device: a :class:`~spirula.backends.base.Device` of either backend
             (default: the process's, :func:`spirula.backends.get_device`).
 
@@ -134,15 +130,7 @@ def rasterization(
         backgrounds = _check("backgrounds", backgrounds, (C, 3))
 
     raster = Rasterizer(
-        device,
-        width,
-        height,
-        C,
-        capacity=max(N, 1),
-        name="api.raster",
-        max_alpha=max_alpha,
-        geometry=distortion,
-        bwd_reduce=bwd_reduce,
+        device, width, height, C, capacity=max(N, 1), name="api.raster", max_alpha=max_alpha, geometry=distortion
     )
     splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True, prefix="api.splat")
     raster.set_cameras(viewmats, Ks)

@@ -40,12 +40,6 @@ EPS2D = 0.3
 MAX_ALPHA = 0.99  # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
 FAR_PLANE = 1e10
-# rasterize_bwd's BWD_REDUCE, by name: who adds a tile's per-subgroup gradient sums to the
-# global gradients (shaders/rasterize_bwd.comp): each subgroup's lane ("subgroup", up to 8
-# sets of float atomics per (Gaussian, tile) with 32-lane subgroups) or, after a sum over
-# the workgroup's subgroups in shared memory, one thread per gradient float ("workgroup":
-# one set per touched (Gaussian, tile))
-BWD_REDUCE = {"subgroup": 0, "workgroup": 1}
 
 
 @dataclasses.dataclass
@@ -150,9 +144,6 @@ class Rasterizer:
             [C,H,W] and the per-view ``grad_depth`` [C*N]) so that :meth:`record_raster` and
             :meth:`record_raster_backward` can be recorded with ``distortion=True``
             (training with --geometry); without it they bind a one-word placeholder.
-        bwd_reduce: how ``rasterize_bwd`` reduces its gradients before the global atomics, a
-            key of :data:`BWD_REDUCE` (``"subgroup"``, ``"workgroup"``); the results agree up to
-            float summation order.
     """
 
     def __init__(
@@ -166,13 +157,9 @@ class Rasterizer:
         name: str = "raster",
         max_alpha: float = MAX_ALPHA,
         geometry: bool = False,
-        bwd_reduce: str = "subgroup",
     ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
-        if bwd_reduce not in BWD_REDUCE:
-            raise ValueError("bwd_reduce must be one of %s, got %r" % (", ".join(BWD_REDUCE), bwd_reduce))
-        self.bwd_reduce = bwd_reduce
         self.device = device
         self.max_alpha = float(max_alpha)
         self.width, self.height, self.n_cameras = int(width), int(height), int(n_cameras)
@@ -604,7 +591,7 @@ class Rasterizer:
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
             ),
-            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), BWD_REDUCE=BWD_REDUCE[self.bwd_reduce]),
+            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion)),
         )
 
     def grad_depth_binding(self):

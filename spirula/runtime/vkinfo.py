@@ -63,13 +63,11 @@ SUBGROUP_OPERATIONS = {
 # 8-bit fields (a subgroup of at least 4 lanes, at most 128); loss_fwd/bwd keep one
 # sum per subgroup of a 256-thread workgroup in s_sum[64] (at least 4 lanes)
 MIN_SUBGROUP_SIZE, MAX_SUBGROUP_SIZE = 4, 128
-# the largest `shared` footprint of any kernel: rasterize_bwd's staged batch (3 x 256 vec4
-# + 256 ids, 13312 bytes), s_max_last, and BWD_REDUCE's partials s_part 12 x 256 floats and
-# s_hit[128] (12800 bytes; declared in either mode); next, loss_bwd's 18496 (s_g 26x26 vec3
-# + s_h 26x16 vec3 + s_sum 64 vec4, a vec3 counted as 16 bytes as drivers pad it);
-# tests/test_device_requirements.py derives it from every kernel's SPIR-V, so a kernel that
-# grows it updates this
-SHARED_MEMORY_KERNEL, SHARED_MEMORY_BYTES = "rasterize_bwd", 26116
+# the largest `shared` footprint of any kernel: loss_bwd's s_g 26x26 vec3 + s_h
+# 26x16 vec3 + s_sum 64 vec4, a vec3 counted as 16 bytes as drivers pad it
+# (10816 + 6656 + 1024 bytes; 14128 unpadded); tests/test_device_requirements.py
+# derives it from every kernel's SPIR-V, so a kernel that grows it updates this
+SHARED_MEMORY_KERNEL, SHARED_MEMORY_BYTES = "loss_bwd", 18496
 # Vulkan's own minimum maxStorageBufferRange; each buffer larger than what the
 # device offers is refused, naming it, when allocated (runtime/buffers.py)
 STORAGE_BUFFER_RANGE = 1 << 27

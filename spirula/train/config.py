@@ -61,9 +61,6 @@ class TrainConfig:
     adam_eps: float = 1e-15
     # rendering: cap on one splat's alpha at a pixel (docs/design.md §2.4: 0.99; gsplat 1.5.3 0.999)
     max_alpha: float = 0.99
-    # rasterize_bwd's reduction before the global float atomics (spirula/render/rasterizer.py
-    # BWD_REDUCE): 'subgroup' (one set per touched subgroup) | 'workgroup' (one per tile)
-    bwd_reduce: str = "subgroup"
     # live views (--viewer, --viewer-port): the share of wall time they may take
     # (spirula/view/live.py; issue #15: at most 10% slower with a viewer open)
     live_view_budget: float = 0.1
@@ -133,10 +130,6 @@ class TrainConfig:
                 setattr(self, name, value)
         if self.world_center not in ("cameras", "focus"):
             raise ValueError("world_center must be 'cameras' or 'focus', got %r" % self.world_center)
-        from spirula.render.rasterizer import BWD_REDUCE
-
-        if self.bwd_reduce not in BWD_REDUCE:
-            raise ValueError("bwd_reduce must be one of %s, got %r" % (", ".join(BWD_REDUCE), self.bwd_reduce))
         if not 0 <= self.sh_degree <= 3:
             raise ValueError("sh_degree must be 0..3")
         if self.distortion_weight is None:

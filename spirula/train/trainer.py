@@ -96,7 +96,6 @@ class _ImageSize:
         capacity: int,
         max_alpha: float,
         geometry: bool = False,
-        bwd_reduce: str = "subgroup",
     ):
         self.width, self.height, self.images = width, height, images
         image_bytes = 4 * width * height
@@ -128,15 +127,7 @@ class _ImageSize:
             self.gt_chunks.append(buf)
         self.chunk = 0  # the chunk of the image being trained
         self.raster = Rasterizer(
-            dev,
-            width,
-            height,
-            1,
-            capacity=capacity,
-            name=name + ".raster",
-            max_alpha=max_alpha,
-            geometry=geometry,
-            bwd_reduce=bwd_reduce,
+            dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha, geometry=geometry
         )
         self.raster.set_backgrounds(scene.background[None])
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
@@ -252,7 +243,6 @@ class Trainer:
                 self.model.capacity,
                 cfg.max_alpha,
                 geometry=cfg.distortion_weight > 0,
-                bwd_reduce=cfg.bwd_reduce,
             )
             for wh in sizes
         }
