@@ -26,9 +26,9 @@ for r in $REGIMES; do
         | grep -o "\[bench\].*\|^[a-z_]*  *[0-9].*\|Error.*\|[0-9]* failed.*"
     if [ -n "$BEFORE" ]; then
         stamp "$r before vulkan"
-        SPIRULA_BENCH_TREE=$BEFORE $B -k $r --bench-json ${OUT:-/tmp}/$r.before.vulkan.json 2>&1 | grep -o "\[bench\].*\|Error.*"
+        SPIRULA_BENCH_TREE=$BEFORE $B -k $r --bench-json ${OUT:-/tmp}/$r.before.vulkan.json 2>&1 | grep -o "\[bench\].*\|Error.*\|spirula: error.*"
     fi
     stamp "$r after cuda"
-    $B -k $r --bench-backend cuda --bench-json ${OUT:-/tmp}/$r.after.cuda.json 2>&1 | grep -o "\[bench\].*\|Error.*"
+    $B -k $r --bench-backend cuda --bench-json ${OUT:-/tmp}/$r.after.cuda.json 2>&1 | grep -o "\[bench\].*\|Error.*\|spirula: error.*"
 done
 stamp done

@@ -13,4 +13,4 @@ export DEVICE_KP_SO=$L/kp.cpython-312-x86_64-linux-gnu.so DEVICE_KP_SRC=$L/kp-0.
 export DEVICE_EXPORT=${OUT:-/tmp/device-export}
 [ -f "$L/gsplat_cuda.so.xz" ] && export DEVICE_GSPLAT_SO=$L/gsplat_cuda.so.xz
 WITH_GSPLAT=1 source .device/setup.sh || return 1
-export PYTHONPATH=$PWD:$PYTHONPATH PATH=$L/bin:$PATH SPIRULA_CUDA_LIB=$PWD/build/libspirula_cuda.so
+export PYTHONPATH=$PWD:$PYTHONPATH PATH=$L/bin:$PATH SPIRULA_CUDA_LIB=${SPIRULA_CUDA_LIB:-$PWD/build/libspirula_cuda.so}

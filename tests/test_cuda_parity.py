@@ -39,6 +39,7 @@ from spirula.render.rasterizer import EPS2D, FAR_PLANE, NEAR_PLANE, Rasterizer, 
 from spirula.render.scan import PrefixSum
 from spirula.render.sort import RadixSort
 from spirula.runtime.sequence import Threads
+from spirula.train.step_params import STEP_PARAMS_WORDS
 
 pytestmark = pytest.mark.cuda
 
@@ -889,7 +890,7 @@ def run_loss(dev, colors, gt, image_index, l1_weight=0.8, ssim_weight=0.2, maske
     bufs = dict(
         colors=pool.alloc("parity.loss.colors", colors.shape, np.float32),
         gt=pool.alloc("parity.loss.gt", gt.shape, np.uint32),
-        params=pool.alloc("parity.loss.params", (32,), np.uint32),
+        params=pool.alloc("parity.loss.params", (STEP_PARAMS_WORDS,), np.uint32),
         grads=pool.alloc("parity.loss.grads", colors.shape, np.float32),
     )
     dev.upload(bufs["colors"], colors)
@@ -1775,7 +1776,8 @@ def test_tsdf_integrate_matches(backends):
     """Three views fused into a 24 x 20 x 28 volume through TSDFVolume on each backend. Both
     compute the same float32 operations (no atomics); a voxel whose projection lies within
     rounding of a pixel edge may read the neighbour pixel (a flip)."""
-    from test_tsdf import _look_at, _view
+    from data_fixtures import look_at
+    from test_tsdf import _view
 
     from spirula.mesh.tsdf import TSDFVolume
 
@@ -1784,7 +1786,7 @@ def test_tsdf_integrate_matches(backends):
         vol = TSDFVolume(dev, [-1.0, -0.9, -1.1], 0.085, (24, 20, 28), truncation=0.35, name="parity.tsdf")
         for s, eye in enumerate([(0, -3, 0.2), (2.9, 0.5, 0.3), (-0.4, 0.3, 3.0)]):
             depth, alpha, color, K = _view(s)
-            vol.integrate(depth, alpha, color, _look_at(eye, (0.05, 0.0, -0.05)), K)
+            vol.integrate(depth, alpha, color, look_at(eye, (0.05, 0.0, -0.05)), K)
         outs.append(vol.extract())
         vol.free()
     for (what, v), c in zip(zip(("tsdf", "weight", "color"), outs[0]), outs[1]):
