@@ -1,8 +1,6 @@
-// radix_sort_count: per block of SORT_BLOCK keys, the histogram of one digit
-// of digit_bits bits ((key >> shift) & (2^digit_bits - 1)), stored
-// digit-major so that one exclusive prefix sum over it gives every
-// (digit, block)'s first output position; with drop, keys equal to
-// DROPPED_KEY count in one more slot, digit 2^digit_bits.
+// radix_sort_count: per block of SORT_BLOCK keys, the histogram of one 8-bit
+// digit ((key >> shift) & 255), stored digit-major so that one exclusive
+// prefix sum over it gives every (digit, block)'s first output position.
 // Twin of shaders/radix_sort_count.comp. One workgroup per block (folded);
 // blocks past the key count write zeros.
 // Contract: build/contracts/radix_sort_count.h, generated from shaders/radix_sort_count.comp.
@@ -19,15 +17,13 @@ static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's")
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
     radix_sort_count_kernel(const uint32_t* keys, const uint32_t* num_keys, uint32_t* hist, Push pc) {
-    __shared__ uint32_t s_hist[RADIX_SLOTS];
+    __shared__ uint32_t s_hist[RADIX];
     uint32_t block = linear_group_id();
     if (block >= pc.num_blocks) {
         return;  // folding rounded the grid up
     }
     uint32_t tid = threadIdx.x;
-    uint32_t mask = (1u << pc.digit_bits) - 1u;
-    uint32_t slots = mask + 1u + pc.drop;
-    for (uint32_t d = tid; d < slots; d += SORT_WG) {
+    for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
         s_hist[d] = 0u;
     }
     __syncthreads();
@@ -36,13 +32,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     for (uint32_t k = 0u; k < SORT_CHUNKS; ++k) {
         uint32_t idx = first + k * SORT_WG + tid;
         if (idx < n) {
-            uint32_t key = keys[idx];
-            uint32_t digit = (pc.drop != 0u && key == DROPPED_KEY) ? mask + 1u : (key >> pc.shift) & mask;
-            atomicAdd(&s_hist[digit], 1u);
+            atomicAdd(&s_hist[(keys[idx] >> pc.shift) & (RADIX - 1u)], 1u);
         }
     }
     __syncthreads();
-    for (uint32_t d = tid; d < slots; d += SORT_WG) {
+    for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
         hist[d * pc.num_blocks + block] = s_hist[d];
     }
 }

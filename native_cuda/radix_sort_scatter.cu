@@ -1,13 +1,10 @@
-// radix_sort_scatter: stable scatter of one digit pass (digit_bits bits at
-// shift). Twin of shaders/radix_sort_scatter.comp, with subgroups as 32-lane
-// warps. Each workgroup re-reads its block in chunks of SORT_WG keys, in
-// order; a key's output position is its (digit, block) offset from the
-// scanned histogram, plus the keys with the same digit before it in the
-// block: inside a warp from ballots over the digit's bits, across warps from
-// per-warp digit counts in shared memory. One workgroup per block (folded).
-// drop: keys equal to DROPPED_KEY go to the end and block 0 writes
-// live = [kept keys, n]; tail: also copy positions [n, num_keys[count_offset
-// + 1]) unchanged (the shader's header says why).
+// radix_sort_scatter: stable scatter of one 8-bit digit pass. Twin of
+// shaders/radix_sort_scatter.comp, with subgroups as 32-lane warps. Each
+// workgroup re-reads its block in chunks of SORT_WG keys, in order; a key's
+// output position is its (digit, block) offset from the scanned histogram,
+// plus the keys with the same digit before it in the block: inside a warp
+// from ballots over the digit's bits, across warps from per-warp digit
+// counts in shared memory. One workgroup per block (folded).
 // Contract: build/contracts/radix_sort_scatter.h, generated from shaders/radix_sort_scatter.comp.
 #include "common/launch.cuh"
 #include "common/radix.cuh"
@@ -22,7 +19,7 @@ using namespace contract;
 static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's");
 
 constexpr uint32_t N_WARPS = SORT_WG / WARP;
-constexpr uint32_t COUNT_WORDS = (RADIX_SLOTS + 3u) / 4u;  // 8-bit counts, 4 per word (a count is at most 32)
+constexpr uint32_t COUNT_WORDS = RADIX / 4u;  // 8-bit counts, 4 per word (a count is at most 32)
 
 __device__ __forceinline__ uint32_t sg_count(const uint32_t* s_count, uint32_t s, uint32_t d) {
     return (s_count[s * COUNT_WORDS + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu;
@@ -30,9 +27,8 @@ __device__ __forceinline__ uint32_t sg_count(const uint32_t* s_count, uint32_t s
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
     radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, const uint32_t* hist,
-                              const uint32_t* num_keys, uint32_t* keys_out, uint32_t* vals_out, uint32_t* live,
-                              Push pc) {
-    __shared__ uint32_t s_offset[RADIX_SLOTS];           // next output position per digit
+                              const uint32_t* num_keys, uint32_t* keys_out, uint32_t* vals_out, Push pc) {
+    __shared__ uint32_t s_offset[RADIX];                 // next output position per digit
     __shared__ uint32_t s_count[N_WARPS * COUNT_WORDS];  // per warp, the count of each digit in this chunk
     uint32_t block = linear_group_id();
     if (block >= pc.num_blocks) {
@@ -41,27 +37,13 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     uint32_t tid = threadIdx.x;
     uint32_t n = min(num_keys[pc.count_offset], pc.n_max);
     uint32_t first = block * SORT_BLOCK;
-    uint32_t mask = (1u << pc.digit_bits) - 1u;
-    uint32_t slots = mask + 1u + pc.drop;
-    if (pc.drop != 0u && block == 0u && tid == 0u) {
-        live[0] = n == 0u ? 0u : hist[(mask + 1u) * pc.num_blocks];  // the first dropped key's position
-        live[1] = n;
-    }
-    if (pc.tail != 0u) {
-        uint32_t end = min(min(num_keys[pc.count_offset + 1u], pc.n_max), first + SORT_BLOCK);
-        for (uint32_t idx = max(first, n) + tid; idx < end; idx += SORT_WG) {
-            keys_out[idx] = keys_in[idx];
-            vals_out[idx] = vals_in[idx];
-        }
-    }
     if (first >= n) {
         return;  // the whole workgroup leaves together
     }
-    for (uint32_t d = tid; d < slots; d += SORT_WG) {
+    for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
         s_offset[d] = hist[d * pc.num_blocks + block];
     }
     const uint32_t sg = warp_id(), lane = lane_id();
-    const uint32_t ballot_bits = pc.digit_bits + pc.drop;
     for (uint32_t k = 0u; k < SORT_CHUNKS; ++k) {
         for (uint32_t w = tid; w < N_WARPS * COUNT_WORDS; w += SORT_WG) {
             s_count[w] = 0u;
@@ -70,10 +52,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
         uint32_t idx = first + k * SORT_WG + tid;
         bool valid = idx < n;
         uint32_t key = valid ? keys_in[idx] : 0u;
-        uint32_t digit = (pc.drop != 0u && key == DROPPED_KEY) ? mask + 1u : (key >> pc.shift) & mask;
+        uint32_t digit = (key >> pc.shift) & (RADIX - 1u);
         // lanes of this warp holding a valid key with the same digit
         unsigned peers = __ballot_sync(FULL_MASK, valid);
-        for (uint32_t b = 0u; b < ballot_bits; ++b) {
+#pragma unroll
+        for (uint32_t b = 0u; b < RADIX_BITS; ++b) {
             bool bit = ((digit >> b) & 1u) != 0u;
             unsigned vote = __ballot_sync(FULL_MASK, bit);
             peers &= bit ? vote : ~vote;
@@ -94,7 +77,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
             vals_out[pos] = vals_in[idx];
         }
         __syncthreads();
-        for (uint32_t d = tid; d < slots; d += SORT_WG) {
+        for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
             uint32_t total = 0u;
             for (uint32_t s = 0u; s < N_WARPS; ++s) {
                 total += sg_count(s_count, s, d);
@@ -115,5 +98,5 @@ SPIRULA_EXPORT int radix_sort_scatter(const SpirulaLaunch* L) {
         return err;
     }
     return spirula::launch(L, LOCAL_SIZE, radix_sort_scatter_kernel, a.keys_in, a.vals_in, a.hist, a.num_keys,
-                           a.keys_out, a.vals_out, a.live, pc);
+                           a.keys_out, a.vals_out, pc);
 }

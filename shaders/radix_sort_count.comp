@@ -1,14 +1,11 @@
 #version 450
-// radix_sort_count: per block of SORT_BLOCK keys, the histogram of one digit
-// of digit_bits bits ((key >> shift) & (2^digit_bits - 1)), stored
-// digit-major so that one exclusive prefix sum over it gives every
-// (digit, block)'s first output position. With drop (the first pass of a
-// 32-bit sort), keys equal to DROPPED_KEY count in one more slot, digit
-// 2^digit_bits, after every digit: they go to the end, where they belong.
+// radix_sort_count: per block of SORT_BLOCK keys, the histogram of one 8-bit
+// digit ((key >> shift) & 255), stored digit-major so that one exclusive
+// prefix sum over it gives every (digit, block)'s first output position.
 // One workgroup per block (folded); blocks past the key count write zeros.
-//   binding 0  keys      [>= n]                        u32  read
-//   binding 1  num_keys  [count_offset + 1]            u32  read   n = min(num_keys[count_offset], n_max)
-//   binding 2  hist      [(2^digit_bits + drop) * num_blocks] u32  write  hist[d * num_blocks + block]
+//   binding 0  keys      [>= n]             u32  read
+//   binding 1  num_keys  [count_offset + 1] u32  read   n = min(num_keys[count_offset], n_max)
+//   binding 2  hist      [256 * num_blocks] u32  write  hist[d * num_blocks + block]
 #extension GL_GOOGLE_include_directive : require
 #include "common.glsl"
 #include "radix.glsl"
@@ -24,11 +21,9 @@ layout(push_constant) uniform Push {
     uint count_offset;
     uint shift;
     uint num_blocks;
-    uint digit_bits;  // 1..RADIX_BITS
-    uint drop;        // 1: keys equal to DROPPED_KEY take slot 2^digit_bits
 } pc;
 
-shared uint s_hist[RADIX_SLOTS];
+shared uint s_hist[RADIX];
 
 void main() {
     uint block = linear_group_id();
@@ -36,9 +31,7 @@ void main() {
         return;  // folding rounded the grid up
     }
     uint tid = gl_LocalInvocationID.x;
-    uint mask = (1u << pc.digit_bits) - 1u;
-    uint slots = mask + 1u + pc.drop;
-    for (uint d = tid; d < slots; d += SORT_WG) {
+    for (uint d = tid; d < RADIX; d += SORT_WG) {
         s_hist[d] = 0u;
     }
     barrier();
@@ -47,13 +40,11 @@ void main() {
     for (uint k = 0u; k < SORT_CHUNKS; ++k) {
         uint idx = first + k * SORT_WG + tid;
         if (idx < n) {
-            uint key = keys[idx];
-            uint digit = (pc.drop != 0u && key == DROPPED_KEY) ? mask + 1u : (key >> pc.shift) & mask;
-            atomicAdd(s_hist[digit], 1u);
+            atomicAdd(s_hist[(keys[idx] >> pc.shift) & (RADIX - 1u)], 1u);
         }
     }
     barrier();
-    for (uint d = tid; d < slots; d += SORT_WG) {
+    for (uint d = tid; d < RADIX; d += SORT_WG) {
         hist[d * pc.num_blocks + block] = s_hist[d];
     }
 }

@@ -1,24 +1,17 @@
 #version 450
-// radix_sort_scatter: stable scatter of one digit pass (digit_bits bits at
-// shift). Each workgroup re-reads its block in chunks of SORT_WG keys, in
-// order; a key's output position is its (digit, block) offset from the
-// scanned histogram, plus the keys with the same digit before it in the
-// block. Ranks inside a subgroup come from ballots over the digit's bits (any
-// subgroup size up to 128); across subgroups from per-subgroup digit counts
-// in shared memory. One workgroup per block (folded), SORT_WG threads.
-// With drop (the first pass of a 32-bit sort; radix_sort_count's slot
-// 2^digit_bits), keys equal to DROPPED_KEY go to the end, stably, and block 0
-// writes live = [kept keys, n]: the later passes sort only the kept keys
-// (num_keys = live) and the last of an even number of passes copies the
-// dropped ones (tail: positions [live[0], live[1]), which the first pass
-// wrote into this pass's input) to the same positions of its output.
+// radix_sort_scatter: stable scatter of one 8-bit digit pass. Each workgroup
+// re-reads its block in chunks of SORT_WG keys, in order; a key's output
+// position is its (digit, block) offset from the scanned histogram, plus the
+// keys with the same digit before it in the block. Ranks inside a subgroup
+// come from ballots over the digit's bits (any subgroup size up to 128);
+// across subgroups from per-subgroup digit counts in shared memory.
+// One workgroup per block (folded), SORT_WG threads.
 //   binding 0  keys_in   [>= n]             u32  read
 //   binding 1  vals_in   [>= n]             u32  read
-//   binding 2  hist      [slots * num_blocks] u32 read  exclusive prefix sum of radix_sort_count's
-//   binding 3  num_keys  [count_offset + 1 (+ 1 with tail)] u32 read  n = min(num_keys[count_offset], n_max)
+//   binding 2  hist      [256 * num_blocks] u32  read   exclusive prefix sum of radix_sort_count's
+//   binding 3  num_keys  [count_offset + 1] u32  read   n = min(num_keys[count_offset], n_max)
 //   binding 4  keys_out  [>= n]             u32  write
 //   binding 5  vals_out  [>= n]             u32  write
-//   binding 6  live      [2]                u32  write  with drop: [kept keys, n] (may alias num_keys otherwise)
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_ballot : require
@@ -30,29 +23,24 @@ layout(local_size_x = 128) in;
 layout(std430, binding = 0) restrict readonly buffer KeysInBuf { uint keys_in[]; };
 layout(std430, binding = 1) restrict readonly buffer ValsInBuf { uint vals_in[]; };
 layout(std430, binding = 2) restrict readonly buffer HistBuf { uint hist[]; };
-layout(std430, binding = 3) readonly buffer NumKeysBuf { uint num_keys[]; };
+layout(std430, binding = 3) restrict readonly buffer NumKeysBuf { uint num_keys[]; };
 layout(std430, binding = 4) restrict writeonly buffer KeysOutBuf { uint keys_out[]; };
 layout(std430, binding = 5) restrict writeonly buffer ValsOutBuf { uint vals_out[]; };
-layout(std430, binding = 6) writeonly buffer LiveBuf { uint live[]; };
 
 layout(push_constant) uniform Push {
     uint n_max;
     uint count_offset;
     uint shift;
     uint num_blocks;
-    uint digit_bits;  // 1..RADIX_BITS
-    uint drop;        // 1: keys equal to DROPPED_KEY go to the end; write live
-    uint tail;        // 1: also copy positions [n, min(num_keys[count_offset + 1], n_max)) as they are
 } pc;
 
-const uint MAX_SUBGROUPS = SORT_WG / 4u;           // subgroups of at least 4 lanes
-const uint COUNT_WORDS = (RADIX_SLOTS + 3u) / 4u;  // per subgroup
-shared uint s_offset[RADIX_SLOTS];                 // next output position per digit
+const uint MAX_SUBGROUPS = SORT_WG / 4u;  // subgroups of at least 4 lanes
+shared uint s_offset[RADIX];              // next output position per digit
 // per subgroup, the count of each digit in this chunk: 8-bit fields, 4 per word
 // (a count is at most the subgroup size, at most 128)
-shared uint s_count[MAX_SUBGROUPS * COUNT_WORDS];
+shared uint s_count[MAX_SUBGROUPS * (RADIX / 4u)];
 
-uint sg_count(uint s, uint d) { return (s_count[s * COUNT_WORDS + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu; }
+uint sg_count(uint s, uint d) { return (s_count[s * (RADIX / 4u) + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu; }
 
 void main() {
     uint block = linear_group_id();
@@ -62,46 +50,32 @@ void main() {
     uint tid = gl_LocalInvocationID.x;
     uint n = min(num_keys[pc.count_offset], pc.n_max);
     uint first = block * SORT_BLOCK;
-    uint mask = (1u << pc.digit_bits) - 1u;
-    uint slots = mask + 1u + pc.drop;
-    if (pc.drop != 0u && block == 0u && tid == 0u) {
-        live[0] = n == 0u ? 0u : hist[(mask + 1u) * pc.num_blocks];  // the first dropped key's position
-        live[1] = n;
-    }
-    if (pc.tail != 0u) {
-        uint end = min(min(num_keys[pc.count_offset + 1u], pc.n_max), first + SORT_BLOCK);
-        for (uint idx = max(first, n) + tid; idx < end; idx += SORT_WG) {
-            keys_out[idx] = keys_in[idx];
-            vals_out[idx] = vals_in[idx];
-        }
-    }
     if (first >= n) {
         return;  // the whole workgroup leaves together
     }
-    for (uint d = tid; d < slots; d += SORT_WG) {
+    for (uint d = tid; d < RADIX; d += SORT_WG) {
         s_offset[d] = hist[d * pc.num_blocks + block];
     }
     uint sg = gl_SubgroupID;
-    uint ballot_bits = pc.digit_bits + pc.drop;
     for (uint k = 0u; k < SORT_CHUNKS; ++k) {
-        for (uint w = tid; w < MAX_SUBGROUPS * COUNT_WORDS; w += SORT_WG) {
+        for (uint w = tid; w < MAX_SUBGROUPS * (RADIX / 4u); w += SORT_WG) {
             s_count[w] = 0u;
         }
         barrier();
         uint idx = first + k * SORT_WG + tid;
         bool valid = idx < n;
         uint key = valid ? keys_in[idx] : 0u;
-        uint digit = (pc.drop != 0u && key == DROPPED_KEY) ? mask + 1u : (key >> pc.shift) & mask;
+        uint digit = (key >> pc.shift) & (RADIX - 1u);
         // lanes of this subgroup holding a valid key with the same digit
         uvec4 peers = subgroupBallot(valid);
-        for (uint b = 0u; b < ballot_bits; ++b) {
+        for (uint b = 0u; b < RADIX_BITS; ++b) {
             bool bit = ((digit >> b) & 1u) != 0u;
             uvec4 vote = subgroupBallot(bit);
             peers &= bit ? vote : ~vote;
         }
         uint rank = subgroupBallotExclusiveBitCount(peers);
         if (valid && subgroupBallotFindLSB(peers) == gl_SubgroupInvocationID) {
-            atomicAdd(s_count[sg * COUNT_WORDS + (digit >> 2u)], subgroupBallotBitCount(peers) << (8u * (digit & 3u)));
+            atomicAdd(s_count[sg * (RADIX / 4u) + (digit >> 2u)], subgroupBallotBitCount(peers) << (8u * (digit & 3u)));
         }
         barrier();
         if (valid) {
@@ -114,7 +88,7 @@ void main() {
             vals_out[pos] = vals_in[idx];
         }
         barrier();
-        for (uint d = tid; d < slots; d += SORT_WG) {
+        for (uint d = tid; d < RADIX; d += SORT_WG) {
             uint total = 0u;
             for (uint s = 0u; s < gl_NumSubgroups; ++s) {
                 total += sg_count(s, d);

@@ -132,7 +132,7 @@ def check_sort(dev, n=2048 * 5 + 123, bits=20):
     order = np.argsort(keys, kind="stable").astype(np.uint32)
     got = np.r_[dev.readback(out_k), dev.readback(out_v)]
     row = _exact("radix_sort_count + radix_sort_scatter", got, np.r_[keys[order], order])
-    for b in bufs + [count] + sort.buffers():
+    for b in bufs + [count, sort.hist, sort.scan.scratch]:
         pool.free(b)
     return [row]
 

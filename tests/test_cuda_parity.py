@@ -401,24 +401,20 @@ def test_host_buffers_are_shared_with_kernels(backends):
 def test_radix_sort_count_is_exact(backends):
     n, blocks = 2048 * 3 + 517, 5  # one block past the keys writes zeros
     keys = np.random.default_rng(1).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
-    keys[::5] = 0xFFFFFFFF  # dropped with drop=1
-    for shift, width, drop in ((0, 8, 0), (24, 8, 1), (6, 6, 0), (0, 5, 1)):
-        slots = (1 << width) + drop
+    for shift in (0, 24):
         vk_out, cu_out = both(
             backends,
             "radix_sort_count",
             blocks,
             dict(keys=keys, num_keys=np.array([0, n], np.uint32)),
-            dict(hist=((slots * blocks,), np.uint32)),
-            push=dict(n_max=n + 5, count_offset=1, shift=shift, num_blocks=blocks, digit_bits=width, drop=drop),
+            dict(hist=((256 * blocks,), np.uint32)),
+            push=dict(n_max=n + 5, count_offset=1, shift=shift, num_blocks=blocks),
         )
         assert_exact(cu_out["hist"], vk_out["hist"], "hist")
-        digits = (keys >> shift) & ((1 << width) - 1)
-        if drop:
-            digits[keys == 0xFFFFFFFF] = 1 << width
-        want = np.zeros((slots, blocks), np.uint32)
+        digits = (keys >> shift) & 255
+        want = np.zeros((256, blocks), np.uint32)
         np.add.at(want, (digits, np.arange(n) // 2048), 1)
-        assert np.array_equal(cu_out["hist"].reshape(slots, blocks), want)
+        assert np.array_equal(cu_out["hist"].reshape(256, blocks), want)
 
 
 def test_radix_sort_scatter_is_exact_and_stable(backends):
@@ -437,8 +433,8 @@ def test_radix_sort_scatter_is_exact_and_stable(backends):
         "radix_sort_scatter",
         blocks,
         dict(keys_in=keys, vals_in=vals, hist=offsets, num_keys=np.array([n], np.uint32)),
-        dict(keys_out=((n,), np.uint32), vals_out=((n,), np.uint32), live=((2,), np.uint32)),
-        push=dict(n_max=n, count_offset=0, shift=shift, num_blocks=blocks, digit_bits=8, drop=0, tail=0),
+        dict(keys_out=((n,), np.uint32), vals_out=((n,), np.uint32)),
+        push=dict(n_max=n, count_offset=0, shift=shift, num_blocks=blocks),
     )
     assert_exact(cu_out["keys_out"], vk_out["keys_out"], "keys_out")
     assert_exact(cu_out["vals_out"], vk_out["vals_out"], "vals_out")
@@ -446,12 +442,10 @@ def test_radix_sort_scatter_is_exact_and_stable(backends):
     assert np.array_equal(cu_out["vals_out"], vals[order])
 
 
-@pytest.mark.parametrize("drop_max", [False, True])
-def test_whole_radix_sort_is_exact(backends, drop_max):
+def test_whole_radix_sort_is_exact(backends):
     n = 70_001
     keys = np.random.default_rng(4).integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     keys[: n // 2] %= 11
-    keys[1::3] = 0xFFFFFFFF  # culled splats' depth key
     results = []
     for dev in backends:
         bufs = [dev.pool.alloc("parity.sort%d" % i, (n,), np.uint32) for i in range(4)]
@@ -461,10 +455,10 @@ def test_whole_radix_sort_is_exact(backends, drop_max):
         dev.upload(count, np.array([n], np.uint32))
         sort = RadixSort(dev, n, name="parity.sort")
         rec = dev.recorder("parity.sort")
-        out_k, out_v = sort.record(rec, *bufs, n, 32, count, drop_max=drop_max)
+        out_k, out_v = sort.record(rec, *bufs, n, 32, count)
         rec.finish().run()
         results.append((dev.readback(out_k), dev.readback(out_v)))
-        for b in bufs + [count] + sort.buffers():
+        for b in bufs + [count, sort.hist, sort.scan.scratch]:
             dev.pool.free(b)
     assert_exact(results[1][0], results[0][0], "sorted keys")
     assert_exact(results[1][1], results[0][1], "sorted order")

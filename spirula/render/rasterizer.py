@@ -4,8 +4,7 @@
 and records its kernels into a :class:`~spirula.runtime.sequence.Recorder`:
 
 forward, phase 1 (:meth:`record_project`)
-    ``projection_fwd`` -> depth sort (:class:`RadixSort`, 32 bits, the
-    culled set aside after the first pass) ->
+    ``projection_fwd`` -> depth sort (:class:`RadixSort`, 32 bits) ->
     ``intersect_tile_count`` -> ``prefix_sum``: each visible Gaussian's
     first intersection slot, front to back; the total is on the GPU.
 forward, phase 2 (:meth:`record_raster`)
@@ -414,7 +413,6 @@ class Rasterizer:
             32,
             self.counts,
             0,
-            drop_max=True,  # culled splats' key 0xffffffff: sorted in the first pass only
         )
         self._sorted_ids = ids
         rec.dispatch(
@@ -626,10 +624,12 @@ class Rasterizer:
                 self.out_distort,
                 self.grad_colors,
                 self.grad_alphas,
+                self.depth_sort.hist,
+                self.depth_sort.scan.scratch,
+                self.tile_sort.hist,
+                self.tile_sort.scan.scratch,
                 self.offsets_scan.scratch,
             ]
-            + self.depth_sort.buffers()
-            + self.tile_sort.buffers()
             + ([self.grad_distort] if self.geometry else [self._unused_depth])
         ):
             pool.free(buf)
