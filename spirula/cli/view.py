@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
+from spirula.errors import UsageError
 
 
 @cli.command("view")
@@ -21,12 +22,22 @@ from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_op
 def view_command(source, width, height, port, viewer_host):
     """Look at SOURCE (a splat.ply, or a run folder or checkpoint: its latest
     splats, with the dataset's cameras) in a window, or, with --port, in a
-    browser at http://HOST:PORT until Ctrl-C.
+    browser at http://HOST:PORT until Ctrl-C. A mesh (spirula mesh's .glb,
+    an .obj, or a .ply with faces) is shown in the web viewer (--port).
 
     Window: left drag orbits, right drag pans, scroll dollies, W/A/S/D/Q/E
     fly, +/- change the field of view, N/P step through the dataset's
     cameras, R resets, Esc closes. With no display, use --port.
     """
+    from spirula.view.mesh import is_mesh_file
+
+    if is_mesh_file(source):
+        from spirula.view.mesh import load_mesh, serve_mesh
+
+        if port is None:
+            raise UsageError("%s: a mesh is shown in the web viewer: add --port PORT (docs/viewer.md)" % source)
+        serve_mesh(load_mesh(source), port, viewer_host, log=lambda msg: click.echo(msg, err=True))
+        return
     if port is not None:
         from spirula.view.web import serve
 
