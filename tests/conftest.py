@@ -124,3 +124,37 @@ def validation_layer_available():
             pytest.skip(reason)
         pytest.fail(reason)
     return True
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's, installed by scripts/install_system_deps.sh --browser-tests
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser():
+    """Headless chromium (Debian's, through selenium, nothing downloaded) with WebGL on the
+    CPU (swiftshader: viser's three.js canvas) and the page's console kept (goog:loggingPrefs)."""
+    import shutil
+
+    chromium = shutil.which("chromium") or CHROMIUM
+    chromedriver = shutil.which("chromedriver") or CHROMEDRIVER
+    if not (os.path.exists(chromium) and os.path.exists(chromedriver)):
+        pytest.skip("needs Debian's chromium and chromium-driver (scripts/install_system_deps.sh --browser-tests)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e .[dev])")
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or driver
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--window-size=640,480",
+        "--use-angle=swiftshader",
+        "--enable-unsafe-swiftshader",
+    ):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(options=opts, service=Service(executable_path=chromedriver))
+    yield driver
+    driver.quit()

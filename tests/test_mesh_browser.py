@@ -12,14 +12,13 @@ skips only when chromium or chromedriver is missing, as tests/test_web_viewer.py
 from __future__ import annotations
 
 import io
-import os
 import threading
 import time
 
 import numpy as np
 import pytest
 from test_cli_mesh import sphere_splats, write_ply
-from test_web_viewer import CHROMEDRIVER, CHROMIUM, _free_port, _wait
+from test_web_viewer import _free_port, _wait
 
 from spirula.cli.main import main
 from spirula.view.mesh import MeshAsset, load_mesh, serve_mesh
@@ -145,26 +144,6 @@ def test_the_glb_check_finds_an_index_past_the_vertices(glb):
 
 
 # ---- the browser: three.js's GLTFLoader parses and draws it --------------------------------
-
-
-@pytest.fixture
-def browser():
-    """Headless chromium that keeps the page's console (goog:loggingPrefs)."""
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/install_system_deps.sh --browser-tests)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e .[dev])")
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or driver
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    for arg in ("--headless=new", "--no-sandbox", "--window-size=640,480", "--use-angle=swiftshader"):
-        opts.add_argument(arg)
-    opts.add_argument("--enable-unsafe-swiftshader")  # WebGL (three.js) on the CPU
-    driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
-    yield driver
-    driver.quit()
 
 
 class Page:

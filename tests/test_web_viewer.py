@@ -7,8 +7,6 @@ change. The browser test skips only when chromium or chromedriver is missing
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import socket
 import threading
 import time
@@ -17,9 +15,6 @@ import numpy as np
 import pytest
 
 from spirula.view import web
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
 
 def _quat(R):
@@ -101,29 +96,6 @@ def _settle(viewer, quiet=0.5, timeout=10):
             n, t = viewer.frames_sent, time.monotonic()
         elif time.monotonic() - t >= quiet:
             return
-
-
-@pytest.fixture
-def browser():
-    if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/install_system_deps.sh --browser-tests)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install -e .[dev])")
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must never download a browser or driver
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--window-size=640,480",
-        "--use-angle=swiftshader",  # WebGL (viser's three.js canvas) on the CPU
-        "--enable-unsafe-swiftshader",
-    ):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(options=opts, service=Service(executable_path=CHROMEDRIVER))
-    yield driver
-    driver.quit()
 
 
 def test_dragging_the_browser_camera_changes_the_streamed_image(tmp_path, browser):
