@@ -3,6 +3,7 @@
 // (x, y) of camera z; one thread per pixel. Each batch of up to 256 Gaussians
 // is staged in shared memory; the workgroup stops when every pixel is saturated.
 // DISTORTION (template, from the specialization constant): also the depth distortion.
+// NORMALS (template, likewise): also the normal image; its shared staging is one slot when off.
 // Contract: build/contracts/rasterize_fwd.h, generated from shaders/rasterize_fwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -15,11 +16,12 @@ using namespace contract;
 
 static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
-template <bool DISTORTION>
+template <bool DISTORTION, bool NORMALS>
 __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
     __shared__ float4 s_rgb[TILE_PIXELS];
+    __shared__ float4 s_normal[NORMALS ? TILE_PIXELS : 1u];
     __shared__ uint32_t s_alive[2];
 
     uint32_t c = blockIdx.z;
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
     float depth = 0.0f;
     float median = 0.0f;
     float distort = 0.0f;
+    vec3 normal = make3(0.0f, 0.0f, 0.0f);
     uint32_t last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -61,6 +64,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             s_xyop[tid] = a.xyop[id];
             s_conic[tid] = a.conics[id];
             s_rgb[tid] = a.rgb[id];
+            if (NORMALS) {
+                s_normal[tid] = a.normals[id];
+            }
         }
         __syncthreads();
         uint32_t count = min(TILE_PIXELS, range.y - start);
@@ -80,6 +86,10 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             float w = alpha * T;
             float4 col = s_rgb[k];
             color += make3(col.x, col.y, col.z) * w;
+            if (NORMALS) {
+                float4 nk = s_normal[k];
+                normal += make3(nk.x, nk.y, nk.z) * w;
+            }
             if (DISTORTION) {
                 distort += 2.0f * w * (g.w * (1.0f - T) - depth);
             }
@@ -102,6 +112,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         if (DISTORTION) {
             a.out_distort[p] = distort;
         }
+        if (NORMALS) {
+            a.out_normals[3u * p] = normal.x;
+            a.out_normals[3u * p + 1u] = normal.y;
+            a.out_normals[3u * p + 2u] = normal.z;
+        }
     }
 }
 
@@ -115,7 +130,9 @@ SPIRULA_EXPORT int rasterize_fwd(const SpirulaLaunch* L) {
         return err;
     }
     if (sp.DISTORTION) {
-        return launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true>, a, pc);
+        return sp.NORMALS ? launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true, true>, a, pc)
+                          : launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true, false>, a, pc);
     }
-    return launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false>, a, pc);
+    return sp.NORMALS ? launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false, true>, a, pc)
+                      : launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false, false>, a, pc);
 }

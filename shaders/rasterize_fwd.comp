@@ -17,9 +17,14 @@
 //                                               blend takes T from > 0.5 to <= 0.5 (0: never)
 //   binding 11 out_distort [C,H,W]   f32  write  (DISTORTION) depth distortion
 //                                               sum_{i,j} w_i w_j |z_i - z_j| (docs/design.md §3)
+//   binding 12 normals     [C*N,4]   f32  read   (NORMALS) camera-space splat normals (projection_fwd)
+//   binding 13 out_normals [C,H,W,3] f32  write  (NORMALS) normal image sum of n * alpha * T
+//                                               (alpha-blended as the colour, no background)
 // DISTORTION (specialization constant, --geometry): also the depth distortion, from running
 // sums: blending i adds 2 w_i (z_i A - D), A = sum_{j<i} w_j = 1 - T, D = sum_{j<i} w_j z_j
 // (the list is depth-sorted, so z_i >= z_j). Off, the compiler removes it: no extra work.
+// NORMALS (specialization constant, --geometry's normal consistency): also the normal image;
+// its shared staging is sized by the constant (one slot when off).
 #extension GL_GOOGLE_include_directive : require
 #include "raster.glsl"
 
@@ -37,8 +42,12 @@ layout(std430, binding = 8) restrict writeonly buffer OutDepthsBuf { float out_d
 layout(std430, binding = 9) restrict writeonly buffer OutLastBuf { uint out_last[]; };
 layout(std430, binding = 10) restrict writeonly buffer OutMedianBuf { float out_median[]; };
 layout(std430, binding = 11) restrict writeonly buffer OutDistortBuf { float out_distort[]; };
+layout(std430, binding = 12) restrict readonly buffer NormalsBuf { vec4 normals[]; };
+layout(std430, binding = 13) restrict writeonly buffer OutNormalsBuf { float out_normals[]; };
 
 layout(constant_id = 0) const bool DISTORTION = false;
+layout(constant_id = 1) const bool NORMALS = false;
+const uint NORMAL_SLOTS = NORMALS ? TILE_PIXELS : 1u;
 
 layout(push_constant) uniform Push {
     uint width;
@@ -51,6 +60,7 @@ layout(push_constant) uniform Push {
 shared vec4 s_xyop[TILE_PIXELS];
 shared vec4 s_conic[TILE_PIXELS];
 shared vec4 s_rgb[TILE_PIXELS];
+shared vec4 s_normal[NORMAL_SLOTS];
 shared uint s_alive[2];
 
 void main() {
@@ -67,6 +77,7 @@ void main() {
     float depth = 0.0;
     float median = 0.0;
     float distort = 0.0;
+    vec3 normal = vec3(0.0);
     uint last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -93,6 +104,9 @@ void main() {
             s_xyop[tid] = xyop[id];
             s_conic[tid] = conics[id];
             s_rgb[tid] = rgb[id];
+            if (NORMALS) {
+                s_normal[tid] = normals[id];
+            }
         }
         barrier();
         uint count = min(TILE_PIXELS, range.y - start);
@@ -110,6 +124,9 @@ void main() {
             }
             float w = alpha * T;
             color += s_rgb[k].rgb * w;
+            if (NORMALS) {
+                normal += s_normal[k].xyz * w;
+            }
             if (DISTORTION) {
                 distort += 2.0 * w * (g.w * (1.0 - T) - depth);
             }
@@ -131,6 +148,11 @@ void main() {
         out_median[p] = median;
         if (DISTORTION) {
             out_distort[p] = distort;
+        }
+        if (NORMALS) {
+            out_normals[3u * p] = normal.x;
+            out_normals[3u * p + 1u] = normal.y;
+            out_normals[3u * p + 2u] = normal.z;
         }
     }
 }

@@ -175,9 +175,10 @@ def scene_inputs(scene, activated=True):
     )
 
 
-def project(dev, scene, sh_degree, activated=True, compact=False):
+def project(dev, scene, sh_degree, activated=True, compact=False, normals=False):
     """projection_fwd of ``scene`` on ``dev``: the outputs by binding name
-    (``compact``: sh as spirula/train/storage.py's rows, the COMPACT variant)."""
+    (``compact``: sh as spirula/train/storage.py's rows, the COMPACT variant; ``normals``:
+    the NORMALS variant, also the splat normals)."""
     from spirula.train import storage
 
     inputs = scene_inputs(scene, activated)
@@ -200,6 +201,7 @@ def project(dev, scene, sh_degree, activated=True, compact=False):
             tile_counts=((rows,), np.uint32),
             depth_keys=((rows,), np.uint32),
             depth_ids=((rows,), np.uint32),
+            normals=((rows, 4), np.float32),
         ),
         push=dict(
             n=n,
@@ -212,7 +214,9 @@ def project(dev, scene, sh_degree, activated=True, compact=False):
             near_plane=NEAR_PLANE,
             far_plane=FAR_PLANE,
         ),
-        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated)),
+        spec=dict(
+            SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated), NORMALS=int(normals)
+        ),
         defines=dict(COMPACT=1) if compact else None,
     )
 
@@ -231,10 +235,12 @@ def forward_inputs(backends):
         scene["sh_coeffs"],
         prefix="parity.splat",
     )
-    raster = Rasterizer(vk, scene["width"], scene["height"], 2, capacity=len(scene["means"]), name="parity.raster")
+    raster = Rasterizer(
+        vk, scene["width"], scene["height"], 2, capacity=len(scene["means"]), name="parity.raster", normals=True
+    )
     raster.set_cameras(scene["viewmats"], scene["Ks"])
     raster.set_backgrounds(np.array([[0.2, 0.4, 0.6], [1.0, 0.0, 0.5]], np.float32))
-    m = raster.forward(splats, 3)
+    m = raster.forward(splats, 3, normals=True)
     rows = 2 * len(scene["means"])
     out = dict(
         ranges=vk.readback(raster.ranges),
@@ -242,6 +248,7 @@ def forward_inputs(backends):
         xyop=vk.readback(raster.xyop, shape=(rows, 4)),
         conics=vk.readback(raster.conics, shape=(rows, 4)),
         rgb=vk.readback(raster.rgb, shape=(rows, 4)),
+        normals=vk.readback(raster.normals, shape=(rows, 4)),
         backgrounds=vk.readback(raster.backgrounds),
         out_alphas=vk.readback(raster.out_alphas),
         out_last=vk.readback(raster.out_last),
@@ -495,6 +502,24 @@ def test_projection_fwd_matches(backends, sh_degree, activated, compact):
 
 
 @pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
+def test_projection_fwd_normals_match(backends, activated):
+    """NORMALS: the splat normals (a rotation column, x the camera rotation, sign flipped to
+    face the camera: a few float32 roundings of unit-size values) agree as the other
+    outputs, and are the reference's :func:`splat_normals` (both backends)."""
+    from spirula.reference.normals import splat_normals
+
+    scene = random_scene(n=501, sh_degree=0, seed=37, spread=1.6)
+    vk_out, cu_out = (project(dev, scene, 0, activated, normals=True) for dev in backends)
+    vis = ((vk_out["radii"] != 0).any(-1)) & ((cu_out["radii"] != 0).any(-1))
+    assert vis.sum() > 0.3 * vis.size
+    assert_close(cu_out["normals"], vk_out["normals"], R_PLAIN, "normals", mask=vis)
+    want = splat_normals(scene["quats"], scene["scales"], scene["means"], scene["viewmats"]).reshape(-1, 3)
+    for out in (vk_out, cu_out):
+        np.testing.assert_allclose(out["normals"][vis, :3], want[vis], atol=1e-5)
+        assert (out["normals"][vis, 3] == 0).all()
+
+
+@pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
 def test_projection_fwd_culls_nonfinite_splats_on_both(backends, activated):
     """NaN (any sign or payload), +inf or -inf in a mean, rotation, scale or
     opacity culls that splat on both backends (finite.glsl's bit test; on
@@ -637,9 +662,10 @@ def test_tile_ranges_is_exact(backends):
 # ---- rasterization --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("normals", [False, True], ids=["", "normals"])
 @pytest.mark.parametrize("distortion", [False, True], ids=["plain", "distortion"])
 @pytest.mark.parametrize("max_alpha", [0.99, 0.999])
-def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
+def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion, normals):
     f = forward_inputs
     push, groups = raster_push(f, max_alpha)
     C, H, W = 2, f["height"], f["width"]
@@ -650,10 +676,12 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
         out_last=((C, H, W), np.uint32),
         out_median=((C, H, W), np.float32),
         out_distort=((C, H, W), np.float32),
+        out_normals=((C, H, W, 3), np.float32),
     )
-    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds")}
-    spec = dict(DISTORTION=int(distortion))
-    vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push, spec=spec, zero=("out_distort",))
+    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "normals")}
+    spec = dict(DISTORTION=int(distortion), NORMALS=int(normals))
+    zero = ("out_distort", "out_normals")
+    vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push, spec=spec, zero=zero)
     # a Gaussian at the alpha >= 1/255 or T <= 1e-4 cut-off may flip: count those pixels
     same = cu_out["out_last"] == vk_out["out_last"]
     assert_few((~same).sum(), same.size, "out_last")
@@ -668,6 +696,9 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
     # the distortion: a running sum as the depth's (same error model)
     assert_close(cu_out["out_distort"], vk_out["out_distort"], R_PLAIN, "distortion", FLIP_FRACTION)
     assert (vk_out["out_distort"] > 0).any() == distortion
+    # the normal image: blended as the colour (same error model)
+    assert_close(cu_out["out_normals"], vk_out["out_normals"], R_PLAIN, "normals", FLIP_FRACTION)
+    assert (np.abs(vk_out["out_normals"]) > 0.1).any() == normals
 
 
 @pytest.mark.parametrize("absgrad,distortion", [(False, False), (True, False), (False, True)])

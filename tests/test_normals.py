@@ -117,3 +117,87 @@ def test_kernels_match_reference(device):
         assert np.isfinite(got).all(), what
         np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), err_msg=what)
     assert (loss == 0).sum() == (want_loss == 0).sum()  # the border and the holes' pixels
+
+
+# ---- the normal image (projection_fwd + rasterize_fwd with NORMALS) ---------------------
+
+
+def _disc_scene(normal_world, flip_half=False):
+    """A 5x5 grid of overlapping, nearly opaque flat discs (scales 0.25, 0.25, 1e-3 along
+    their own x, y, z) on the plane through (0, 0, 3) with world normal ``normal_world``,
+    seen by one identity camera (32 x 24 pixels). ``flip_half``: every other disc's rotation
+    turned by pi about its x axis (its z axis, the normal, reversed)."""
+    n = np.asarray(normal_world, np.float64)
+    n /= np.linalg.norm(n)
+    # a rotation whose z column is n: the shortest arc from z to n, as a quaternion (w, x, y, z)
+    z = np.array([0.0, 0.0, 1.0])
+    q = np.r_[1.0 + z @ n, np.cross(z, n)]
+    q /= np.linalg.norm(q)
+    e1 = np.cross(n, [0.0, 1.0, 0.0])
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(n, e1)
+    g = np.linspace(-0.4, 0.4, 5)
+    means = np.array([[0.0, 0.0, 3.0] + a * e1 + b * e2 for a in g for b in g])
+    quats = np.tile(q, (len(means), 1))
+    if flip_half:  # q * (0, 1, 0, 0): a pi turn about the local x axis
+        w, x, y, zz = q
+        quats[::2] = [-x, w, zz, -y]
+    K = np.array([[[30.0, 0, 16.0], [0, 30.0, 12.0], [0, 0, 1]]])
+    return dict(
+        means=means.astype(np.float32),
+        quats=quats.astype(np.float32),
+        scales=np.tile([0.25, 0.25, 1e-3], (len(means), 1)).astype(np.float32),
+        opacities=np.full(len(means), 0.9, np.float32),
+        sh_coeffs=np.zeros((len(means), 1, 3), np.float32),
+        viewmats=np.eye(4, dtype=np.float32)[None],
+        Ks=K.astype(np.float32),
+        width=32,
+        height=24,
+        sh_degree=0,
+    )
+
+
+def test_flat_discs_render_their_normal_towards_the_camera():
+    """Discs on a tilted plane render n * alpha: the normal image over the alpha is the
+    plane's normal (camera = world here), the side facing the camera, wherever a disc
+    covers a pixel, also where half the discs' rotations point their normal away. float32
+    blending of <= 25 terms of the same unit vector: relative error ~1e-6, bounded by 1e-5."""
+    from render_cases import gpu_render
+
+    n = np.array([0.3, -0.4, -1.0]) / np.linalg.norm([0.3, -0.4, -1.0])  # faces the camera
+    for flip_half in (False, True):
+        for sign in (1.0, -1.0):  # the stored normal facing the camera or away from it
+            scene = _disc_scene(sign * n, flip_half)
+            _, alphas, _, meta = gpu_render(scene, normals=True)
+            img = meta["normals"]
+            assert img.shape == (1, 24, 32, 3) and img.dtype == np.float32
+            cover = alphas[..., 0] > 0.05
+            assert cover.mean() > 0.3
+            got = img[cover] / alphas[cover]
+            np.testing.assert_allclose(got, np.broadcast_to(n, got.shape), atol=1e-5)
+            np.testing.assert_allclose(img[~cover], 0.0, atol=0.05 * 1.0)  # |N| <= alpha <= 0.05
+
+
+def test_normal_image_matches_reference():
+    """The random scene's normal image against the float64 reference (the colour's bound of
+    tests/test_rasterize_fwd.py: 1e-5 + 1% per pixel; the splat normals are rotation columns
+    in float32, ~1e-7), both cameras, with and without the distortion."""
+    from render_cases import gpu_render, random_scene
+
+    from spirula.reference.normals import render_normals
+
+    scene = random_scene(n=300, width=75, height=53, seed=3, sh_degree=1)
+    f64 = {k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v for k, v in scene.items()}
+    want = render_normals(**f64)
+    for distortion in (False, True):
+        colors, alphas, _, meta = gpu_render(scene, normals=True, distortion=distortion)
+        got = meta["normals"]
+        bad = np.abs(got - want) > 1e-5 + 0.01 * np.abs(want)
+        assert not bad.any(), "%d values off, worst %g" % (bad.sum(), np.abs(got - want).max())
+        # |N| <= alpha (a blend of unit vectors), and the image is not empty
+        assert (np.linalg.norm(got, axis=-1) <= alphas[..., 0] + 1e-5).all()
+        assert (np.linalg.norm(got, axis=-1) > 0.3).mean() > 0.2
+    plain_colors, plain_alphas, _, plain_meta = gpu_render(scene, distortion=True)
+    assert plain_meta["normals"] is None
+    # the normals change nothing else (same arithmetic, bitwise)
+    assert np.array_equal(plain_colors, colors) and np.array_equal(plain_alphas, alphas)

@@ -40,6 +40,22 @@ def splat_normals(quats, scales, means, viewmats):
     return n_cam * flip[..., None]
 
 
+def render_normals(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree=0):
+    """The normal image rasterize_fwd writes with NORMALS, [C,H,W,3] float64: the splat normals
+    (:func:`splat_normals`) alpha-blended as the colour (sum_i n_i alpha_i T_i), no background.
+    Inputs as :func:`spirula.reference.render.rasterization` (``scales``, ``opacities``
+    activated)."""
+    from spirula.reference.projection import projection_fwd
+    from spirula.reference.rasterize import rasterize_fwd
+
+    proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
+    C, N = proj["depths"].shape
+    normals = splat_normals(quats, scales, means, viewmats)
+    opac = np.broadcast_to(np.asarray(opacities, np.float64), (C, N))
+    ras = rasterize_fwd(proj["means2d"], proj["conics"], normals, opac, proj["depths"], proj["radii"], width, height)
+    return ras["colors"]
+
+
 def _points(depths, Ks):
     """Camera-space points of every pixel, [C,H,W,3], and the rays (P = d ray)."""
     d = np.asarray(depths, np.float64)

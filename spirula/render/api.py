@@ -77,6 +77,7 @@ def rasterization(
     *,
     max_alpha: float = MAX_ALPHA,
     distortion: bool = False,
+    normals: bool = False,
     device=None,
 ):
     """Render N Gaussians into C images on the GPU.
@@ -96,6 +97,10 @@ def rasterization(
             docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
         distortion: also render the depth distortion (``meta["distortions"]``
             [C,H,W,1] float32, sum_ij w_i w_j |z_i - z_j| per pixel: docs/design.md §3).
+        normals: also render the normal image (``meta["normals"]`` [C,H,W,3] float32:
+            sum_i n_i w_i, each splat's camera-space normal n_i, the rotation's axis of its
+            smallest scale turned to the camera, alpha-blended as the colour without
+            background, so not normalized: its length is at most the alpha).
         device: a :class:`~spirula.backends.base.Device` of either backend
             (default: the process's, :func:`spirula.backends.get_device`).
 
@@ -130,12 +135,20 @@ def rasterization(
         backgrounds = _check("backgrounds", backgrounds, (C, 3))
 
     raster = Rasterizer(
-        device, width, height, C, capacity=max(N, 1), name="api.raster", max_alpha=max_alpha, geometry=distortion
+        device,
+        width,
+        height,
+        C,
+        capacity=max(N, 1),
+        name="api.raster",
+        max_alpha=max_alpha,
+        geometry=distortion,
+        normals=normals,
     )
     splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True, prefix="api.splat")
     raster.set_cameras(viewmats, Ks)
     raster.set_backgrounds(backgrounds)
-    m = raster.forward(splats, sh_degree, distortion)
+    m = raster.forward(splats, sh_degree, distortion, normals)
 
     colors = device.readback(raster.out_colors)
     alphas = device.readback(raster.out_alphas)[..., None]
@@ -161,6 +174,7 @@ def rasterization(
         "tiles_touched": tiles.astype(np.int32),
         "median_depths": median_depths,
         "distortions": device.readback(raster.out_distort)[..., None] if distortion else None,
+        "normals": device.readback(raster.out_normals) if normals else None,
         "n_isects": m,
         "width": width,
         "height": height,

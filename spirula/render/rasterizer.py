@@ -143,6 +143,10 @@ class Rasterizer:
             [C,H,W] and the per-view ``grad_depth`` [C*N]) so that :meth:`record_raster` and
             :meth:`record_raster_backward` can be recorded with ``distortion=True``
             (training with --geometry); without it they bind a one-word placeholder.
+        normals: allocate the splat normals [C*N,4] and the normal image ``out_normals``
+            [C,H,W,3] so that :meth:`record_project` and :meth:`record_raster` can be recorded
+            with ``normals=True`` (--geometry's normal consistency); without it they bind a
+            one-word placeholder.
     """
 
     def __init__(
@@ -156,6 +160,7 @@ class Rasterizer:
         name: str = "raster",
         max_alpha: float = MAX_ALPHA,
         geometry: bool = False,
+        normals: bool = False,
     ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
@@ -187,6 +192,13 @@ class Rasterizer:
         else:  # bound, never read or written (DISTORTION is off); restrict bindings need two
             self.out_distort = self.grad_distort = pool.alloc(name + ".unused", (1,), np.float32, "other")
             self._unused_depth = pool.alloc(name + ".unused_depth", (1,), np.float32, "other")
+        self.normals = bool(normals)
+        if self.normals:
+            # camera-space normal image, sum of n w (not normalized, no background)
+            self.out_normals = pool.alloc(name + ".normals", (C, H, W, 3), np.float32, "image")
+        else:  # bound, never read or written (NORMALS is off)
+            self.out_normals = pool.alloc(name + ".unused_normals", (1,), np.float32, "other")
+            self._unused_splat_normals = pool.alloc(name + ".unused_splat_normals", (4,), np.float32, "other")
         self.capacity = 0
         self.isect_capacity = 0
         self._per_view = {}
@@ -215,6 +227,7 @@ class Rasterizer:
         ("grad_xy_abs", 2, np.float32),
     )
     _GEOMETRY_VIEWS = (("grad_depth", 1, np.float32),)  # with geometry: dL/d depth (distortion)
+    _NORMAL_VIEWS = (("normals", 4, np.float32),)  # with normals: camera-space splat normals
     _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
 
     def row_bytes(self) -> dict:
@@ -223,7 +236,11 @@ class Rasterizer:
 
     def _views(self) -> tuple:
         """(name, width, dtype) of every per-view buffer."""
-        return self._PER_VIEW + (self._GEOMETRY_VIEWS if self.geometry else ())
+        return (
+            self._PER_VIEW
+            + (self._GEOMETRY_VIEWS if self.geometry else ())
+            + (self._NORMAL_VIEWS if self.normals else ())
+        )
 
     def max_isects(self) -> int:
         """The most intersections one intersection buffer can bind on this device."""
@@ -361,8 +378,18 @@ class Rasterizer:
             )
         return dict(SH_DEGREE=sh_degree, SH_COEFFS=splats.sh_coeffs, ACTIVATED=int(splats.activated))
 
-    def record_project(self, rec, splats: Splats, sh_degree: int):
-        """Phase 1: project, sort by depth, count and scan the tile overlaps."""
+    def _check_normals(self, normals: bool):
+        if normals and not self.normals:
+            raise ValueError("%s: the normal image needs a Rasterizer made with normals=True" % self.name)
+
+    def splat_normals_binding(self):
+        """The per-view splat normals [C*N,4] (normals), else a placeholder to bind."""
+        return self._per_view["normals"] if self.normals else self._unused_splat_normals
+
+    def record_project(self, rec, splats: Splats, sh_degree: int, normals: bool = False):
+        """Phase 1: project, sort by depth, count and scan the tile overlaps. ``normals``:
+        also write each splat's camera-space normal (needs ``normals``)."""
+        self._check_normals(normals)
         n = splats.n
         if n > self.capacity:
             raise ValueError("%s: %d Gaussians exceed the reserved %d" % (self.name, n, self.capacity))
@@ -388,6 +415,7 @@ class Rasterizer:
                 tile_counts=v["tile_counts"],
                 depth_keys=v["depth_keys"],
                 depth_ids=v["depth_ids"],
+                normals=self.splat_normals_binding(),
             ),
             push=dict(
                 n=n,
@@ -400,7 +428,7 @@ class Rasterizer:
                 near_plane=NEAR_PLANE,
                 far_plane=FAR_PLANE,
             ),
-            spec=self._spec(splats, sh_degree),
+            spec=dict(self._spec(splats, sh_degree), NORMALS=int(normals)),
             defines=dict(COMPACT=1) if splats.compact else None,
         )
         keys, ids = self.depth_sort.record(
@@ -427,14 +455,17 @@ class Rasterizer:
         if distortion and not self.geometry:
             raise ValueError("%s: the depth distortion needs a Rasterizer made with geometry=True" % self.name)
 
-    def record_raster(self, rec, isect_capacity: int | None = None, distortion: bool = False):
+    def record_raster(self, rec, isect_capacity: int | None = None, distortion: bool = False, normals: bool = False):
         """Phase 2: write and sort the intersections, find the tile ranges, rasterize.
 
         Recorded for ``isect_capacity`` (default: the reserved capacity)
         intersections; the true count is read on the GPU. ``distortion``: also
-        write the depth distortion to ``out_distort`` (needs ``geometry``).
+        write the depth distortion to ``out_distort`` (needs ``geometry``);
+        ``normals``: blend the splat normals (written by :meth:`record_project` with
+        ``normals=True``) into ``out_normals`` (needs ``normals``).
         """
         self._check_distortion(distortion)
+        self._check_normals(normals)
         cap = max(int(isect_capacity or self.isect_capacity), 1)
         if cap > self.isect_capacity:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
@@ -498,6 +529,8 @@ class Rasterizer:
                 out_last=self.out_last,
                 out_median=self.out_median,
                 out_distort=self.out_distort,
+                normals=self.splat_normals_binding(),
+                out_normals=self.out_normals,
             ),
             push=dict(
                 width=self.width,
@@ -506,7 +539,7 @@ class Rasterizer:
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
             ),
-            spec=dict(DISTORTION=int(distortion)),
+            spec=dict(DISTORTION=int(distortion), NORMALS=int(normals)),
         )
 
     def record_backward(
@@ -631,21 +664,24 @@ class Rasterizer:
                 self.offsets_scan.scratch,
             ]
             + ([self.grad_distort] if self.geometry else [self._unused_depth])
+            + [self.out_normals]
+            + ([] if self.normals else [self._unused_splat_normals])
         ):
             pool.free(buf)
 
     # -- whole passes ---------------------------------------------------------------
-    def forward(self, splats: Splats, sh_degree: int, distortion: bool = False) -> int:
+    def forward(self, splats: Splats, sh_degree: int, distortion: bool = False, normals: bool = False) -> int:
         """Run the forward pass now, sizing the intersection buffers exactly
-        (``distortion``: also the depth distortion). Returns the number of intersections."""
+        (``distortion``: also the depth distortion; ``normals``: also the normal image).
+        Returns the number of intersections."""
         self.reserve(splats.n)
         rec = self.device.recorder(self.name + ".project")
-        self.record_project(rec, splats, sh_degree)
+        self.record_project(rec, splats, sh_degree, normals)
         rec.finish().run()
         m = self.num_intersections()
         self.reserve(splats.n, m)
         rec = self.device.recorder(self.name + ".raster")
-        self.record_raster(rec, max(m, 1), distortion)
+        self.record_raster(rec, max(m, 1), distortion, normals)
         rec.finish().run()
         return m
 
