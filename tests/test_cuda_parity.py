@@ -248,7 +248,7 @@ def forward_inputs(backends):
         xyop=vk.readback(raster.xyop, shape=(rows, 4)),
         conics=vk.readback(raster.conics, shape=(rows, 4)),
         rgb=vk.readback(raster.rgb, shape=(rows, 4)),
-        normals=vk.readback(raster.normals, shape=(rows, 4)),
+        normals=vk.readback(raster.splat_normals, shape=(rows, 4)),
         backgrounds=vk.readback(raster.backgrounds),
         out_alphas=vk.readback(raster.out_alphas),
         out_last=vk.readback(raster.out_last),
@@ -701,18 +701,23 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion, 
     assert (np.abs(vk_out["out_normals"]) > 0.1).any() == normals
 
 
-@pytest.mark.parametrize("absgrad,distortion", [(False, False), (True, False), (False, True)])
-def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion):
+@pytest.mark.parametrize(
+    "absgrad,distortion,normals",
+    [(False, False, False), (True, False, False), (False, True, False), (False, False, True), (True, True, True)],
+)
+def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion, normals):
     f = forward_inputs
     push, groups = raster_push(f)
     C, H, W, rows = 2, f["height"], f["width"], f["rows"]
     rng = np.random.default_rng(11)
     names = ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "out_alphas", "out_last", "out_depths")
-    ins = {k: f[k] for k in names}
+    ins = {k: f[k] for k in names + ("normals",)}
     ins.update(
         grad_colors=rng.standard_normal((C, H, W, 3)).astype(np.float32),
         grad_alphas=rng.standard_normal((C, H, W)).astype(np.float32),
         grad_distort=rng.standard_normal((C, H, W)).astype(np.float32),
+        grad_normal_image=rng.standard_normal((C, H, W, 3)).astype(np.float32),
+        grad_depth_image=rng.standard_normal((C, H, W)).astype(np.float32),
     )
     outs = dict(
         grad_xy=((rows, 2), np.float32),
@@ -721,15 +726,17 @@ def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion):
         grad_opacity=((rows,), np.float32),
         grad_xy_abs=((rows, 2), np.float32),
         grad_depth=((rows,), np.float32),
+        grad_normals=((rows, 3), np.float32),
     )
-    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion))
+    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals))
     vk_out, cu_out = both(backends, "rasterize_bwd", groups, ins, outs, push=push, spec=spec, zero=tuple(outs))
     for name in outs:  # atomic sums: a looser, labelled channel
         assert_close(cu_out[name], vk_out[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)
     assert np.abs(vk_out["grad_xy"]).max() > 0
     if absgrad:
         assert np.abs(cu_out["grad_xy_abs"]).max() > 0
-    assert (np.abs(vk_out["grad_depth"]).max() > 0) == distortion
+    assert (np.abs(vk_out["grad_depth"]).max() > 0) == (distortion or normals)
+    assert (np.abs(vk_out["grad_normals"]).max() > 0) == normals
 
 
 # ---- the whole rasterizer ---------------------------------------------------------------

@@ -89,8 +89,9 @@ def _shared_bytes(spirv: bytes) -> int:
         elif op in (43, 50):  # OpConstant, OpSpecConstant (its default)
             consts[a[1]] = a[2]
         elif op == 52 and a[2] == 169:  # OpSpecConstantOp OpSelect (an array sized by a
-            # specialization constant, rasterize_fwd's NORMAL_SLOTS): the larger of the two
-            consts[a[1]] = max(consts[a[4]], consts[a[5]])
+            # specialization constant, rasterize_fwd's and rasterize_bwd's
+            # NORMAL_SLOTS): the larger of the two
+            consts[a[1]] = max(consts.get(a[4], 0), consts.get(a[5], 0))
         elif op == 32:  # OpTypePointer
             pointers[a[0]] = a[2]
         elif op == 59 and a[2] == 4:  # OpVariable in Workgroup storage

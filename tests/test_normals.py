@@ -3,6 +3,7 @@ against geometry and finite differences, and the kernels normal_consistency_fwd/
 (shaders/, native_cuda/) against the reference."""
 
 import numpy as np
+import pytest
 from test_cuda_parity import run_kernel
 
 from spirula.reference.normals import (
@@ -201,3 +202,50 @@ def test_normal_image_matches_reference():
     assert plain_meta["normals"] is None
     # the normals change nothing else (same arithmetic, bitwise)
     assert np.array_equal(plain_colors, colors) and np.array_equal(plain_alphas, alphas)
+
+
+@pytest.mark.parametrize("distortion", [False, True], ids=["", "distortion"])
+def test_normal_and_depth_image_gradients_match_reference(distortion):
+    """rasterize_bwd with NORMALS: the cotangents of the normal image and of the accumulated
+    depth image (with the colour's and alpha's, and the distortion's) against the reference's
+    rasterize_bwd, which is linear in its cotangents: the colour pass (colours, background)
+    plus a pass with the splat normals as the colours (no background) and the depth
+    cotangent; the reference is checked against finite differences in test_reference.py.
+    Bound: tests/test_rasterize_bwd.py's float32 atomics bound."""
+    from reference.rasterize import rasterize_bwd
+    from render_cases import gpu_render, random_scene
+    from test_rasterize_bwd import assert_grad_close
+
+    from spirula.render.api import rasterization_backward
+
+    scene = random_scene(n=150, seed=22, sh_degree=1)
+    W, H = scene["width"], scene["height"]
+    bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)
+    colors, alphas, _, meta = gpu_render(scene, backgrounds=bg, normals=True, distortion=distortion)
+    rng = np.random.default_rng(5)
+    gc = rng.standard_normal(colors.shape).astype(np.float32)
+    ga = rng.standard_normal(alphas.shape).astype(np.float32)
+    gn = rng.standard_normal(colors.shape).astype(np.float32)
+    gd = rng.standard_normal(alphas.shape).astype(np.float32)
+    gx = rng.standard_normal(alphas.shape).astype(np.float32) if distortion else None
+    got = rasterization_backward(meta, gc, ga, grad_distortions=gx, grad_normals=gn, grad_accum_depths=gd)
+    raster = meta["_context"].raster
+    C, N = meta["radii"].shape[:2]
+    normals = raster.device.readback(raster.splat_normals, shape=(C * N, 4)).reshape(C, N, 4)[..., :3]
+    opac = np.broadcast_to(scene["opacities"], (C, N))
+    geo = (meta["means2d"], meta["conics"])
+    rest = (opac, meta["depths"], meta["radii"], W, H)
+    a = rasterize_bwd(*geo, meta["colors"], *rest, bg, grad_colors=gc, grad_alphas=ga, grad_distortions=gx)
+    b = rasterize_bwd(*geo, normals, *rest, grad_colors=gn, grad_depths=gd)
+
+    def read(buf, w):
+        return raster.device.readback(buf, shape=(C * N, w)).reshape(C, N, w)
+
+    vis = (meta["radii"] != 0).any(-1)
+    assert_grad_close(got["means2d"][vis], (a["means2d"] + b["means2d"])[vis], "means2d")
+    assert_grad_close(read(raster.grad_conics, 3)[vis], (a["conics"] + b["conics"])[vis], "conics")
+    assert_grad_close(read(raster.grad_rgb, 3)[vis], a["colors"][vis], "colors")
+    assert_grad_close(read(raster.grad_opacity, 1)[vis][:, 0], (a["opacities"] + b["opacities"])[vis], "opacity")
+    assert_grad_close(got["depths"][vis], (a["depths"] + b["depths"])[vis], "depths")
+    assert_grad_close(got["normals"][vis], b["colors"][vis], "normals")
+    assert np.abs(b["colors"][vis]).max() > 0.1 and np.abs(b["opacities"][vis]).max() > 0.1

@@ -194,11 +194,19 @@ class Rasterizer:
             self._unused_depth = pool.alloc(name + ".unused_depth", (1,), np.float32, "other")
         self.normals = bool(normals)
         if self.normals:
-            # camera-space normal image, sum of n w (not normalized, no background)
+            # camera-space normal image, sum of n w (not normalized, no background), and the
+            # cotangents of it and of the depth image out_depths (rasterize_bwd with NORMALS)
             self.out_normals = pool.alloc(name + ".normals", (C, H, W, 3), np.float32, "image")
+            self.grad_normal_image = pool.alloc(
+                name + ".grad_normal_image", (C, H, W, 3), np.float32, "image", zero=True
+            )
+            self.grad_depth_image = pool.alloc(name + ".grad_depth_image", (C, H, W), np.float32, "image", zero=True)
         else:  # bound, never read or written (NORMALS is off)
             self.out_normals = pool.alloc(name + ".unused_normals", (1,), np.float32, "other")
             self._unused_splat_normals = pool.alloc(name + ".unused_splat_normals", (4,), np.float32, "other")
+            self.grad_normal_image = pool.alloc(name + ".unused_grad_normal_image", (1,), np.float32, "other")
+            self.grad_depth_image = pool.alloc(name + ".unused_grad_depth_image", (1,), np.float32, "other")
+            self._unused_grad_normals = pool.alloc(name + ".unused_grad_normals", (1,), np.float32, "other")
         self.capacity = 0
         self.isect_capacity = 0
         self._per_view = {}
@@ -227,7 +235,8 @@ class Rasterizer:
         ("grad_xy_abs", 2, np.float32),
     )
     _GEOMETRY_VIEWS = (("grad_depth", 1, np.float32),)  # with geometry: dL/d depth (distortion)
-    _NORMAL_VIEWS = (("normals", 4, np.float32),)  # with normals: camera-space splat normals
+    # with normals: camera-space splat normals, dL/d them
+    _NORMAL_VIEWS = (("splat_normals", 4, np.float32), ("grad_normals", 3, np.float32))
     _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
 
     def row_bytes(self) -> dict:
@@ -238,7 +247,7 @@ class Rasterizer:
         """(name, width, dtype) of every per-view buffer."""
         return (
             self._PER_VIEW
-            + (self._GEOMETRY_VIEWS if self.geometry else ())
+            + (self._GEOMETRY_VIEWS if self.geometry or self.normals else ())
             + (self._NORMAL_VIEWS if self.normals else ())
         )
 
@@ -384,7 +393,7 @@ class Rasterizer:
 
     def splat_normals_binding(self):
         """The per-view splat normals [C*N,4] (normals), else a placeholder to bind."""
-        return self._per_view["normals"] if self.normals else self._unused_splat_normals
+        return self._per_view["splat_normals"] if self.normals else self._unused_splat_normals
 
     def record_project(self, rec, splats: Splats, sh_degree: int, normals: bool = False):
         """Phase 1: project, sort by depth, count and scan the tile overlaps. ``normals``:
@@ -543,7 +552,14 @@ class Rasterizer:
         )
 
     def record_backward(
-        self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False, distortion: bool = False
+        self,
+        rec,
+        splats: Splats,
+        sh_degree: int,
+        grads: Splats,
+        absgrad: bool = False,
+        distortion: bool = False,
+        normals: bool = False,
     ):
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
         ``grads`` (a Splats-shaped set of gradient buffers, fully overwritten).
@@ -551,7 +567,7 @@ class Rasterizer:
         Float32 splats only (training's compact splats go through fpbo)."""
         if splats.compact:
             raise ValueError("projection_bwd reads float32 SH; compact splats are trained through fpbo")
-        self.record_raster_backward(rec, absgrad, distortion)
+        self.record_raster_backward(rec, absgrad, distortion, normals)
         v = self._per_view
         rec.dispatch(
             "projection_bwd",
@@ -578,18 +594,24 @@ class Rasterizer:
             spec=self._spec(splats, sh_degree),
         )
 
-    def record_raster_backward(self, rec, absgrad: bool = False, distortion: bool = False):
+    def record_raster_backward(self, rec, absgrad: bool = False, distortion: bool = False, normals: bool = False):
         """``rasterize_bwd`` alone: per (camera, Gaussian) gradients of the 2D
         mean, conic, colour and opacity in ``grad_xy`` etc. (zeroed first).
         ``distortion``: also back-propagate ``grad_distort`` (dL/d the depth
         distortion image, on the GPU) into those and into ``grad_depth``
-        (dL/d each Gaussian's camera z); needs ``geometry``."""
+        (dL/d each Gaussian's camera z); needs ``geometry``. ``normals``: also
+        back-propagate ``grad_normal_image`` [C,H,W,3] and ``grad_depth_image``
+        [C,H,W] (dL/d ``out_normals`` and dL/d ``out_depths``, on the GPU) into those,
+        ``grad_depth`` and ``grad_normals`` [C*N,3] (dL/d each splat's camera-space
+        normal); needs ``normals`` and a forward recorded with ``normals=True``."""
         self._check_distortion(distortion)
+        self._check_normals(normals)
         v = self._per_view
         rows = self.n_cameras * self._n
         widths = {name: width for name, width, _ in self._views()}
         names = ("grad_xy", "grad_conics", "grad_rgb", "grad_opacity")
-        names += (("grad_xy_abs",) if absgrad else ()) + (("grad_depth",) if distortion else ())
+        names += (("grad_xy_abs",) if absgrad else ()) + (("grad_depth",) if distortion or normals else ())
+        names += ("grad_normals",) if normals else ()
         for name in names:
             rec.fill(v[name], 0, nbytes=4 * widths[name] * max(rows, 1))
         rec.dispatch(
@@ -614,6 +636,10 @@ class Rasterizer:
                 out_depths=self.out_depths,
                 grad_distort=self.grad_distort,
                 grad_depth=self.grad_depth_binding(),
+                normals=self.splat_normals_binding(),
+                grad_normal_image=self.grad_normal_image,
+                grad_depth_image=self.grad_depth_image,
+                grad_normals=self._per_view["grad_normals"] if self.normals else self._unused_grad_normals,
             ),
             push=dict(
                 width=self.width,
@@ -622,12 +648,12 @@ class Rasterizer:
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
             ),
-            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion)),
+            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals)),
         )
 
     def grad_depth_binding(self):
-        """The per-view dL/d depth buffer [C*N] (geometry), else a placeholder to bind."""
-        return self._per_view["grad_depth"] if self.geometry else self._unused_depth
+        """The per-view dL/d depth buffer [C*N] (geometry or normals), else a placeholder to bind."""
+        return self._per_view["grad_depth"] if "grad_depth" in self._per_view else self._unused_depth
 
     def intersections(self) -> tuple:
         """The last forward's tile-sorted intersections, read back: (tile keys
@@ -664,8 +690,8 @@ class Rasterizer:
                 self.offsets_scan.scratch,
             ]
             + ([self.grad_distort] if self.geometry else [self._unused_depth])
-            + [self.out_normals]
-            + ([] if self.normals else [self._unused_splat_normals])
+            + [self.out_normals, self.grad_normal_image, self.grad_depth_image]
+            + ([] if self.normals else [self._unused_splat_normals, self._unused_grad_normals])
         ):
             pool.free(buf)
 
@@ -685,8 +711,16 @@ class Rasterizer:
         rec.finish().run()
         return m
 
-    def backward(self, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False, distortion: bool = False):
+    def backward(
+        self,
+        splats: Splats,
+        sh_degree: int,
+        grads: Splats,
+        absgrad: bool = False,
+        distortion: bool = False,
+        normals: bool = False,
+    ):
         """Run the backward pass now (after :meth:`forward`, grad images uploaded)."""
         rec = self.device.recorder(self.name + ".backward")
-        self.record_backward(rec, splats, sh_degree, grads, absgrad, distortion)
+        self.record_backward(rec, splats, sh_degree, grads, absgrad, distortion, normals)
         rec.finish().run()
