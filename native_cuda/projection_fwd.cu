@@ -3,10 +3,9 @@
 // i = c * n + g, folded. SH_DEGREE is a template parameter.
 // Culled (radii 0) entries of xyop/conics/rgb/normals are left unwritten.
 // NORMALS (a kernel argument from the specialization constant): also the camera-space
-// splat normals (splat_normal, include/normals.glsl); a uniform branch per thread.
+// splat normals (splat_normal, include/projection.glsl); a uniform branch per thread.
 // Contract: build/contracts/projection_fwd.h, generated from shaders/projection_fwd.comp.
 #include "common/launch.cuh"
-#include "common/normals.cuh"
 #include "common/projection.cuh"
 #include "common/raster.cuh"
 #include "common/storage.cuh"

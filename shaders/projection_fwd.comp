@@ -20,7 +20,7 @@
 //   binding 12 depth_ids   [C*N]   u32  write  i
 //   binding 13 normals     [C*N,4] f32  write  (NORMALS) camera-space normal, 0: the rotation's
 //                                              axis of the smallest scale, turned to the camera
-//                                              (splat_normal, include/normals.glsl)
+//                                              (splat_normal, include/projection.glsl)
 // Culled (radii 0) entries of xyop/conics/rgb/normals are left unwritten.
 // NORMALS (specialization constant, --geometry's normal consistency): also the splat normals
 // rasterize_fwd blends into a normal image; off, the compiler removes them.
@@ -28,7 +28,6 @@
 // culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
 #define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
-#include "normals.glsl"
 #include "projection.glsl"
 #include "raster.glsl"
 #include "sh.glsl"

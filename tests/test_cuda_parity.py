@@ -557,6 +557,7 @@ def test_projection_bwd_matches(backends, sh_degree, activated):
         grad_conics=rng.standard_normal((C * n, 3)),
         grad_rgb=rng.standard_normal((C * n, 3)),
         grad_opacity=rng.standard_normal(C * n),
+        grad_normals=rng.standard_normal((C * n, 3)),  # read with NORMALS (the odd degrees)
     )
     inputs = dict(scene_inputs(scene, activated), radii=radii, **{k: v.astype(np.float32) for k, v in grads.items()})
     K = scene["sh_coeffs"].shape[1]
@@ -574,7 +575,7 @@ def test_projection_bwd_matches(backends, sh_degree, activated):
         inputs,
         outs,
         push=dict(n=n, n_cameras=C, width=scene["width"], height=scene["height"], eps2d=EPS2D),
-        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated)),
+        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated), NORMALS=sh_degree % 2),
     )
     for name in outs:
         assert_close(cu_out[name], vk_out[name], R_PLAIN, name)
@@ -1067,6 +1068,8 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)),
         # dL/d depth (--geometry's distortion): read when DEPTH_GRAD
         grad_depth=(np.random.default_rng(seed + 1).standard_normal(rows) * 0.05).astype(np.float32),
+        # dL/d splat normal (--geometry's normal consistency): read when NORMALS
+        grad_normals=(np.random.default_rng(seed + 2).standard_normal((rows, 3)) * 0.05).astype(np.float32),
     )
     raster.free()
     splats.free(vk)
@@ -1128,6 +1131,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             ABSGRAD=int(absgrad),
             DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
             FLATTEN=int(views == 2),  # and the flattening regularizer's
+            NORMALS=int(views == 2),  # and the splat normals' gradient
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )

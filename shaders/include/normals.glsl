@@ -30,14 +30,4 @@ FN void normal_consistency_vjp(vec3 N, vec3 A, vec3 B, float ga, OUT(vec3) gN, O
     gB = cross(gc, A);
 }
 
-// Which axis of a splat is its normal: the smallest scale's, the first of equal ones (0..2)
-FN int smallest_axis(vec3 s) { return (s.x <= s.y && s.x <= s.z) ? 0 : (s.y <= s.z ? 1 : 2); }
-
-// A splat's camera-space normal (projection_fwd with NORMALS; reference splat_normals):
-// column smallest_axis(s) of its rotation R (world), rotated by the camera's Rc, turned to
-// the camera (n . pcam <= 0, pcam the splat's camera-space mean).
-FN vec3 splat_normal(mat3 R, vec3 s, mat3 Rc, vec3 pcam) {
-    vec3 n = Rc * R[smallest_axis(s)];
-    return dot(n, pcam) > 0.0f ? -n : n;
-}
 #endif

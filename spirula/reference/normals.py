@@ -40,6 +40,26 @@ def splat_normals(quats, scales, means, viewmats):
     return n_cam * flip[..., None]
 
 
+def splat_normals_vjp(quats, scales, means, viewmats, grad_normals):
+    """dL/d ``quats`` [N,4] float64 (the given, unnormalized ones) from ``grad_normals``
+    [C,N,3] = dL/d :func:`splat_normals`. The axis choice and the turn to the camera are
+    piecewise constant (no gradient to ``scales`` or ``means``): per camera,
+    dL/dR[:, k] += flip R_c^T g."""
+    from spirula.reference.projection import _rotmat_vjp, quat_to_rotmat
+
+    q = np.asarray(quats, np.float64)
+    k = np.argmin(np.asarray(scales, np.float64), axis=1)
+    vm = np.asarray(viewmats, np.float64)
+    R = quat_to_rotmat(q)
+    n_cam = np.einsum("cij,nj->cni", vm[:, :3, :3], R[np.arange(len(k)), :, k])
+    p_cam = np.einsum("cij,nj->cni", vm[:, :3, :3], np.asarray(means, np.float64)) + vm[:, None, :3, 3]
+    flip = np.where((n_cam * p_cam).sum(-1) > 0, -1.0, 1.0)  # [C,N]
+    g_world = np.einsum("cji,cnj->ni", vm[:, :3, :3], flip[..., None] * np.asarray(grad_normals, np.float64))
+    v_R = np.zeros((len(k), 3, 3))
+    v_R[np.arange(len(k)), :, k] = g_world
+    return _rotmat_vjp(q, v_R)
+
+
 def render_normals(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree=0):
     """The normal image rasterize_fwd writes with NORMALS, [C,H,W,3] float64: the splat normals
     (:func:`splat_normals`) alpha-blended as the colour (sum_i n_i alpha_i T_i), no background.

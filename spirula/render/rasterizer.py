@@ -589,9 +589,10 @@ class Rasterizer:
                 grad_scales=grads.scales,
                 grad_opacities=grads.opacities,
                 grad_sh=grads.sh,
+                grad_normals=self.grad_normals_binding(),
             ),
             push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height, eps2d=EPS2D),
-            spec=self._spec(splats, sh_degree),
+            spec=dict(self._spec(splats, sh_degree), NORMALS=int(normals)),
         )
 
     def record_raster_backward(self, rec, absgrad: bool = False, distortion: bool = False, normals: bool = False):
@@ -639,7 +640,7 @@ class Rasterizer:
                 normals=self.splat_normals_binding(),
                 grad_normal_image=self.grad_normal_image,
                 grad_depth_image=self.grad_depth_image,
-                grad_normals=self._per_view["grad_normals"] if self.normals else self._unused_grad_normals,
+                grad_normals=self.grad_normals_binding(),
             ),
             push=dict(
                 width=self.width,
@@ -650,6 +651,10 @@ class Rasterizer:
             ),
             spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals)),
         )
+
+    def grad_normals_binding(self):
+        """The per-view dL/d splat normal buffer [C*N,3] (normals), else a placeholder to bind."""
+        return self._per_view["grad_normals"] if self.normals else self._unused_grad_normals
 
     def grad_depth_binding(self):
         """The per-view dL/d depth buffer [C*N] (geometry or normals), else a placeholder to bind."""
