@@ -76,6 +76,52 @@ def render_normals(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, wid
     return ras["colors"]
 
 
+def render_normals_bwd(
+    means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree, grad_normals
+) -> dict:
+    """dL/d the splat parameters (float64: means [N,3], quats [N,4], scales [N,3], opacities
+    [N], as :func:`spirula.reference.render.rasterization_bwd`) from ``grad_normals``
+    [C,H,W,3] = dL/d :func:`render_normals`: rasterize_bwd with the splat normals as the
+    colours, projection_bwd of its 2D means, conics and opacities, and
+    :func:`splat_normals_vjp` of its colour (normal) gradients."""
+    from spirula.reference.projection import projection_bwd, projection_fwd
+    from spirula.reference.rasterize import rasterize_bwd
+
+    proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
+    C, N = proj["depths"].shape
+    normals = splat_normals(quats, scales, means, viewmats)
+    opac = np.broadcast_to(np.asarray(opacities, np.float64), (C, N))
+    v = rasterize_bwd(
+        proj["means2d"],
+        proj["conics"],
+        normals,
+        opac,
+        proj["depths"],
+        proj["radii"],
+        width,
+        height,
+        grad_colors=grad_normals,
+    )
+    out = projection_bwd(
+        means,
+        quats,
+        scales,
+        opacities,
+        sh_coeffs,
+        viewmats,
+        Ks,
+        width,
+        height,
+        sh_degree,
+        v["means2d"],
+        v["conics"],
+        np.zeros((C, N, 3)),
+        v["opacities"],
+    )
+    out["quats"] = out["quats"] + splat_normals_vjp(quats, scales, means, viewmats, v["colors"])
+    return out
+
+
 def _points(depths, Ks):
     """Camera-space points of every pixel, [C,H,W,3], and the rays (P = d ray)."""
     d = np.asarray(depths, np.float64)
