@@ -1,10 +1,14 @@
 #version 450
 // rasterize_bwd: back-propagate the image gradients to each (camera,
 // Gaussian)'s 2D mean, conic, colour and opacity.
-// One workgroup per 16x16 tile (x, y) of camera z, one thread per pixel,
-// walking the tile list back to front from the last Gaussian any pixel
-// blended. Per Gaussian, the gradients of a subgroup's pixels are summed
-// with subgroup adds, then one lane adds them to the output (float atomics).
+// One workgroup per chunk of a tile's list (tile-list splitting, docs/design.md §2.4): the
+// workgroup linear_group_id() (folded) runs chunk_table's (tile t = camera * tiles + tile,
+// chunk k), entries [start + k chunk, min(start + (k + 1) chunk, end)), one thread per pixel
+// of the tile, back to front. A chunk at or past the last Gaussian any pixel blended returns;
+// the one holding it starts from the final state (T_final, nothing behind), the others from
+// the state rasterize_fwd left at their end (chunk_state). Per Gaussian, the gradients of a
+// subgroup's pixels are summed with subgroup adds, then one lane adds them to the output
+// (float atomics); each entry lies in one chunk.
 //   binding 0  ranges       [C*T,2]   u32  read
 //   binding 1  isect_ids    [M]       u32  read
 //   binding 2  xyop         [C*N,4]   f32  read
@@ -28,6 +32,9 @@
 //   binding 19 grad_normal_image [C,H,W,3] f32 read (NORMALS) dL/d normal image (out_normals)
 //   binding 20 grad_depth_image  [C,H,W]   f32 read (NORMALS) dL/d depth image D = sum w z (out_depths)
 //   binding 21 grad_normals [C*N,3]   f32  add    (NORMALS) dL/d camera-space splat normal
+//   binding 22 chunk_table  [I,2]     u32  read   per workgroup id: (t, k), or ~0 (no chunk)
+//                                                 (rasterize_chunks)
+//   binding 23 chunk_state  [S,K,256] f32  read   rasterize_fwd's state at each chunk boundary
 // DISTORTION: the depth distortion L_d = 2 sum_i w_i (z_i A_{i-1} - D_{i-1}) (A, D: sums of w,
 // w z in front of i) back-propagated with sums behind k (bA, bD, and G = sum dL_d/dw_i w_i):
 //   dL_d/dw_k = 2 (z_k A_{k-1} - D_{k-1}) + 2 (bD - z_k bA),   dL_d/dz_k = 2 w_k (A_{k-1} - bA)
@@ -41,6 +48,7 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_vote : require
+#include "common.glsl"
 #include "raster.glsl"
 
 layout(local_size_x = 16, local_size_y = 16) in;
@@ -71,6 +79,8 @@ layout(std430, binding = 18) restrict readonly buffer NormalsBuf { vec4 normals[
 layout(std430, binding = 19) restrict readonly buffer GradNormalImageBuf { float grad_normal_image[]; };
 layout(std430, binding = 20) restrict readonly buffer GradDepthImageBuf { float grad_depth_image[]; };
 layout(std430, binding = 21) restrict buffer GradNormalsBuf { GRAD_T grad_normals[]; };
+layout(std430, binding = 22) restrict readonly buffer ChunkTableBuf { uvec2 chunk_table[]; };
+layout(std430, binding = 23) restrict readonly buffer ChunkStateBuf { float chunk_state[]; };
 
 layout(push_constant) uniform Push {
     uint width;
@@ -78,6 +88,9 @@ layout(push_constant) uniform Push {
     uint tile_width;
     uint tile_height;
     float max_alpha;
+    uint chunk;           // entries of a chunk (a multiple of TILE_PIXELS)
+    uint chunk_channels;  // channels of a chunk_state slot (include/raster.glsl)
+    uint chunk_ids;       // entries of chunk_table (workgroups past it return)
 } pc;
 
 shared vec4 s_xyop[TILE_PIXELS];
@@ -91,11 +104,20 @@ shared uint s_id[TILE_PIXELS];
 shared uint s_max_last;
 
 void main() {
-    uint c = gl_WorkGroupID.z;
-    uint tile = gl_WorkGroupID.y * pc.tile_width + gl_WorkGroupID.x;
-    uvec2 range = ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint group = linear_group_id();
+    if (group >= pc.chunk_ids) {
+        return;  // uniform: past the table (a folded grid)
+    }
+    uvec2 job = chunk_table[group];
+    if (job.x == CHUNK_NONE) {
+        return;  // uniform: no chunk has this id
+    }
+    uint tiles = pc.tile_width * pc.tile_height;
+    uint c = job.x / tiles;
+    uint tile = job.x - c * tiles;
+    uvec2 range = ranges[job.x];
     uint tid = gl_LocalInvocationIndex;
-    uvec2 pix = gl_WorkGroupID.xy * TILE + gl_LocalInvocationID.xy;
+    uvec2 pix = uvec2(tile % pc.tile_width, tile / pc.tile_width) * TILE + gl_LocalInvocationID.xy;
     bool inside = pix.x < pc.width && pix.y < pc.height;
     vec2 centre = vec2(pix) + 0.5;
     uint p = (c * pc.height + min(pix.y, pc.height - 1u)) * pc.width + min(pix.x, pc.width - 1u);
@@ -127,11 +149,35 @@ void main() {
     atomicMax(s_max_last, last);
     barrier();
     uint end = range.x + s_max_last;
+    uint chunk_start = range.x + job.y * pc.chunk;
+    if (chunk_start >= end) {
+        return;  // uniform: no pixel blended a Gaussian of this chunk
+    }
+    uint chunk_end = min(chunk_start + pc.chunk, end);
 
     float T = T_final;
     vec3 behind = vec3(0.0);  // colour blended behind the current Gaussian
-    for (uint batch_end = end; batch_end > range.x;) {
-        uint batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
+    if (chunk_end < end) {    // uniform: start from the forward's state at the boundary chunk_end
+        uint slot = chunk_end / pc.chunk;
+        uint K = pc.chunk_channels;
+        T = chunk_state[chunk_word(slot, K, CHUNK_T, tid)];
+        behind = vec3(chunk_state[chunk_word(slot, K, CHUNK_COLOR, tid)],
+                      chunk_state[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)],
+                      chunk_state[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)]);
+        if (DISTORTION) {
+            bA = T - T_final;
+            bD = chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+            bG = chunk_state[chunk_word(slot, K, K - 1u, tid)];
+        }
+        if (NORMALS) {
+            bZ = chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+            bN = vec3(chunk_state[chunk_word(slot, K, CHUNK_NORMAL, tid)],
+                      chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)],
+                      chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)]);
+        }
+    }
+    for (uint batch_end = chunk_end; batch_end > chunk_start;) {
+        uint batch_start = batch_end - min(batch_end - chunk_start, TILE_PIXELS);
         uint count = batch_end - batch_start;
         barrier();  // the previous batch is consumed
         if (tid < count) {

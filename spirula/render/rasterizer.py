@@ -11,7 +11,12 @@ forward, phase 2 (:meth:`record_raster`)
     ``intersect_tile_write`` -> tile sort (stable, ceil(log2(C*T)) bits) ->
     ``tile_ranges`` -> ``rasterize_fwd``.
 backward (:meth:`record_backward`)
-    ``rasterize_bwd`` -> ``projection_bwd``.
+    ``rasterize_chunks`` -> ``rasterize_bwd`` -> ``projection_bwd``.
+
+Tile-list splitting (docs/design.md §2.4): ``rasterize_bwd`` runs one workgroup per chunk
+of ``chunk`` entries of a tile's list, starting from the state ``rasterize_fwd`` left at
+the chunk's end (``chunk_state``); ``rasterize_chunks`` writes which chunk each workgroup
+runs (``chunk_table``).
 
 Sorting by depth first (C*N keys) and then only by tile (M keys, 1-2 passes)
 is far cheaper than one 64-bit sort of M (tile, depth) keys, and gives the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 
@@ -39,6 +45,11 @@ EPS2D = 0.3
 MAX_ALPHA = 0.99  # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
 FAR_PLANE = 1e10
+# rasterize_bwd's chunk: tile-list entries a backward workgroup walks (a multiple of TILE * TILE;
+# docs/design.md §2.4). SPIRULA_RASTER_CHUNK overrides it (benchmark sweeps).
+CHUNK = 2048
+CHUNK_ENV = "SPIRULA_RASTER_CHUNK"
+CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)
 
 
 @dataclasses.dataclass
@@ -111,6 +122,29 @@ class Splats:
             device.pool.free(b)
 
 
+def default_chunk() -> int:
+    """The backward's chunk: ``$SPIRULA_RASTER_CHUNK`` if set, else :data:`CHUNK`."""
+    text = os.environ.get(CHUNK_ENV, "").strip()
+    if not text:
+        return CHUNK
+    try:
+        return check_chunk(int(text))
+    except ValueError:
+        from spirula.errors import SpirulaError
+
+        raise SpirulaError(
+            "%s=%r: the chunk must be a positive multiple of %d" % (CHUNK_ENV, text, TILE * TILE)
+        ) from None
+
+
+def check_chunk(chunk: int) -> int:
+    """``chunk`` if it is a positive multiple of TILE * TILE, else a ValueError."""
+    chunk = int(chunk)
+    if chunk <= 0 or chunk % (TILE * TILE):
+        raise ValueError("the chunk must be a positive multiple of %d, got %d" % (TILE * TILE, chunk))
+    return chunk
+
+
 def tile_grid(width: int, height: int) -> tuple:
     return -(-width // TILE), -(-height // TILE)
 
@@ -147,6 +181,8 @@ class Rasterizer:
             [C,H,W,3] so that :meth:`record_project` and :meth:`record_raster` can be recorded
             with ``normals=True`` (--geometry's normal consistency); without it they bind a
             one-word placeholder.
+        chunk: tile-list entries one ``rasterize_bwd`` workgroup walks, a multiple of 256
+            (default :func:`default_chunk`: ``$SPIRULA_RASTER_CHUNK`` or :data:`CHUNK`).
     """
 
     def __init__(
@@ -161,11 +197,13 @@ class Rasterizer:
         max_alpha: float = MAX_ALPHA,
         geometry: bool = False,
         normals: bool = False,
+        chunk: int | None = None,
     ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
         self.device = device
         self.max_alpha = float(max_alpha)
+        self.chunk = default_chunk() if chunk is None else check_chunk(chunk)
         self.width, self.height, self.n_cameras = int(width), int(height), int(n_cameras)
         self.tile_width, self.tile_height = tile_grid(self.width, self.height)
         self.tiles = self.tile_width * self.tile_height
@@ -207,10 +245,14 @@ class Rasterizer:
             self.grad_normal_image = pool.alloc(name + ".unused_grad_normal_image", (1,), np.float32, "other")
             self.grad_depth_image = pool.alloc(name + ".unused_grad_depth_image", (1,), np.float32, "other")
             self._unused_grad_normals = pool.alloc(name + ".unused_grad_normals", (1,), np.float32, "other")
+        # chunk_state channels (shaders/include/raster.glsl): T, colour, depth, normal, distortion
+        self.chunk_channels = 5 + 3 * self.normals + self.geometry
         self.capacity = 0
         self.isect_capacity = 0
         self._per_view = {}
         self._isect = {}
+        self._chunks = {}
+        self._forward_flags = None
         self.depth_sort = RadixSort(device, 1, name + ".depth_sort")
         self.tile_sort = RadixSort(device, 1, name + ".tile_sort")
         self.offsets_scan = PrefixSum(device, 1, name=name + ".offsets_scan")
@@ -252,10 +294,27 @@ class Rasterizer:
         )
 
     def max_isects(self) -> int:
-        """The most intersections one intersection buffer can bind on this device."""
+        """The most intersections the intersection buffers (and the chunk state) can bind
+        on this device."""
         info = self.device.info
         rng = info.max_storage_buffer_range if info is not None else 1 << 62
-        return rng // 4
+        return min(rng // 4, rng // (4 * TILE * TILE * self.chunk_channels) * self.chunk)
+
+    def isect_bytes(self) -> float:
+        """Bytes per intersection: the four intersection buffers and the chunk state."""
+        return 16 + 4 * TILE * TILE * self.chunk_channels / self.chunk
+
+    def chunk_ids(self, isect_capacity: int) -> int:
+        """Entries of the chunk table (rasterize_bwd's workgroups) for ``isect_capacity``."""
+        return self.n_cameras * self.tiles + -(-int(isect_capacity) // self.chunk) + 1
+
+    def _chunk_shapes(self, n_isects: int) -> dict:
+        """Shapes of the chunk buffers for ``n_isects`` intersections."""
+        slots = -(-int(n_isects) // self.chunk)
+        return dict(
+            chunk_state=((slots, self.chunk_channels, TILE * TILE), np.float32),
+            chunk_table=((self.chunk_ids(n_isects), 2), np.uint32),
+        )
 
     def reserve(
         self, n_gaussians: int, n_isects: int = 0, room: int | None = None, isect_room: int | None = None
@@ -323,12 +382,26 @@ class Rasterizer:
                     )
                 else:
                     pool.reserve(buf, 4 * cap, keep=False)
+            room = self._chunk_shapes(cap)
+            for name, (shape, dtype) in self._chunk_shapes(n_isects).items():
+                nbytes = math.prod(room[name][0]) * np.dtype(dtype).itemsize
+                buf = self._chunks.get(name)
+                if buf is None:
+                    self._chunks[name] = pool.alloc(
+                        "%s.%s" % (self.name, name), shape, dtype, "splat x img", capacity=nbytes
+                    )
+                else:
+                    pool.reserve(buf, nbytes, keep=False)
             self.isect_capacity = cap
             self.tile_sort.reserve(cap)
             grew = True
         for buf in self._isect.values():
             if n_isects > buf.shape[0]:
                 pool.resize(buf, (n_isects,), keep=False)
+        for name, (shape, _) in self._chunk_shapes(n_isects).items():
+            buf = self._chunks[name]
+            if shape[0] > buf.shape[0]:
+                pool.resize(buf, shape, keep=False)
         return grew
 
     def _shape_views(self, n: int):
@@ -347,6 +420,9 @@ class Rasterizer:
         isect = self.__dict__.get("_isect", {})
         if name in isect:
             return isect[name]
+        chunks = self.__dict__.get("_chunks", {})
+        if name in chunks:
+            return chunks[name]
         raise AttributeError(name)
 
     def set_cameras(self, viewmats, Ks):
@@ -540,6 +616,7 @@ class Rasterizer:
                 out_distort=self.out_distort,
                 normals=self.splat_normals_binding(),
                 out_normals=self.out_normals,
+                chunk_state=self._chunks["chunk_state"],
             ),
             push=dict(
                 width=self.width,
@@ -547,9 +624,13 @@ class Rasterizer:
                 tile_width=self.tile_width,
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
+                chunk=self.chunk,
+                chunk_channels=self.chunk_channels,
             ),
             spec=dict(DISTORTION=int(distortion), NORMALS=int(normals)),
         )
+        self._raster_cap = cap
+        self._forward_flags = (distortion, normals)
 
     def record_backward(
         self,
@@ -607,6 +688,15 @@ class Rasterizer:
         normal); needs ``normals`` and a forward recorded with ``normals=True``."""
         self._check_distortion(distortion)
         self._check_normals(normals)
+        if self._forward_flags is None:
+            raise ValueError("%s: record the forward (record_raster) before the backward" % self.name)
+        fwd_distortion, fwd_normals = self._forward_flags
+        if (distortion and not fwd_distortion) or (normals and not fwd_normals):
+            # the chunks start from the forward's sums behind each boundary (chunk_state)
+            raise ValueError(
+                "%s: a backward with distortion=%s, normals=%s needs a forward recorded with them"
+                % (self.name, distortion, normals)
+            )
         v = self._per_view
         rows = self.n_cameras * self._n
         widths = {name: width for name, width, _ in self._views()}
@@ -615,9 +705,19 @@ class Rasterizer:
         names += ("grad_normals",) if normals else ()
         for name in names:
             rec.fill(v[name], 0, nbytes=4 * widths[name] * max(rows, 1))
+        ids = self.chunk_ids(self._raster_cap)
+        table = self._chunks["chunk_table"]
+        rec.fill(table, CHUNK_NONE, nbytes=8 * ids)
+        tiles = self.n_cameras * self.tiles
+        rec.dispatch(
+            "rasterize_chunks",
+            Threads(tiles),
+            dict(ranges=self.ranges, chunk_table=table),
+            push=dict(tiles=tiles, chunk=self.chunk, chunk_ids=ids),
+        )
         rec.dispatch(
             "rasterize_bwd",
-            (self.tile_width, self.tile_height, self.n_cameras),
+            ids,
             dict(
                 ranges=self.ranges,
                 isect_ids=self._isect_ids,
@@ -641,6 +741,8 @@ class Rasterizer:
                 grad_normal_image=self.grad_normal_image,
                 grad_depth_image=self.grad_depth_image,
                 grad_normals=self.grad_normals_binding(),
+                chunk_table=table,
+                chunk_state=self._chunks["chunk_state"],
             ),
             push=dict(
                 width=self.width,
@@ -648,6 +750,9 @@ class Rasterizer:
                 tile_width=self.tile_width,
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
+                chunk=self.chunk,
+                chunk_channels=self.chunk_channels,
+                chunk_ids=ids,
             ),
             spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals)),
         )
@@ -675,6 +780,7 @@ class Rasterizer:
         for buf in (
             list(self._per_view.values())
             + list(self._isect.values())
+            + list(self._chunks.values())
             + [
                 self.cameras,
                 self.backgrounds,

@@ -322,7 +322,8 @@ class Trainer:
             why = "buffer %s binds at most %s on %s" % (name, fmt_bytes(rng), info.name)
         if self.budget is not None:
             per_view_groups = len(self.sizes)
-            isect = 16 * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
+            isect_bytes = max(g.raster.isect_bytes() for g in self.sizes.values())
+            isect = isect_bytes * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
             # one buffer exists twice while it grows; ADC writes one group at a time
             model_rows = self.model.row_bytes()
             largest_group = max(sum(model_rows[b.name] for b in group.buffers()) for group in self.model.groups())
@@ -442,7 +443,9 @@ class Trainer:
         rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_HOST_WORDS, src_offset=src)
         rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=src + 4 * STEP_PARAMS_WORDS)
         raster.record_project(rec, self.model.params, sh_degree, normals=normals)
-        raster.record_raster(rec, normals=normals)
+        # with the distortion the forward also keeps its running sum: rasterize_bwd's chunks start
+        # from the sums behind their end (chunk_state)
+        raster.record_raster(rec, distortion=distortion, normals=normals)
         self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
         if normals:
             # normal consistency (2DGS): d(weight x mean over pixels of a (1 - N . n_d))/d pixel
@@ -465,7 +468,6 @@ class Trainer:
             )
         if distortion:
             # d(weight x mean over pixels of the distortion)/d pixel distortion: one constant.
-            # The forward needs no change: rasterize_bwd reads the depth and alpha images.
             rec.fill(raster.grad_distort, float(cfg.distortion_weight / (raster.width * raster.height)))
         raster.record_raster_backward(rec, absgrad=cfg.absgrad, distortion=distortion, normals=normals)
         record_fpbo(
