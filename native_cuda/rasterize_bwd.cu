@@ -5,10 +5,10 @@
 // specialization constant): also the depth distortion's gradients. NORMALS (template): also
 // the normal and depth images' gradients (the splat normals' and, with the distortion's, the
 // depths').
-// One workgroup per TILE x TILE tile (x, y) of camera z, one thread per pixel,
-// walking the tile list back to front from the last Gaussian any pixel
-// blended. Per Gaussian, the gradients of a warp's pixels are summed with
-// warp adds, then one lane adds them to the output.
+// One workgroup per chunk of a tile's list (chunk_table: tile t, chunk k; folded), one thread
+// per pixel, back to front, starting from the final state or from rasterize_fwd's state at the
+// chunk's end (chunk_state), as in the shader. Per Gaussian, the gradients of a warp's pixels
+// are summed with warp adds, then one lane adds them to the output.
 // Contract: build/contracts/rasterize_bwd.h, generated from shaders/rasterize_bwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -32,11 +32,20 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     __shared__ uint32_t s_id[TILE_PIXELS];
     __shared__ uint32_t s_max_last;
 
-    uint32_t c = blockIdx.z;
-    uint32_t tile = blockIdx.y * pc.tile_width + blockIdx.x;
-    uint2 range = a.ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint32_t group = linear_group_id();
+    if (group >= pc.chunk_ids) {
+        return;  // uniform: past the table (a folded grid)
+    }
+    uint2 job = a.chunk_table[group];
+    if (job.x == CHUNK_NONE) {
+        return;  // uniform: no chunk has this id
+    }
+    uint32_t tiles = pc.tile_width * pc.tile_height;
+    uint32_t c = job.x / tiles;
+    uint32_t tile = job.x - c * tiles;
+    uint2 range = a.ranges[job.x];
     uint32_t tid = local_index();
-    uint32_t pix_x = blockIdx.x * TILE + threadIdx.x, pix_y = blockIdx.y * TILE + threadIdx.y;
+    uint32_t pix_x = (tile % pc.tile_width) * TILE + threadIdx.x, pix_y = (tile / pc.tile_width) * TILE + threadIdx.y;
     bool inside = pix_x < pc.width && pix_y < pc.height;
     vec2 centre = make2(float(pix_x) + 0.5f, float(pix_y) + 0.5f);
     uint32_t p = (c * pc.height + min(pix_y, pc.height - 1u)) * pc.width + min(pix_x, pc.width - 1u);
@@ -70,11 +79,34 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     atomicMax(&s_max_last, last);
     __syncthreads();
     uint32_t end = range.x + s_max_last;
+    uint32_t chunk_start = range.x + job.y * pc.chunk;
+    if (chunk_start >= end) {
+        return;  // uniform: no pixel blended a Gaussian of this chunk
+    }
+    uint32_t chunk_end = min(chunk_start + pc.chunk, end);
 
     float T = T_final;
     vec3 behind = make3(0.0f, 0.0f, 0.0f);  // colour blended behind the current Gaussian
-    for (uint32_t batch_end = end; batch_end > range.x;) {
-        uint32_t batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
+    if (chunk_end < end) {                  // uniform: start from the forward's state at the boundary chunk_end
+        uint32_t slot = chunk_end / pc.chunk;
+        const uint32_t K = pc.chunk_channels;
+        const float* st = a.chunk_state;
+        T = st[chunk_word(slot, K, CHUNK_T, tid)];
+        behind = make3(st[chunk_word(slot, K, CHUNK_COLOR, tid)], st[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)],
+                       st[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)]);
+        if (DISTORTION) {
+            bA = T - T_final;
+            bD = st[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+            bG = st[chunk_word(slot, K, K - 1u, tid)];
+        }
+        if (NORMALS) {
+            bZ = st[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+            bN = make3(st[chunk_word(slot, K, CHUNK_NORMAL, tid)], st[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)],
+                       st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)]);
+        }
+    }
+    for (uint32_t batch_end = chunk_end; batch_end > chunk_start;) {
+        uint32_t batch_start = batch_end - min(batch_end - chunk_start, TILE_PIXELS);
         uint32_t count = batch_end - batch_start;
         __syncthreads();  // the previous batch is consumed
         if (tid < count) {

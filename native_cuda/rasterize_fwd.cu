@@ -4,6 +4,7 @@
 // is staged in shared memory; the workgroup stops when every pixel is saturated.
 // DISTORTION (template, from the specialization constant): also the depth distortion.
 // NORMALS (template, likewise): also the normal image; its shared staging is one slot when off.
+// Chunks: the state at each chunk boundary of a tile list (chunk_state), as in the shader.
 // Contract: build/contracts/rasterize_fwd.h, generated from shaders/rasterize_fwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -46,6 +47,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
     }
     __syncthreads();
     uint32_t batch = 0u;
+    uint32_t boundaries = 0u;  // chunk boundaries whose state this pixel wrote
+    const uint32_t K = pc.chunk_channels;
     for (uint32_t start = range.x; start < range.y; start += TILE_PIXELS, ++batch) {
         uint32_t parity = batch & 1u;
         if (!done) {
@@ -54,6 +57,23 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         __syncthreads();  // also: every pixel is done with the previous batch
         if (s_alive[parity] == 0u) {
             break;  // uniform: every pixel is saturated
+        }
+        if (start > range.x && (start - range.x) % pc.chunk == 0u) {
+            uint32_t slot = start / pc.chunk;
+            a.chunk_state[chunk_word(slot, K, CHUNK_T, tid)] = T;
+            a.chunk_state[chunk_word(slot, K, CHUNK_COLOR, tid)] = color.x;
+            a.chunk_state[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)] = color.y;
+            a.chunk_state[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)] = color.z;
+            a.chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)] = depth;
+            if (NORMALS) {
+                a.chunk_state[chunk_word(slot, K, CHUNK_NORMAL, tid)] = normal.x;
+                a.chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)] = normal.y;
+                a.chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)] = normal.z;
+            }
+            if (DISTORTION) {
+                a.chunk_state[chunk_word(slot, K, K - 1u, tid)] = distort;
+            }
+            ++boundaries;
         }
         if (tid == 0u) {
             s_alive[parity ^ 1u] = 0u;
@@ -98,6 +118,28 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             median = (T > 0.5f && next_T <= 0.5f) ? g.w : median;
             T = next_T;
             last = start - range.x + k + 1u;
+        }
+    }
+    // the prefixes this pixel wrote become the sums behind each boundary
+    for (uint32_t k = 1u; k <= boundaries; ++k) {
+        uint32_t slot = (range.x + k * pc.chunk) / pc.chunk;
+        float* st = a.chunk_state;
+        float T_b = st[chunk_word(slot, K, CHUNK_T, tid)];
+        float D_P = st[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+        st[chunk_word(slot, K, CHUNK_COLOR, tid)] = color.x - st[chunk_word(slot, K, CHUNK_COLOR, tid)];
+        st[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)] = color.y - st[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)];
+        st[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)] = color.z - st[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)];
+        st[chunk_word(slot, K, CHUNK_DEPTH, tid)] = depth - D_P;
+        if (NORMALS) {
+            st[chunk_word(slot, K, CHUNK_NORMAL, tid)] = normal.x - st[chunk_word(slot, K, CHUNK_NORMAL, tid)];
+            st[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)] =
+                normal.y - st[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)];
+            st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)] =
+                normal.z - st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)];
+        }
+        if (DISTORTION) {
+            uint32_t wd = chunk_word(slot, K, K - 1u, tid);
+            st[wd] = chunk_distortion_behind(T_b, T, D_P, depth, st[wd], distort);
         }
     }
     if (inside) {
