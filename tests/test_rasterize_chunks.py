@@ -164,3 +164,22 @@ def test_chunked_backward_matches_reference_and_the_unsplit_walk(monkeypatch, sc
     for name in names:
         assert_grad_close(chunked[name][vis], want[name][vis], name + " vs reference")
         assert_grad_close(chunked[name][vis], unsplit[name][vis], name + " vs unsplit")
+
+
+@pytest.mark.parametrize("text", ["300", "0", "-256", "big"])
+def test_a_bad_chunk_override_is_one_line(monkeypatch, device, text):
+    """$SPIRULA_RASTER_CHUNK must be a positive multiple of 256: else one SpirulaError line
+    naming the variable (the CLI prints it and exits 2); Rasterizer(chunk=) raises ValueError."""
+    from spirula.errors import SpirulaError
+    from spirula.render.rasterizer import Rasterizer
+
+    monkeypatch.setenv(CHUNK_ENV, text)
+    with pytest.raises(SpirulaError, match=CHUNK_ENV) as info:
+        Rasterizer(device, 32, 32)
+    assert "\n" not in str(info.value)
+    monkeypatch.delenv(CHUNK_ENV)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        Rasterizer(device, 32, 32, chunk=384)
+    raster = Rasterizer(device, 32, 32, chunk=512)
+    assert raster.chunk == 512
+    raster.free()
