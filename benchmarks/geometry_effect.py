@@ -3,8 +3,9 @@ textured unit sphere, seed points scattered through a ball) with and without the
 regularizers, mesh each result (fuse_splats + marching cubes) and print, per run: test PSNR,
 the mean depth distortion and median-depth error over the training views, the splats'
 flatness (mean smallest / middle scale) and the Chamfer distance of the mesh to the true
-sphere. Runs: plain, each term alone (the depth distortion of --geometry; the flattening at
---flatten-weight), and both (--runs picks some).
+sphere. Runs: plain, each term alone (the depth distortion and the normal consistency, at
+--geometry's weights; the flattening at --flatten-weight), --geometry (distortion + normal
+consistency), and all three (--runs picks some).
 
     python benchmarks/geometry_effect.py --backend cuda --iterations 7000 --size 512 --views 64
     python benchmarks/geometry_effect.py --iterations 300            # lavapipe: a few minutes
@@ -27,13 +28,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
-# the runs: TrainConfig fields (flatten_weight None: --flatten-weight). The normal consistency
-# (spirula/reference/normals.py, kernels normal_consistency_fwd/bwd) joins when the trainer has it.
+# the runs: TrainConfig fields (flatten_weight None: --flatten-weight); --geometry turns on the
+# distortion and the normal consistency, each at its default weight and start
 RUNS = {
     "plain": {},
-    "distortion": dict(geometry=True),
+    "distortion": dict(geometry=True, normal_weight=0.0),
+    "normal": dict(geometry=True, distortion_weight=0.0),
+    "geometry": dict(geometry=True),
     "flatten": dict(flatten_weight=None),
-    "distortion+flatten": dict(geometry=True, flatten_weight=None),
+    "all": dict(geometry=True, flatten_weight=None),
 }
 
 
@@ -42,14 +45,16 @@ def _sigmoid(x):
 
 
 def depth_stats(dev, splats, scene, frames) -> tuple:
-    """(mean distortion, mean |median depth - true depth| where the sphere is hit and rendered)."""
+    """(mean distortion, mean |median depth - true depth| where the sphere is hit and rendered,
+    mean normal consistency loss a (1 - N . n_d) over the pixels, the training's depth image)."""
     from geometry_cases import ray_sphere_depth
 
+    from spirula.reference.normals import normal_consistency_fwd
     from spirula.render.api import rasterization
 
-    distort, err = [], []
+    distort, err, normal = [], [], []
     for f in frames:  # one view at a time: the views may be large
-        _, _, _, meta = rasterization(
+        _, alphas, depths, meta = rasterization(
             splats["means"],
             splats["quats"],
             np.exp(splats["scales"]),
@@ -61,14 +66,17 @@ def depth_stats(dev, splats, scene, frames) -> tuple:
             f.height,
             0,
             distortion=True,
+            normals=True,
             device=dev,
         )
+        a = alphas[..., 0]
+        normal.append(float(normal_consistency_fwd(meta["normals"], depths[..., 0] * a, a, f.K[None]).mean()))
         true = ray_sphere_depth(f.viewmat, f.K, f.width, f.height)
         med = meta["median_depths"][0, ..., 0]
         hit = (true > 0) & (med > 0)
         distort.append(float(meta["distortions"].mean()))
         err.append(np.abs(med - true)[hit])
-    return float(np.mean(distort)), float(np.concatenate(err).mean())
+    return float(np.mean(distort)), float(np.concatenate(err).mean()), float(np.mean(normal))
 
 
 def mesh_chamfer(dev, splats, scene, resolution: int, samples: int = 20000) -> tuple:
@@ -136,16 +144,28 @@ def main():
         dt = time.perf_counter() - t
         psnr = trainer.evaluate()["psnr"]
         splats = trainer.splat_arrays()
-        distort, med_err = depth_stats(dev, splats, scene, [scene.frames[i] for i in scene.train])
+        distort, med_err, normal_err = depth_stats(dev, splats, scene, [scene.frames[i] for i in scene.train])
         chamfer, nverts = mesh_chamfer(dev, splats, scene, a.resolution)
         s = np.sort(np.exp(splats["scales"]), axis=1)
         flat = float((s[:, 0] / s[:, 1]).mean())
         print(
-            "%-18s distortion_weight %g flatten_weight %g: %d steps %.1f s, %d splats, test PSNR %.2f dB,"
-            " distortion %.4f, median depth error %.4f, min/mid scale %.3f, Chamfer %.4f (%d vertices)"
+            "%-18s distortion_weight %g normal_weight %g flatten_weight %g: %d steps %.1f s, %d splats,"
+            " test PSNR %.2f dB,"
+            " distortion %.4f, median depth error %.4f, normal error %.4f, min/mid scale %.3f,"
+            " Chamfer %.4f (%d vertices)"
             % (
-                (run, cfg.distortion_weight, cfg.flatten_weight, a.iterations, dt, trainer.model.n, psnr, distort)
-                + (med_err, flat, chamfer, nverts)
+                (
+                    run,
+                    cfg.distortion_weight,
+                    cfg.normal_weight,
+                    cfg.flatten_weight,
+                    a.iterations,
+                    dt,
+                    trainer.model.n,
+                    psnr,
+                    distort,
+                )
+                + (med_err, normal_err, flat, chamfer, nverts)
             ),
             flush=True,
         )

@@ -7,8 +7,10 @@ Default: 20,000 Gaussians at 320x214 (lavapipe-sized); --bench-full: 2M at
 from the profiler's timestamps around each dispatch (medians over the timed
 iterations): projection (projection_fwd), intersect+sort (depth sort, tile
 counts and scan, intersection write, tile sort, tile ranges),
-rasterize_fwd, rasterize_bwd, projection_bwd, and clears (fill). The whole
-forward and forward+backward are also timed by wall clock around one eval.
+rasterize_fwd, rasterize_bwd (with rasterize_chunks, its chunk table),
+projection_bwd, and clears (fill). The whole forward and forward+backward are
+also timed by wall clock around one eval. SPIRULA_RASTER_CHUNK=1024 (any
+multiple of 256) sets the backward's chunk (recorded as ``chunk``).
 """
 
 import os
@@ -30,7 +32,7 @@ STAGES = {
         "tile_ranges",
     ),
     "rasterize_fwd": ("rasterize_fwd",),
-    "rasterize_bwd": ("rasterize_bwd",),
+    "rasterize_bwd": ("rasterize_chunks", "rasterize_bwd"),  # the chunk table, then the chunks
     "projection_bwd": ("projection_bwd",),
     "clears": ("fill",),  # tile ranges (forward) and gradient buffers (backward)
 }
@@ -128,6 +130,7 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
         width=w,
         height=h,
         n_isects=m,
+        chunk=raster.chunk,
         device=device.info.name,
         **{k + "_ms": v for k, v in stages.items()},
         gpu_fwd_ms=sum(stages[k] for k in ("projection", "intersect_sort", "rasterize_fwd")),

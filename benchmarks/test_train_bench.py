@@ -114,7 +114,9 @@ def test_train_regime(benchmark, bench_opts, request, regime, tmp_path):
 
     metrics, _ = benchmark.pedantic(run, rounds=1, iterations=1)
     ours = _metrics_line(metrics)
-    bench_opts.record(name, steps=steps, **ours)
+    from spirula.render.rasterizer import default_chunk
+
+    bench_opts.record(name, steps=steps, chunk=default_chunk(), **ours)
     benchmark.extra_info.update(ours)
     peer = cfg.getoption("--bench-gsplat")
     if peer:

@@ -99,6 +99,10 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         if (sp.DEPTH_GRAD) {  // depth = (R mean + t).z
             g_mean += transpose(cam.R) * make3(0.0f, 0.0f, a.grad_depth[i]);
         }
+        if (sp.NORMALS) {  // the normal consistency: the splat normal's gradient to the quaternion
+            vec3 v_n = make3(a.grad_normals[3u * i], a.grad_normals[3u * i + 1u], a.grad_normals[3u * i + 2u]);
+            splat_normal_vjp(cam, mean, quat, scale, v_n, g_quat);
+        }
         vec3 delta = mean - camera_position(cam);
         float inv_len = inversesqrt(dot(delta, delta));
         vec3 dir = delta * inv_len;

@@ -1,7 +1,8 @@
 // projection_bwd: gradients of every Gaussian's parameters from the gradients
 // of its projections (rasterize_bwd's outputs), summed over the cameras.
 // Twin of shaders/projection_bwd.comp. One thread per Gaussian g (folded),
-// looping over cameras: no atomics. SH_DEGREE is a template parameter.
+// looping over cameras: no atomics. SH_DEGREE is a template parameter; NORMALS (the
+// splat normals' gradient to the quaternion) a kernel argument: a uniform branch.
 // Contract: build/contracts/projection_bwd.h, generated from shaders/projection_bwd.comp.
 #include "common/launch.cuh"
 #include "common/projection.cuh"
@@ -14,7 +15,7 @@ using namespace contract;
 
 template <int SH_DEGREE>
 __global__ void __launch_bounds__(LOCAL_THREADS)
-    projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
+    projection_bwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED, bool NORMALS) {
     uint32_t g = global_index();
     if (g >= pc.n) {
         return;
@@ -51,6 +52,10 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
         v_opacity += a.grad_opacity[i];
         projection_vjp(cam, mean, quat, scale, SH_DEGREE, coeffs, float(pc.width), float(pc.height), pc.eps2d, v_xy,
                        v_con, v_rgb, v_mean, v_quat, v_scale, v_sh);
+        if (NORMALS) {
+            vec3 v_n = make3(a.grad_normals[3u * i], a.grad_normals[3u * i + 1u], a.grad_normals[3u * i + 2u]);
+            splat_normal_vjp(cam, mean, quat, scale, v_n, v_quat);
+        }
     }
     if (!ACTIVATED) {
         v_scale = v_scale * scale;  // d exp(l) / dl
@@ -85,10 +90,10 @@ SPIRULA_EXPORT int projection_bwd(const SpirulaLaunch* L) {
         return err;
     }
     switch (sp.SH_DEGREE) {
-        case 0: return launch(L, LOCAL_SIZE, projection_bwd_kernel<0>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        case 1: return launch(L, LOCAL_SIZE, projection_bwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        case 2: return launch(L, LOCAL_SIZE, projection_bwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
-        case 3: return launch(L, LOCAL_SIZE, projection_bwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        case 0: return launch(L, LOCAL_SIZE, projection_bwd_kernel<0>, a, pc, sp.SH_COEFFS, sp.ACTIVATED, sp.NORMALS);
+        case 1: return launch(L, LOCAL_SIZE, projection_bwd_kernel<1>, a, pc, sp.SH_COEFFS, sp.ACTIVATED, sp.NORMALS);
+        case 2: return launch(L, LOCAL_SIZE, projection_bwd_kernel<2>, a, pc, sp.SH_COEFFS, sp.ACTIVATED, sp.NORMALS);
+        case 3: return launch(L, LOCAL_SIZE, projection_bwd_kernel<3>, a, pc, sp.SH_COEFFS, sp.ACTIVATED, sp.NORMALS);
         default: return static_cast<int>(cudaErrorInvalidValue);  // sh.glsl stops at degree 3
     }
 }

@@ -1,7 +1,9 @@
 // projection_fwd: project every Gaussian into every camera (EWA splatting).
 // Twin of shaders/projection_fwd.comp. One thread per (camera c, Gaussian g),
 // i = c * n + g, folded. SH_DEGREE is a template parameter.
-// Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
+// Culled (radii 0) entries of xyop/conics/rgb/normals are left unwritten.
+// NORMALS (a kernel argument from the specialization constant): also the camera-space
+// splat normals (splat_normal, include/projection.glsl); a uniform branch per thread.
 // Contract: build/contracts/projection_fwd.h, generated from shaders/projection_fwd.comp.
 #include "common/launch.cuh"
 #include "common/projection.cuh"
@@ -23,7 +25,7 @@ __device__ __forceinline__ void cull(const Args& a, uint32_t i) {
 
 template <uint32_t SH_DEGREE, bool COMPACT>
 __global__ void __launch_bounds__(LOCAL_THREADS)
-    projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED) {
+    projection_fwd_kernel(Args a, Push pc, uint32_t SH_COEFFS, bool ACTIVATED, bool NORMALS) {
     uint32_t i = global_index();
     if (i >= pc.n * pc.n_cameras) {
         return;
@@ -85,14 +87,21 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     a.tile_counts[i] = count;
     a.depth_keys[i] = count > 0u ? __float_as_uint(pcam.z) : 0xffffffffu;
     a.depth_ids[i] = i;
+    if (NORMALS) {
+        vec4 q = load4(a.quats, g);
+        vec3 n = splat_normal(quat_to_rotmat(q * rsqrtf(dot(q, q))), s, cam.R, pcam);
+        store4(a.normals, i, make4(n.x, n.y, n.z, 0.0f));
+    }
 }
 
 template <uint32_t SH_DEGREE>
 int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool compact) {
     if (compact) {
-        return launch(L, LOCAL_SIZE, projection_fwd_kernel<SH_DEGREE, true>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+        return launch(L, LOCAL_SIZE, projection_fwd_kernel<SH_DEGREE, true>, a, pc, sp.SH_COEFFS, sp.ACTIVATED,
+                      sp.NORMALS);
     }
-    return launch(L, LOCAL_SIZE, projection_fwd_kernel<SH_DEGREE, false>, a, pc, sp.SH_COEFFS, sp.ACTIVATED);
+    return launch(L, LOCAL_SIZE, projection_fwd_kernel<SH_DEGREE, false>, a, pc, sp.SH_COEFFS, sp.ACTIVATED,
+                  sp.NORMALS);
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 // Gaussian)'s 2D mean, conic, colour and opacity. Twin of
 // shaders/rasterize_bwd.comp, with subgroups as 32-lane warps and native
 // float atomicAdd (ATOMIC_FLOAT is always 1 on CUDA). DISTORTION (template, from the
-// specialization constant): also the depth distortion's gradients.
-// One workgroup per TILE x TILE tile (x, y) of camera z, one thread per pixel,
-// walking the tile list back to front from the last Gaussian any pixel
-// blended. Per Gaussian, the gradients of a warp's pixels are summed with
-// warp adds, then one lane adds them to the output.
+// specialization constant): also the depth distortion's gradients. NORMALS (template): also
+// the normal and depth images' gradients (the splat normals' and, with the distortion's, the
+// depths').
+// One workgroup per chunk of a tile's list (chunk_table: tile t, chunk k; folded), one thread
+// per pixel, back to front, starting from the final state or from rasterize_fwd's state at the
+// chunk's end (chunk_state), as in the shader. Per Gaussian, the gradients of a warp's pixels
+// are summed with warp adds, then one lane adds them to the output.
 // Contract: build/contracts/rasterize_bwd.h, generated from shaders/rasterize_bwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -20,19 +22,30 @@ using namespace contract;
 
 static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
-template <bool ABSGRAD, bool DISTORTION>
+template <bool ABSGRAD, bool DISTORTION, bool NORMALS>
 __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
     __shared__ float4 s_rgb[TILE_PIXELS];
+    // NORMALS: a staged splat normal is (s_rgb.w, s_conic.w, s_nz), as in the shader
+    __shared__ float s_nz[NORMALS ? TILE_PIXELS : 1u];
     __shared__ uint32_t s_id[TILE_PIXELS];
     __shared__ uint32_t s_max_last;
 
-    uint32_t c = blockIdx.z;
-    uint32_t tile = blockIdx.y * pc.tile_width + blockIdx.x;
-    uint2 range = a.ranges[c * pc.tile_width * pc.tile_height + tile];
+    uint32_t group = linear_group_id();
+    if (group >= pc.chunk_ids) {
+        return;  // uniform: past the table (a folded grid)
+    }
+    uint2 job = a.chunk_table[group];
+    if (job.x == CHUNK_NONE) {
+        return;  // uniform: no chunk has this id
+    }
+    uint32_t tiles = pc.tile_width * pc.tile_height;
+    uint32_t c = job.x / tiles;
+    uint32_t tile = job.x - c * tiles;
+    uint2 range = a.ranges[job.x];
     uint32_t tid = local_index();
-    uint32_t pix_x = blockIdx.x * TILE + threadIdx.x, pix_y = blockIdx.y * TILE + threadIdx.y;
+    uint32_t pix_x = (tile % pc.tile_width) * TILE + threadIdx.x, pix_y = (tile / pc.tile_width) * TILE + threadIdx.y;
     bool inside = pix_x < pc.width && pix_y < pc.height;
     vec2 centre = make2(float(pix_x) + 0.5f, float(pix_y) + 0.5f);
     uint32_t p = (c * pc.height + min(pix_y, pc.height - 1u)) * pc.width + min(pix_x, pc.width - 1u);
@@ -50,6 +63,14 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     float A_final = 1.0f - T_final;
     float D_final = DISTORTION && inside ? a.out_depths[p] : 0.0f;
     float bA = 0.0f, bD = 0.0f, bG = 0.0f;
+    constexpr bool DEPTH_GRAD = DISTORTION || NORMALS;  // grad_depth is written
+    // normal and depth images: their cotangents and the sums behind
+    vec3 v_nimg = NORMALS && inside ? make3(a.grad_normal_image[3u * p], a.grad_normal_image[3u * p + 1u],
+                                            a.grad_normal_image[3u * p + 2u])
+                                    : make3(0.0f, 0.0f, 0.0f);
+    float v_dimg = NORMALS && inside ? a.grad_depth_image[p] : 0.0f;
+    vec3 bN = make3(0.0f, 0.0f, 0.0f);
+    float bZ = 0.0f;
 
     if (tid == 0u) {
         s_max_last = 0u;
@@ -58,11 +79,34 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     atomicMax(&s_max_last, last);
     __syncthreads();
     uint32_t end = range.x + s_max_last;
+    uint32_t chunk_start = range.x + job.y * pc.chunk;
+    if (chunk_start >= end) {
+        return;  // uniform: no pixel blended a Gaussian of this chunk
+    }
+    uint32_t chunk_end = min(chunk_start + pc.chunk, end);
 
     float T = T_final;
     vec3 behind = make3(0.0f, 0.0f, 0.0f);  // colour blended behind the current Gaussian
-    for (uint32_t batch_end = end; batch_end > range.x;) {
-        uint32_t batch_start = batch_end - min(batch_end - range.x, TILE_PIXELS);
+    if (chunk_end < end) {                  // uniform: start from the forward's state at the boundary chunk_end
+        uint32_t slot = chunk_end / pc.chunk;
+        const uint32_t K = pc.chunk_channels;
+        const float* st = a.chunk_state;
+        T = st[chunk_word(slot, K, CHUNK_T, tid)];
+        behind = make3(st[chunk_word(slot, K, CHUNK_COLOR, tid)], st[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)],
+                       st[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)]);
+        if (DISTORTION) {
+            bA = T - T_final;
+            bD = st[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+            bG = st[chunk_word(slot, K, K - 1u, tid)];
+        }
+        if (NORMALS) {
+            bZ = st[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+            bN = make3(st[chunk_word(slot, K, CHUNK_NORMAL, tid)], st[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)],
+                       st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)]);
+        }
+    }
+    for (uint32_t batch_end = chunk_end; batch_end > chunk_start;) {
+        uint32_t batch_start = batch_end - min(batch_end - chunk_start, TILE_PIXELS);
         uint32_t count = batch_end - batch_start;
         __syncthreads();  // the previous batch is consumed
         if (tid < count) {
@@ -71,6 +115,12 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
             s_xyop[tid] = a.xyop[id];
             s_conic[tid] = a.conics[id];
             s_rgb[tid] = a.rgb[id];
+            if (NORMALS) {
+                float4 nv = a.normals[id];
+                s_rgb[tid].w = nv.x;
+                s_conic[tid].w = nv.y;
+                s_nz[tid] = nv.z;
+            }
         }
         __syncthreads();
         for (uint32_t kk = count; kk > 0u; --kk) {
@@ -90,6 +140,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
             vec3 v_rgb = make3(0.0f, 0.0f, 0.0f);
             float v_op = 0.0f;
             float v_z = 0.0f;
+            vec3 v_n = make3(0.0f, 0.0f, 0.0f);
             if (valid) {
                 float ra = 1.0f / (1.0f - alpha);
                 T *= ra;  // T before this Gaussian
@@ -110,6 +161,15 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                     bA += w;
                     bD += w * z;
                 }
+                if (NORMALS) {
+                    vec3 nk = make3(cc.w, cn.w, s_nz[k]);
+                    float z = g.w;
+                    v_alpha += dot(nk * T - bN * ra, v_nimg) + (z * T - bZ * ra) * v_dimg;
+                    v_n = w * v_nimg;
+                    v_z += w * v_dimg;
+                    bN += nk * w;
+                    bZ += z * w;
+                }
                 if (raw_alpha <= pc.max_alpha) {
                     float v_sigma = -raw_alpha * v_alpha;
                     v_op = vis * v_alpha;
@@ -126,8 +186,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                 v_con = make3(warp_add(v_con.x), warp_add(v_con.y), warp_add(v_con.z));
                 v_rgb = make3(warp_add(v_rgb.x), warp_add(v_rgb.y), warp_add(v_rgb.z));
                 v_op = warp_add(v_op);
-                if (DISTORTION) {
+                if (DEPTH_GRAD) {
                     v_z = warp_add(v_z);
+                }
+                if (NORMALS) {
+                    v_n = make3(warp_add(v_n.x), warp_add(v_n.y), warp_add(v_n.z));
                 }
                 if (lane_id() == 0u) {  // subgroupElect(): all lanes are active
                     uint32_t id = s_id[k];
@@ -144,14 +207,25 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                         atomicAdd(&a.grad_xy_abs[2u * id], v_abs.x);
                         atomicAdd(&a.grad_xy_abs[2u * id + 1u], v_abs.y);
                     }
-                    if (DISTORTION) {
+                    if (DEPTH_GRAD) {
                         atomicAdd(&a.grad_depth[id], v_z);
+                    }
+                    if (NORMALS) {
+                        atomicAdd(&a.grad_normals[3u * id], v_n.x);
+                        atomicAdd(&a.grad_normals[3u * id + 1u], v_n.y);
+                        atomicAdd(&a.grad_normals[3u * id + 2u], v_n.z);
                     }
                 }
             }
         }
         batch_end = batch_start;
     }
+}
+
+template <bool ABSGRAD, bool DISTORTION>
+int launch_normals(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp) {
+    return sp.NORMALS ? launch(L, LOCAL_SIZE, rasterize_bwd_kernel<ABSGRAD, DISTORTION, true>, a, pc)
+                      : launch(L, LOCAL_SIZE, rasterize_bwd_kernel<ABSGRAD, DISTORTION, false>, a, pc);
 }
 
 }  // namespace
@@ -164,11 +238,7 @@ SPIRULA_EXPORT int rasterize_bwd(const SpirulaLaunch* L) {
         return err;
     }
     if (sp.DISTORTION) {
-        return sp.ABSGRAD ? launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true, true>, a, pc)
-                          : launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false, true>, a, pc);
+        return sp.ABSGRAD ? launch_normals<true, true>(L, a, pc, sp) : launch_normals<false, true>(L, a, pc, sp);
     }
-    if (sp.ABSGRAD) {
-        return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<true, false>, a, pc);
-    }
-    return launch(L, LOCAL_SIZE, rasterize_bwd_kernel<false, false>, a, pc);
+    return sp.ABSGRAD ? launch_normals<true, false>(L, a, pc, sp) : launch_normals<false, false>(L, a, pc, sp);
 }

@@ -3,6 +3,8 @@
 // (x, y) of camera z; one thread per pixel. Each batch of up to 256 Gaussians
 // is staged in shared memory; the workgroup stops when every pixel is saturated.
 // DISTORTION (template, from the specialization constant): also the depth distortion.
+// NORMALS (template, likewise): also the normal image; its shared staging is one slot when off.
+// Chunks: the state at each chunk boundary of a tile list (chunk_state), as in the shader.
 // Contract: build/contracts/rasterize_fwd.h, generated from shaders/rasterize_fwd.comp.
 #include "common/launch.cuh"
 #include "common/raster.cuh"
@@ -15,11 +17,12 @@ using namespace contract;
 
 static_assert(LOCAL_SIZE_X == TILE && LOCAL_SIZE_Y == TILE, "a workgroup is one tile");
 
-template <bool DISTORTION>
+template <bool DISTORTION, bool NORMALS>
 __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Push pc) {
     __shared__ float4 s_xyop[TILE_PIXELS];
     __shared__ float4 s_conic[TILE_PIXELS];
     __shared__ float4 s_rgb[TILE_PIXELS];
+    __shared__ float4 s_normal[NORMALS ? TILE_PIXELS : 1u];
     __shared__ uint32_t s_alive[2];
 
     uint32_t c = blockIdx.z;
@@ -35,6 +38,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
     float depth = 0.0f;
     float median = 0.0f;
     float distort = 0.0f;
+    vec3 normal = make3(0.0f, 0.0f, 0.0f);
     uint32_t last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -43,6 +47,8 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
     }
     __syncthreads();
     uint32_t batch = 0u;
+    uint32_t boundaries = 0u;  // chunk boundaries whose state this pixel wrote
+    const uint32_t K = pc.chunk_channels;
     for (uint32_t start = range.x; start < range.y; start += TILE_PIXELS, ++batch) {
         uint32_t parity = batch & 1u;
         if (!done) {
@@ -51,6 +57,23 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         __syncthreads();  // also: every pixel is done with the previous batch
         if (s_alive[parity] == 0u) {
             break;  // uniform: every pixel is saturated
+        }
+        if (start > range.x && (start - range.x) % pc.chunk == 0u) {
+            uint32_t slot = start / pc.chunk;
+            a.chunk_state[chunk_word(slot, K, CHUNK_T, tid)] = T;
+            a.chunk_state[chunk_word(slot, K, CHUNK_COLOR, tid)] = color.x;
+            a.chunk_state[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)] = color.y;
+            a.chunk_state[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)] = color.z;
+            a.chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)] = depth;
+            if (NORMALS) {
+                a.chunk_state[chunk_word(slot, K, CHUNK_NORMAL, tid)] = normal.x;
+                a.chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)] = normal.y;
+                a.chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)] = normal.z;
+            }
+            if (DISTORTION) {
+                a.chunk_state[chunk_word(slot, K, K - 1u, tid)] = distort;
+            }
+            ++boundaries;
         }
         if (tid == 0u) {
             s_alive[parity ^ 1u] = 0u;
@@ -61,6 +84,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             s_xyop[tid] = a.xyop[id];
             s_conic[tid] = a.conics[id];
             s_rgb[tid] = a.rgb[id];
+            if (NORMALS) {
+                s_normal[tid] = a.normals[id];
+            }
         }
         __syncthreads();
         uint32_t count = min(TILE_PIXELS, range.y - start);
@@ -80,6 +106,10 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             float w = alpha * T;
             float4 col = s_rgb[k];
             color += make3(col.x, col.y, col.z) * w;
+            if (NORMALS) {
+                float4 nk = s_normal[k];
+                normal += make3(nk.x, nk.y, nk.z) * w;
+            }
             if (DISTORTION) {
                 distort += 2.0f * w * (g.w * (1.0f - T) - depth);
             }
@@ -88,6 +118,28 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
             median = (T > 0.5f && next_T <= 0.5f) ? g.w : median;
             T = next_T;
             last = start - range.x + k + 1u;
+        }
+    }
+    // the prefixes this pixel wrote become the sums behind each boundary
+    for (uint32_t k = 1u; k <= boundaries; ++k) {
+        uint32_t slot = (range.x + k * pc.chunk) / pc.chunk;
+        float* st = a.chunk_state;
+        float T_b = st[chunk_word(slot, K, CHUNK_T, tid)];
+        float D_P = st[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+        st[chunk_word(slot, K, CHUNK_COLOR, tid)] = color.x - st[chunk_word(slot, K, CHUNK_COLOR, tid)];
+        st[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)] = color.y - st[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)];
+        st[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)] = color.z - st[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)];
+        st[chunk_word(slot, K, CHUNK_DEPTH, tid)] = depth - D_P;
+        if (NORMALS) {
+            st[chunk_word(slot, K, CHUNK_NORMAL, tid)] = normal.x - st[chunk_word(slot, K, CHUNK_NORMAL, tid)];
+            st[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)] =
+                normal.y - st[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)];
+            st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)] =
+                normal.z - st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)];
+        }
+        if (DISTORTION) {
+            uint32_t wd = chunk_word(slot, K, K - 1u, tid);
+            st[wd] = chunk_distortion_behind(T_b, T, D_P, depth, st[wd], distort);
         }
     }
     if (inside) {
@@ -102,6 +154,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_fwd_kernel(Args a, Pu
         if (DISTORTION) {
             a.out_distort[p] = distort;
         }
+        if (NORMALS) {
+            a.out_normals[3u * p] = normal.x;
+            a.out_normals[3u * p + 1u] = normal.y;
+            a.out_normals[3u * p + 2u] = normal.z;
+        }
     }
 }
 
@@ -115,7 +172,9 @@ SPIRULA_EXPORT int rasterize_fwd(const SpirulaLaunch* L) {
         return err;
     }
     if (sp.DISTORTION) {
-        return launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true>, a, pc);
+        return sp.NORMALS ? launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true, true>, a, pc)
+                          : launch(L, LOCAL_SIZE, rasterize_fwd_kernel<true, false>, a, pc);
     }
-    return launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false>, a, pc);
+    return sp.NORMALS ? launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false, true>, a, pc)
+                      : launch(L, LOCAL_SIZE, rasterize_fwd_kernel<false, false>, a, pc);
 }

@@ -27,6 +27,9 @@
 //                                                   the statistic then uses them (AbsGS, gsplat's absgrad)
 //   binding 26    grad_depth   [V*N]    f32  read   (DEPTH_GRAD) dL/d camera z (the depth distortion,
 //                                                   --geometry): adds R^T (0, 0, dL/dz) to dL/d mean
+//   binding 27    grad_normals [V*N,3]  f32  read   (NORMALS) dL/d camera-space splat normal (the normal
+//                                                   consistency, --geometry): to the quaternion
+//                                                   (splat_normal_vjp, include/projection.glsl)
 // FLATTEN (spec): the flattening regularizer flatten_reg * mean over splats of min_k scale_k
 // (StepParams, --geometry): each splat's thinnest axis pushed towards 0, a disc on the surface.
 // d/d log_scale_k = flatten_reg / n * scale_k at the smallest k (the first of equal ones), else 0.
@@ -77,6 +80,7 @@ layout(constant_id = 4) const uint N_VIEWS = 1;
 layout(constant_id = 5) const bool ABSGRAD = false;
 layout(constant_id = 6) const bool DEPTH_GRAD = false;
 layout(constant_id = 7) const bool FLATTEN = false;
+layout(constant_id = 8) const bool NORMALS = false;
 
 layout(std430, binding = 0) restrict buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) restrict buffer QuatsBuf { vec4 quats[]; };
@@ -105,6 +109,7 @@ layout(std430, binding = 23) restrict buffer Grad2dSumBuf { float grad2d_sum[]; 
 layout(std430, binding = 24) restrict buffer VisCountBuf { uint vis_count[]; };
 layout(std430, binding = 25) restrict readonly buffer GradXyAbsBuf { GRAD_T grad_xy_abs[]; };
 layout(std430, binding = 26) restrict readonly buffer GradDepthBuf { GRAD_T grad_depth[]; };
+layout(std430, binding = 27) restrict readonly buffer GradNormalsBuf { GRAD_T grad_normals[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -178,6 +183,11 @@ void main() {
                                 g_mean, g_quat, g_scale);
         if (DEPTH_GRAD) {  // depth = (R mean + t).z
             g_mean += transpose(cam.R) * vec3(0.0, 0.0, GRAD_LOAD(grad_depth, i));
+        }
+        if (NORMALS) {
+            vec3 v_n = vec3(GRAD_LOAD(grad_normals, 3u * i), GRAD_LOAD(grad_normals, 3u * i + 1u),
+                            GRAD_LOAD(grad_normals, 3u * i + 2u));
+            splat_normal_vjp(cam, mean, quat, scale, v_n, g_quat);
         }
         vec3 delta = mean - camera_position(cam);
         float inv_len = inversesqrt(dot(delta, delta));

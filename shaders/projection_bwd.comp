@@ -19,6 +19,8 @@
 //   binding 13 grad_scales    [N,3]   f32  write  w.r.t. the stored (activated or log) scale
 //   binding 14 grad_opacities [N]     f32  write  w.r.t. the stored (activated or logit) opacity
 //   binding 15 grad_sh        [N,K,3] f32  write  zero past the active degree
+//   binding 16 grad_normals   [C*N,3] f32  read   (NORMALS) dL/d camera-space splat normal, from
+//                                                 rasterize_bwd: to the quaternion (splat_normal_vjp)
 #extension GL_GOOGLE_include_directive : require
 #include "atomics.glsl"
 #include "common.glsl"
@@ -30,6 +32,7 @@ layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool ACTIVATED = true;
+layout(constant_id = 3) const bool NORMALS = false;
 
 layout(std430, binding = 0) readonly buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) readonly buffer QuatsBuf { vec4 quats[]; };
@@ -47,6 +50,7 @@ layout(std430, binding = 12) writeonly buffer GradQuatsBuf { vec4 grad_quats[]; 
 layout(std430, binding = 13) writeonly buffer GradScalesBuf { float grad_scales[]; };
 layout(std430, binding = 14) writeonly buffer GradOpacitiesBuf { float grad_opacities[]; };
 layout(std430, binding = 15) writeonly buffer GradShBuf { float grad_sh[]; };
+layout(std430, binding = 16) readonly buffer GradNormalsBuf { GRAD_T grad_normals[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -93,6 +97,11 @@ void main() {
         v_opacity += GRAD_LOAD(grad_opacity, i);
         projection_vjp(cam, mean, quat, scale, degree, coeffs, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
                        v_rgb, v_mean, v_quat, v_scale, v_sh);
+        if (NORMALS) {
+            vec3 v_n = vec3(GRAD_LOAD(grad_normals, 3u * i), GRAD_LOAD(grad_normals, 3u * i + 1u),
+                            GRAD_LOAD(grad_normals, 3u * i + 2u));
+            splat_normal_vjp(cam, mean, quat, scale, v_n, v_quat);
+        }
     }
     if (!ACTIVATED) {
         v_scale *= scale;  // d exp(l) / dl

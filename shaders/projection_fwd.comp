@@ -18,7 +18,12 @@
 //                                              (cull_count, include/raster.glsl)
 //   binding 11 depth_keys  [C*N]   u32  write  depth bits (0xffffffff when culled)
 //   binding 12 depth_ids   [C*N]   u32  write  i
-// Culled (radii 0) entries of xyop/conics/rgb are left unwritten.
+//   binding 13 normals     [C*N,4] f32  write  (NORMALS) camera-space normal, 0: the rotation's
+//                                              axis of the smallest scale, turned to the camera
+//                                              (splat_normal, include/projection.glsl)
+// Culled (radii 0) entries of xyop/conics/rgb/normals are left unwritten.
+// NORMALS (specialization constant, --geometry's normal consistency): also the splat normals
+// rasterize_fwd blends into a normal image; off, the compiler removes them.
 #extension GL_GOOGLE_include_directive : require
 // culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
 #define SPIRULA_PRESERVE_INF_NAN
@@ -36,6 +41,7 @@ layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
 layout(constant_id = 2) const bool ACTIVATED = true;
+layout(constant_id = 3) const bool NORMALS = false;
 
 layout(std430, binding = 0) restrict readonly buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) restrict readonly buffer QuatsBuf { vec4 quats[]; };
@@ -56,6 +62,7 @@ layout(std430, binding = 9) restrict writeonly buffer RadiiBuf { ivec2 radii[]; 
 layout(std430, binding = 10) restrict writeonly buffer TileCountsBuf { uint tile_counts[]; };
 layout(std430, binding = 11) restrict writeonly buffer DepthKeysBuf { uint depth_keys[]; };
 layout(std430, binding = 12) restrict writeonly buffer DepthIdsBuf { uint depth_ids[]; };
+layout(std430, binding = 13) restrict writeonly buffer NormalsBuf { vec4 normals[]; };
 
 layout(push_constant) uniform Push {
     uint n;
@@ -131,4 +138,8 @@ void main() {
     tile_counts[i] = count;
     depth_keys[i] = count > 0u ? floatBitsToUint(pcam.z) : 0xffffffffu;
     depth_ids[i] = i;
+    if (NORMALS) {
+        vec4 q = quats[g];
+        normals[i] = vec4(splat_normal(quat_to_rotmat(q * inversesqrt(dot(q, q))), s, cam.R, pcam), 0.0);
+    }
 }

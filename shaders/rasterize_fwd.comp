@@ -17,9 +17,22 @@
 //                                               blend takes T from > 0.5 to <= 0.5 (0: never)
 //   binding 11 out_distort [C,H,W]   f32  write  (DISTORTION) depth distortion
 //                                               sum_{i,j} w_i w_j |z_i - z_j| (docs/design.md §3)
+//   binding 12 normals     [C*N,4]   f32  read   (NORMALS) camera-space splat normals (projection_fwd)
+//   binding 13 out_normals [C,H,W,3] f32  write  (NORMALS) normal image sum of n * alpha * T
+//                                               (alpha-blended as the colour, no background)
+//   binding 14 chunk_state [S,K,256] f32 write  the state at each chunk boundary of a tile list
+//                                               (include/raster.glsl: slots S, K = chunk_channels
+//                                               channels) for rasterize_bwd's chunks
 // DISTORTION (specialization constant, --geometry): also the depth distortion, from running
 // sums: blending i adds 2 w_i (z_i A - D), A = sum_{j<i} w_j = 1 - T, D = sum_{j<i} w_j z_j
 // (the list is depth-sorted, so z_i >= z_j). Off, the compiler removes it: no extra work.
+// NORMALS (specialization constant, --geometry's normal consistency): also the normal image;
+// its shared staging is sized by the constant (one slot when off).
+// Chunks (tile-list splitting): at each batch start b = start + k chunk (k >= 1) of the tile
+// list, each pixel writes its T and running sums (colour, depth, normal, distortion) to slot
+// b / chunk; at the end it turns them into the sums behind b (final - prefix), which is where
+// rasterize_bwd's chunk ending at b starts. A pixel that is done writes its final values; a
+// boundary past the workgroup's stop is never read (its chunk lies past every pixel's last).
 #extension GL_GOOGLE_include_directive : require
 #include "raster.glsl"
 
@@ -37,8 +50,13 @@ layout(std430, binding = 8) restrict writeonly buffer OutDepthsBuf { float out_d
 layout(std430, binding = 9) restrict writeonly buffer OutLastBuf { uint out_last[]; };
 layout(std430, binding = 10) restrict writeonly buffer OutMedianBuf { float out_median[]; };
 layout(std430, binding = 11) restrict writeonly buffer OutDistortBuf { float out_distort[]; };
+layout(std430, binding = 12) restrict readonly buffer NormalsBuf { vec4 normals[]; };
+layout(std430, binding = 13) restrict writeonly buffer OutNormalsBuf { float out_normals[]; };
+layout(std430, binding = 14) restrict buffer ChunkStateBuf { float chunk_state[]; };
 
 layout(constant_id = 0) const bool DISTORTION = false;
+layout(constant_id = 1) const bool NORMALS = false;
+const uint NORMAL_SLOTS = NORMALS ? TILE_PIXELS : 1u;
 
 layout(push_constant) uniform Push {
     uint width;
@@ -46,11 +64,14 @@ layout(push_constant) uniform Push {
     uint tile_width;
     uint tile_height;
     float max_alpha;
+    uint chunk;           // entries of a chunk (a multiple of TILE_PIXELS)
+    uint chunk_channels;  // channels of a chunk_state slot (include/raster.glsl)
 } pc;
 
 shared vec4 s_xyop[TILE_PIXELS];
 shared vec4 s_conic[TILE_PIXELS];
 shared vec4 s_rgb[TILE_PIXELS];
+shared vec4 s_normal[NORMAL_SLOTS];
 shared uint s_alive[2];
 
 void main() {
@@ -67,6 +88,7 @@ void main() {
     float depth = 0.0;
     float median = 0.0;
     float distort = 0.0;
+    vec3 normal = vec3(0.0);
     uint last = 0u;
     bool done = !inside;
     if (tid == 0u) {
@@ -75,6 +97,7 @@ void main() {
     }
     barrier();
     uint batch = 0u;
+    uint boundaries = 0u;  // chunk boundaries whose state this pixel wrote
     for (uint start = range.x; start < range.y; start += TILE_PIXELS, ++batch) {
         uint parity = batch & 1u;
         if (!done) {
@@ -83,6 +106,24 @@ void main() {
         barrier();  // also: every pixel is done with the previous batch
         if (s_alive[parity] == 0u) {
             break;  // uniform: every pixel is saturated
+        }
+        if (start > range.x && (start - range.x) % pc.chunk == 0u) {
+            uint slot = start / pc.chunk;
+            uint K = pc.chunk_channels;
+            chunk_state[chunk_word(slot, K, CHUNK_T, tid)] = T;
+            chunk_state[chunk_word(slot, K, CHUNK_COLOR, tid)] = color.r;
+            chunk_state[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)] = color.g;
+            chunk_state[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)] = color.b;
+            chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)] = depth;
+            if (NORMALS) {
+                chunk_state[chunk_word(slot, K, CHUNK_NORMAL, tid)] = normal.x;
+                chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 1u, tid)] = normal.y;
+                chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)] = normal.z;
+            }
+            if (DISTORTION) {
+                chunk_state[chunk_word(slot, K, K - 1u, tid)] = distort;
+            }
+            ++boundaries;
         }
         if (tid == 0u) {
             s_alive[parity ^ 1u] = 0u;
@@ -93,6 +134,9 @@ void main() {
             s_xyop[tid] = xyop[id];
             s_conic[tid] = conics[id];
             s_rgb[tid] = rgb[id];
+            if (NORMALS) {
+                s_normal[tid] = normals[id];
+            }
         }
         barrier();
         uint count = min(TILE_PIXELS, range.y - start);
@@ -110,6 +154,9 @@ void main() {
             }
             float w = alpha * T;
             color += s_rgb[k].rgb * w;
+            if (NORMALS) {
+                normal += s_normal[k].xyz * w;
+            }
             if (DISTORTION) {
                 distort += 2.0 * w * (g.w * (1.0 - T) - depth);
             }
@@ -118,6 +165,30 @@ void main() {
             median = (T > 0.5 && next_T <= 0.5) ? g.w : median;
             T = next_T;
             last = start - range.x + k + 1u;
+        }
+    }
+    // the prefixes this pixel wrote become the sums behind each boundary
+    for (uint k = 1u; k <= boundaries; ++k) {
+        uint slot = (range.x + k * pc.chunk) / pc.chunk;
+        uint K = pc.chunk_channels;
+        float T_b = chunk_state[chunk_word(slot, K, CHUNK_T, tid)];
+        float D_P = chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)];
+        chunk_state[chunk_word(slot, K, CHUNK_COLOR, tid)] =
+            color.r - chunk_state[chunk_word(slot, K, CHUNK_COLOR, tid)];
+        chunk_state[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)] =
+            color.g - chunk_state[chunk_word(slot, K, CHUNK_COLOR + 1u, tid)];
+        chunk_state[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)] =
+            color.b - chunk_state[chunk_word(slot, K, CHUNK_COLOR + 2u, tid)];
+        chunk_state[chunk_word(slot, K, CHUNK_DEPTH, tid)] = depth - D_P;
+        if (NORMALS) {
+            for (uint i = 0u; i < 3u; ++i) {
+                uint wd = chunk_word(slot, K, CHUNK_NORMAL + i, tid);
+                chunk_state[wd] = normal[i] - chunk_state[wd];
+            }
+        }
+        if (DISTORTION) {
+            uint wd = chunk_word(slot, K, K - 1u, tid);
+            chunk_state[wd] = chunk_distortion_behind(T_b, T, D_P, depth, chunk_state[wd], distort);
         }
     }
     if (inside) {
@@ -131,6 +202,11 @@ void main() {
         out_median[p] = median;
         if (DISTORTION) {
             out_distort[p] = distort;
+        }
+        if (NORMALS) {
+            out_normals[3u * p] = normal.x;
+            out_normals[3u * p + 1u] = normal.y;
+            out_normals[3u * p + 2u] = normal.z;
         }
     }
 }

@@ -347,22 +347,34 @@ FPBO_LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, 
 FPBO_REG = dict(opacity_reg=0.01, scale_reg=0.02)
 
 
-def gpu_fpbo_step(dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_REG, seed=0, adc_stats=True):
+def gpu_fpbo_step(
+    dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_REG, seed=0, adc_stats=True, normals=None
+):
     """One fpbo update of ``model`` (in place) from the gradients of random
     colour gradients (0.1 N(0, 1), drawn from ``rng``) on ``scene``'s views
     (:func:`random_scene`), projected and rasterized on ``dev``: the case of
     the selftest, tests/test_fpbo.py and tests/test_compact.py. Returns
-    (grad_colors [V,H,W,3] f32, visible [V,N] bool, vis_count [N] u32)."""
+    (grad_colors [V,H,W,3] f32, visible [V,N] bool, vis_count [N] u32). ``normals``: a dict
+    to take the normal consistency's case too (NORMALS, --geometry): random cotangents of
+    the normal image (0.1 N(0, 1)) and of the accumulated depth image (0.02 N(0, 1)) are
+    added, and stored in it as ``grad_normals`` [V,H,W,3] and ``grad_depths`` [V,H,W]."""
     from spirula.render.rasterizer import Rasterizer
     from spirula.train.optimizer import record_fpbo
     from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 
     views, n, pool = len(scene["viewmats"]), model.n, dev.pool
-    raster = Rasterizer(dev, scene["width"], scene["height"], views, capacity=n, isect_capacity=100_000)
+    nc = normals is not None
+    H, W = scene["height"], scene["width"]
+    raster = Rasterizer(dev, W, H, views, capacity=n, isect_capacity=100_000, normals=nc)
     raster.set_cameras(scene["viewmats"], scene["Ks"])
     raster.set_backgrounds(None)
-    gc = (rng.standard_normal((views, scene["height"], scene["width"], 3)) * 0.1).astype(np.float32)
+    gc = (rng.standard_normal((views, H, W, 3)) * 0.1).astype(np.float32)
     dev.upload(raster.grad_colors, gc)
+    if nc:
+        normals["grad_normals"] = (rng.standard_normal((views, H, W, 3)) * 0.1).astype(np.float32)
+        normals["grad_depths"] = (rng.standard_normal((views, H, W)) * 0.02).astype(np.float32)
+        dev.upload(raster.grad_normal_image, normals["grad_normals"])
+        dev.upload(raster.grad_depth_image, normals["grad_depths"])
     params = pool.alloc("fpbo_case.params", (STEP_PARAMS_WORDS,), np.uint32)
     p = step_params(
         step=step,
@@ -383,11 +395,23 @@ def gpu_fpbo_step(dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_
         pool.alloc("fpbo_case.cnt", (n,), np.uint32, zero=True),
     )
     rec = dev.recorder("fpbo_case")
-    raster.record_project(rec, model.params, sh_degree)
-    raster.record_raster(rec)
-    raster.record_raster_backward(rec)
+    raster.record_project(rec, model.params, sh_degree, normals=nc)
+    raster.record_raster(rec, normals=nc)
+    raster.record_raster_backward(rec, normals=nc)
     flatten = reg.get("flatten_reg", 0.0) > 0
-    record_fpbo(rec, model, raster, params, stats, sh_degree, mcmc_noise=False, adc_stats=adc_stats, flatten=flatten)
+    record_fpbo(
+        rec,
+        model,
+        raster,
+        params,
+        stats,
+        sh_degree,
+        mcmc_noise=False,
+        adc_stats=adc_stats,
+        depth_grad=nc,
+        flatten=flatten,
+        normals=nc,
+    )
     rec.finish().run()
     visible = (dev.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)
     count = dev.readback(stats[1])

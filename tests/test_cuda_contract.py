@@ -118,6 +118,7 @@ def test_generated_types_counts_and_variants_of_some_kernels():
         ABSGRAD="bool",
         DEPTH_GRAD="bool",
         FLATTEN="bool",
+        NORMALS="bool",
     )
     assert "sp.MCMC_NOISE = L->spec[2] != 0u;" in h and "bool ABSGRAD = false;" in h
     v = h.index("namespace SH_VEC4 {")
@@ -181,12 +182,12 @@ int main() {
                 offsetof(SpirulaLaunch, spec), offsetof(SpirulaLaunch, flags), sizeof(SpirulaLaunch));
     static float mem[64];
     SpirulaLaunch L{};
-    L.n_buffers = 27u;
-    for (int i = 0; i < 27; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
+    L.n_buffers = 28u;
+    for (int i = 0; i < 28; ++i) { L.buffers[i] = mem; L.sizes[i] = 48u; }
     L.sizes[21] = 140u;                               // one StepParams
     L.n_push = 7u;
     L.push[4] = 0x3e99999au;                          // eps2d = 0.3f
-    L.n_spec = 8u;
+    L.n_spec = 9u;
     L.spec[0] = 3u; L.spec[1] = 16u; L.spec[2] = 1u; L.spec[4] = 2u;
     contract::Args a;
     contract::Push pc;
@@ -209,7 +210,7 @@ int main() {
     L.n_push = 6u;
     std::printf("push %d\n", contract::unpack(&L, a, pc, sp));
     L.n_push = 7u;
-    L.n_buffers = 26u;
+    L.n_buffers = 27u;
     std::printf("buffers %d\n", contract::unpack(&L, a, pc, sp));
     return 0;
 }

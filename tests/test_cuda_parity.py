@@ -35,7 +35,17 @@ import numpy as np
 import pytest
 from render_cases import random_scene
 
-from spirula.render.rasterizer import EPS2D, FAR_PLANE, NEAR_PLANE, Rasterizer, Splats, pack_cameras, tile_grid
+from spirula.render.rasterizer import (
+    CHUNK_ENV,
+    CHUNK_NONE,
+    EPS2D,
+    FAR_PLANE,
+    NEAR_PLANE,
+    Rasterizer,
+    Splats,
+    pack_cameras,
+    tile_grid,
+)
 from spirula.render.scan import PrefixSum
 from spirula.render.sort import RadixSort
 from spirula.runtime.sequence import Threads
@@ -175,9 +185,10 @@ def scene_inputs(scene, activated=True):
     )
 
 
-def project(dev, scene, sh_degree, activated=True, compact=False):
+def project(dev, scene, sh_degree, activated=True, compact=False, normals=False):
     """projection_fwd of ``scene`` on ``dev``: the outputs by binding name
-    (``compact``: sh as spirula/train/storage.py's rows, the COMPACT variant)."""
+    (``compact``: sh as spirula/train/storage.py's rows, the COMPACT variant; ``normals``:
+    the NORMALS variant, also the splat normals)."""
     from spirula.train import storage
 
     inputs = scene_inputs(scene, activated)
@@ -200,6 +211,7 @@ def project(dev, scene, sh_degree, activated=True, compact=False):
             tile_counts=((rows,), np.uint32),
             depth_keys=((rows,), np.uint32),
             depth_ids=((rows,), np.uint32),
+            normals=((rows, 4), np.float32),
         ),
         push=dict(
             n=n,
@@ -212,7 +224,9 @@ def project(dev, scene, sh_degree, activated=True, compact=False):
             near_plane=NEAR_PLANE,
             far_plane=FAR_PLANE,
         ),
-        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated)),
+        spec=dict(
+            SH_DEGREE=sh_degree, SH_COEFFS=scene["sh_coeffs"].shape[1], ACTIVATED=int(activated), NORMALS=int(normals)
+        ),
         defines=dict(COMPACT=1) if compact else None,
     )
 
@@ -231,10 +245,12 @@ def forward_inputs(backends):
         scene["sh_coeffs"],
         prefix="parity.splat",
     )
-    raster = Rasterizer(vk, scene["width"], scene["height"], 2, capacity=len(scene["means"]), name="parity.raster")
+    raster = Rasterizer(
+        vk, scene["width"], scene["height"], 2, capacity=len(scene["means"]), name="parity.raster", normals=True
+    )
     raster.set_cameras(scene["viewmats"], scene["Ks"])
     raster.set_backgrounds(np.array([[0.2, 0.4, 0.6], [1.0, 0.0, 0.5]], np.float32))
-    m = raster.forward(splats, 3)
+    m = raster.forward(splats, 3, normals=True)
     rows = 2 * len(scene["means"])
     out = dict(
         ranges=vk.readback(raster.ranges),
@@ -242,6 +258,7 @@ def forward_inputs(backends):
         xyop=vk.readback(raster.xyop, shape=(rows, 4)),
         conics=vk.readback(raster.conics, shape=(rows, 4)),
         rgb=vk.readback(raster.rgb, shape=(rows, 4)),
+        normals=vk.readback(raster.splat_normals, shape=(rows, 4)),
         backgrounds=vk.readback(raster.backgrounds),
         out_alphas=vk.readback(raster.out_alphas),
         out_last=vk.readback(raster.out_last),
@@ -256,9 +273,32 @@ def forward_inputs(backends):
     return out
 
 
-def raster_push(f, max_alpha=0.99):
+UNSPLIT = 1 << 24  # one chunk per tile list
+CHUNK_CHANNELS = 9  # the chunk state of a rasterizer with geometry and normals (include/raster.glsl)
+
+
+def raster_push(f, max_alpha=0.99, chunk=UNSPLIT):
     tw, th = tile_grid(f["width"], f["height"])
-    return (dict(width=f["width"], height=f["height"], tile_width=tw, tile_height=th, max_alpha=max_alpha), (tw, th, 2))
+    push = dict(width=f["width"], height=f["height"], tile_width=tw, tile_height=th, max_alpha=max_alpha)
+    return dict(push, chunk=chunk, chunk_channels=CHUNK_CHANNELS), (tw, th, 2)
+
+
+def chunk_ids(f, chunk):
+    """Entries of the chunk table (Rasterizer.chunk_ids)."""
+    return f["ranges"].shape[0] + -(-max(f["m"], 1) // chunk) + 1
+
+
+def chunk_table(f, chunk):
+    """[ids, 2] uint32: rasterize_chunks' table, in numpy (chunk k of tile t at t + start / chunk + k)."""
+    table = np.full((chunk_ids(f, chunk), 2), CHUNK_NONE, np.uint32)
+    for t, (s, e) in enumerate(f["ranges"].astype(np.int64)):
+        for k in range(-(-(e - s) // chunk)):
+            table[t + s // chunk + k] = (t, k)
+    return table
+
+
+def chunk_state_shape(f, chunk):
+    return (-(-max(f["m"], 1) // chunk) + 1, CHUNK_CHANNELS, 256)
 
 
 # ---- copy, fill, transfers ----------------------------------------------------------------
@@ -495,6 +535,24 @@ def test_projection_fwd_matches(backends, sh_degree, activated, compact):
 
 
 @pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
+def test_projection_fwd_normals_match(backends, activated):
+    """NORMALS: the splat normals (a rotation column, x the camera rotation, sign flipped to
+    face the camera: a few float32 roundings of unit-size values) agree as the other
+    outputs, and are the reference's :func:`splat_normals` (both backends)."""
+    from spirula.reference.normals import splat_normals
+
+    scene = random_scene(n=501, sh_degree=0, seed=37, spread=1.6)
+    vk_out, cu_out = (project(dev, scene, 0, activated, normals=True) for dev in backends)
+    vis = ((vk_out["radii"] != 0).any(-1)) & ((cu_out["radii"] != 0).any(-1))
+    assert vis.sum() > 0.3 * vis.size
+    assert_close(cu_out["normals"], vk_out["normals"], R_PLAIN, "normals", mask=vis)
+    want = splat_normals(scene["quats"], scene["scales"], scene["means"], scene["viewmats"]).reshape(-1, 3)
+    for out in (vk_out, cu_out):
+        np.testing.assert_allclose(out["normals"][vis, :3], want[vis], atol=1e-5)
+        assert (out["normals"][vis, 3] == 0).all()
+
+
+@pytest.mark.parametrize("activated", [True, False], ids=["activated", "log-logit"])
 def test_projection_fwd_culls_nonfinite_splats_on_both(backends, activated):
     """NaN (any sign or payload), +inf or -inf in a mean, rotation, scale or
     opacity culls that splat on both backends (finite.glsl's bit test; on
@@ -532,6 +590,7 @@ def test_projection_bwd_matches(backends, sh_degree, activated):
         grad_conics=rng.standard_normal((C * n, 3)),
         grad_rgb=rng.standard_normal((C * n, 3)),
         grad_opacity=rng.standard_normal(C * n),
+        grad_normals=rng.standard_normal((C * n, 3)),  # read with NORMALS (the odd degrees)
     )
     inputs = dict(scene_inputs(scene, activated), radii=radii, **{k: v.astype(np.float32) for k, v in grads.items()})
     K = scene["sh_coeffs"].shape[1]
@@ -549,7 +608,7 @@ def test_projection_bwd_matches(backends, sh_degree, activated):
         inputs,
         outs,
         push=dict(n=n, n_cameras=C, width=scene["width"], height=scene["height"], eps2d=EPS2D),
-        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated)),
+        spec=dict(SH_DEGREE=sh_degree, SH_COEFFS=K, ACTIVATED=int(activated), NORMALS=sh_degree % 2),
     )
     for name in outs:
         assert_close(cu_out[name], vk_out[name], R_PLAIN, name)
@@ -637,9 +696,10 @@ def test_tile_ranges_is_exact(backends):
 # ---- rasterization --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("normals", [False, True], ids=["", "normals"])
 @pytest.mark.parametrize("distortion", [False, True], ids=["plain", "distortion"])
 @pytest.mark.parametrize("max_alpha", [0.99, 0.999])
-def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
+def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion, normals):
     f = forward_inputs
     push, groups = raster_push(f, max_alpha)
     C, H, W = 2, f["height"], f["width"]
@@ -650,10 +710,13 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
         out_last=((C, H, W), np.uint32),
         out_median=((C, H, W), np.float32),
         out_distort=((C, H, W), np.float32),
+        out_normals=((C, H, W, 3), np.float32),
+        chunk_state=(chunk_state_shape(f, UNSPLIT), np.float32),
     )
-    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds")}
-    spec = dict(DISTORTION=int(distortion))
-    vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push, spec=spec, zero=("out_distort",))
+    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "normals")}
+    spec = dict(DISTORTION=int(distortion), NORMALS=int(normals))
+    zero = ("out_distort", "out_normals", "chunk_state")
+    vk_out, cu_out = both(backends, "rasterize_fwd", groups, ins, outs, push=push, spec=spec, zero=zero)
     # a Gaussian at the alpha >= 1/255 or T <= 1e-4 cut-off may flip: count those pixels
     same = cu_out["out_last"] == vk_out["out_last"]
     assert_few((~same).sum(), same.size, "out_last")
@@ -668,20 +731,178 @@ def test_rasterize_fwd_matches(backends, forward_inputs, max_alpha, distortion):
     # the distortion: a running sum as the depth's (same error model)
     assert_close(cu_out["out_distort"], vk_out["out_distort"], R_PLAIN, "distortion", FLIP_FRACTION)
     assert (vk_out["out_distort"] > 0).any() == distortion
+    # the normal image: blended as the colour (same error model)
+    assert_close(cu_out["out_normals"], vk_out["out_normals"], R_PLAIN, "normals", FLIP_FRACTION)
+    assert (np.abs(vk_out["out_normals"]) > 0.1).any() == normals
 
 
-@pytest.mark.parametrize("absgrad,distortion", [(False, False), (True, False), (False, True)])
-def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion):
+@pytest.mark.parametrize(
+    "absgrad,distortion,normals",
+    [(False, False, False), (True, False, False), (False, True, False), (False, False, True), (True, True, True)],
+)
+def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion, normals):
     f = forward_inputs
     push, groups = raster_push(f)
     C, H, W, rows = 2, f["height"], f["width"], f["rows"]
     rng = np.random.default_rng(11)
     names = ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "out_alphas", "out_last", "out_depths")
-    ins = {k: f[k] for k in names}
+    ins = {k: f[k] for k in names + ("normals",)}
     ins.update(
         grad_colors=rng.standard_normal((C, H, W, 3)).astype(np.float32),
         grad_alphas=rng.standard_normal((C, H, W)).astype(np.float32),
         grad_distort=rng.standard_normal((C, H, W)).astype(np.float32),
+        grad_normal_image=rng.standard_normal((C, H, W, 3)).astype(np.float32),
+        grad_depth_image=rng.standard_normal((C, H, W)).astype(np.float32),
+        chunk_table=chunk_table(f, UNSPLIT),
+        chunk_state=np.zeros(chunk_state_shape(f, UNSPLIT), np.float32),
+    )
+    push["chunk_ids"] = chunk_ids(f, UNSPLIT)
+    groups = push["chunk_ids"]
+    outs = dict(
+        grad_xy=((rows, 2), np.float32),
+        grad_conics=((rows, 3), np.float32),
+        grad_rgb=((rows, 3), np.float32),
+        grad_opacity=((rows,), np.float32),
+        grad_xy_abs=((rows, 2), np.float32),
+        grad_depth=((rows,), np.float32),
+        grad_normals=((rows, 3), np.float32),
+    )
+    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals))
+    vk_out, cu_out = both(backends, "rasterize_bwd", groups, ins, outs, push=push, spec=spec, zero=tuple(outs))
+    for name in outs:  # atomic sums: a looser, labelled channel
+        assert_close(cu_out[name], vk_out[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)
+    assert np.abs(vk_out["grad_xy"]).max() > 0
+    if absgrad:
+        assert np.abs(cu_out["grad_xy_abs"]).max() > 0
+    assert (np.abs(vk_out["grad_depth"]).max() > 0) == (distortion or normals)
+    assert (np.abs(vk_out["grad_normals"]).max() > 0) == normals
+
+
+# ---- tile-list splitting: chunk = 256 on tiles of up to ~2,300 entries ----------------------
+
+
+@pytest.fixture(scope="module")
+def chunky_inputs(backends):
+    """tests/test_rasterize_chunks.py's scene (lists of 0 to ~2,300 entries, pixels saturating
+    in a middle chunk) rendered on Vulkan: the inputs rasterize_fwd/bwd read, as numpy."""
+    from test_rasterize_chunks import chunky_scene
+
+    vk, _ = backends
+    scene = chunky_scene()
+    splats = Splats.from_numpy(
+        vk, scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["sh_coeffs"], prefix="pc.splat"
+    )
+    raster = Rasterizer(
+        vk, scene["width"], scene["height"], 2, capacity=len(scene["means"]), name="pc.raster", normals=True
+    )
+    raster.set_cameras(scene["viewmats"], scene["Ks"])
+    raster.set_backgrounds(np.array([[0.2, 0.4, 0.6], [1.0, 0.0, 0.5]], np.float32))
+    m = raster.forward(splats, 1, normals=True)
+    rows = 2 * len(scene["means"])
+    out = dict(
+        ranges=vk.readback(raster.ranges),
+        isect_ids=raster.intersections()[1],
+        xyop=vk.readback(raster.xyop, shape=(rows, 4)),
+        conics=vk.readback(raster.conics, shape=(rows, 4)),
+        rgb=vk.readback(raster.rgb, shape=(rows, 4)),
+        normals=vk.readback(raster.splat_normals, shape=(rows, 4)),
+        backgrounds=vk.readback(raster.backgrounds),
+        width=scene["width"],
+        height=scene["height"],
+        rows=rows,
+        m=m,
+    )
+    raster.free()
+    splats.free(vk)
+    n = out["ranges"][:, 1].astype(np.int64) - out["ranges"][:, 0]
+    assert n.max() > 8 * 256 and (n == 0).any()
+    return out
+
+
+def chunked_forward(dev, f, distortion, normals, chunk=256):
+    """rasterize_fwd with ``chunk`` on ``dev``: its outputs and chunk_state."""
+    push, groups = raster_push(f, chunk=chunk)
+    C, H, W = 2, f["height"], f["width"]
+    outs = dict(
+        out_colors=((C, H, W, 3), np.float32),
+        out_alphas=((C, H, W), np.float32),
+        out_depths=((C, H, W), np.float32),
+        out_last=((C, H, W), np.uint32),
+        out_median=((C, H, W), np.float32),
+        out_distort=((C, H, W), np.float32),
+        out_normals=((C, H, W, 3), np.float32),
+        chunk_state=(chunk_state_shape(f, chunk), np.float32),
+    )
+    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "normals")}
+    spec = dict(DISTORTION=int(distortion), NORMALS=int(normals))
+    zero = ("out_distort", "out_normals", "chunk_state")
+    return run_kernel(dev, "rasterize_fwd", groups, ins, outs, push=push, spec=spec, zero=zero)
+
+
+def test_rasterize_chunks_matches(backends, chunky_inputs):
+    f = chunky_inputs
+    ids = chunk_ids(f, 256)
+    push = dict(tiles=f["ranges"].shape[0], chunk=256, chunk_ids=ids)
+    results = []
+    for dev in backends:
+        table = dev.pool.alloc("parity.chunk_table", (ids, 2), np.uint32)
+        ranges = dev.pool.alloc("parity.ranges", f["ranges"].shape, np.uint32)
+        dev.upload(ranges, f["ranges"])
+        rec = dev.recorder("parity.chunks")
+        rec.fill(table, CHUNK_NONE)
+        rec.dispatch("rasterize_chunks", Threads(f["ranges"].shape[0]), dict(ranges=ranges, chunk_table=table), push)
+        rec.finish().run()
+        results.append(dev.readback(table))
+        dev.pool.free(table)
+        dev.pool.free(ranges)
+    assert_exact(results[1], results[0], "chunk_table")
+    assert_exact(results[0], chunk_table(f, 256), "chunk_table vs numpy")
+
+
+@pytest.mark.parametrize("distortion,normals", [(False, False), (True, True)], ids=["plain", "geometry"])
+def test_rasterize_fwd_chunk_state_matches(backends, chunky_inputs, distortion, normals):
+    """The forward with chunk = 256: the images and the state at every boundary. The state's
+    sums behind are final - prefix, each within the images' error (R_PLAIN of the totals): the
+    tolerance is relative to each channel's largest value."""
+    f = chunky_inputs
+    vk_out, cu_out = (chunked_forward(dev, f, distortion, normals) for dev in backends)
+    same = cu_out["out_last"] == vk_out["out_last"]
+    assert_few((~same).sum(), same.size, "out_last")
+    assert_close(cu_out["out_colors"], vk_out["out_colors"], R_PLAIN, "colors", FLIP_FRACTION)
+    assert_close(cu_out["out_alphas"], vk_out["out_alphas"], R_PLAIN, "alphas", FLIP_FRACTION)
+    vs, cs = vk_out["chunk_state"], cu_out["chunk_state"]
+    written = np.abs(vs).max(axis=(1, 2)) > 0
+    assert written.sum() >= 8
+    for ch in range(CHUNK_CHANNELS):
+        scale = max(np.abs(vs[:, ch]).max(), 1e-3)
+        assert_near(cs[:, ch], vs[:, ch], R_PLAIN * scale, R_PLAIN, "chunk_state[%d]" % ch, FLIP_FRACTION)
+    # an unsplit forward is the same image
+    whole = chunked_forward(backends[1], f, distortion, normals, UNSPLIT)
+    assert_exact(whole["out_colors"], cu_out["out_colors"], "unsplit colors")
+
+
+CHUNKED_BWD_CASES = [(False, False, False), (False, True, False), (False, False, True), (True, True, True)]
+
+
+@pytest.mark.parametrize("absgrad,distortion,normals", CHUNKED_BWD_CASES)
+def test_rasterize_bwd_chunked_matches(backends, chunky_inputs, absgrad, distortion, normals):
+    """rasterize_bwd with chunk = 256 from the same (Vulkan) forward and chunk state."""
+    f = chunky_inputs
+    vk, _ = backends
+    fwd = chunked_forward(vk, f, distortion, normals)
+    push, _ = raster_push(f, chunk=256)
+    push["chunk_ids"] = chunk_ids(f, 256)
+    C, H, W, rows = 2, f["height"], f["width"], f["rows"]
+    rng = np.random.default_rng(12)
+    ins = {k: f[k] for k in ("ranges", "isect_ids", "xyop", "conics", "rgb", "backgrounds", "normals")}
+    ins.update({k: fwd[k] for k in ("out_alphas", "out_last", "out_depths", "chunk_state")})
+    ins.update(
+        grad_colors=rng.standard_normal((C, H, W, 3)).astype(np.float32),
+        grad_alphas=rng.standard_normal((C, H, W)).astype(np.float32),
+        grad_distort=rng.standard_normal((C, H, W)).astype(np.float32),
+        grad_normal_image=rng.standard_normal((C, H, W, 3)).astype(np.float32),
+        grad_depth_image=rng.standard_normal((C, H, W)).astype(np.float32),
+        chunk_table=chunk_table(f, 256),
     )
     outs = dict(
         grad_xy=((rows, 2), np.float32),
@@ -690,15 +911,43 @@ def test_rasterize_bwd_matches(backends, forward_inputs, absgrad, distortion):
         grad_opacity=((rows,), np.float32),
         grad_xy_abs=((rows, 2), np.float32),
         grad_depth=((rows,), np.float32),
+        grad_normals=((rows, 3), np.float32),
     )
-    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion))
+    spec = dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals))
+    groups = push["chunk_ids"]
     vk_out, cu_out = both(backends, "rasterize_bwd", groups, ins, outs, push=push, spec=spec, zero=tuple(outs))
     for name in outs:  # atomic sums: a looser, labelled channel
         assert_close(cu_out[name], vk_out[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)
     assert np.abs(vk_out["grad_xy"]).max() > 0
-    if absgrad:
-        assert np.abs(cu_out["grad_xy_abs"]).max() > 0
-    assert (np.abs(vk_out["grad_depth"]).max() > 0) == distortion
+    assert (np.abs(vk_out["grad_depth"]).max() > 0) == (distortion or normals)
+
+
+def test_whole_chunked_render_and_backward_match(backends, monkeypatch):
+    """The API on both backends with chunk = 256 ($SPIRULA_RASTER_CHUNK), with the distortion
+    and the normal image: the images and every gradient."""
+    from test_rasterize_chunks import chunky_scene
+
+    from spirula.render.api import rasterization, rasterization_backward
+
+    monkeypatch.setenv(CHUNK_ENV, "256")
+    scene = chunky_scene()
+    rng = np.random.default_rng(14)
+    results = []
+    for dev in backends:
+        colors, alphas, depths, meta = rasterization(**scene, device=dev, distortion=True, normals=True)
+        assert meta["_context"].raster.chunk == 256
+        if not results:
+            g = [rng.standard_normal(a.shape).astype(np.float32) for a in (colors, alphas, alphas, colors, alphas)]
+        grads = rasterization_backward(
+            meta, g[0], g[1], grad_distortions=g[2], grad_normals=g[3], grad_accum_depths=g[4]
+        )
+        results.append((colors, alphas, grads))
+        del meta
+    (vc, va, vg), (cc, ca, cg) = results
+    assert_close(cc, vc, R_PLAIN, "colors", FLIP_FRACTION)
+    assert_close(ca, va, R_PLAIN, "alphas", FLIP_FRACTION)
+    for name in ("means", "quats", "scales", "opacities", "sh_coeffs", "means2d", "depths", "normals"):
+        assert_close(cg[name], vg[name], R_ATOMIC, name, ATOMIC_VIOLATIONS)
 
 
 # ---- the whole rasterizer ---------------------------------------------------------------
@@ -1029,6 +1278,8 @@ def fpbo_inputs(vk, sh_degree, sh_coeffs, views, seed, noise_scale=0.0, isects=(
         grad_opacity=vk.readback(raster.grad_opacity, shape=(rows,)),
         # dL/d depth (--geometry's distortion): read when DEPTH_GRAD
         grad_depth=(np.random.default_rng(seed + 1).standard_normal(rows) * 0.05).astype(np.float32),
+        # dL/d splat normal (--geometry's normal consistency): read when NORMALS
+        grad_normals=(np.random.default_rng(seed + 2).standard_normal((rows, 3)) * 0.05).astype(np.float32),
     )
     raster.free()
     splats.free(vk)
@@ -1090,6 +1341,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             ABSGRAD=int(absgrad),
             DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
             FLATTEN=int(views == 2),  # and the flattening regularizer's
+            NORMALS=int(views == 2),  # and the splat normals' gradient
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )

@@ -66,7 +66,8 @@ def test_opening_a_device_that_falls_short_fails_before_kompute(monkeypatch):
 
 def _shared_bytes(spirv: bytes) -> int:
     """Bytes of the Workgroup-storage variables of a SPIR-V module; a
-    3-component vector counts as 4 components (drivers pad it so)."""
+    3-component vector counts as 4 components (drivers pad it so); an array sized by a
+    specialization constant counts at its largest choice."""
     words = struct.unpack("<%dI" % (len(spirv) // 4), spirv)
     size, consts, pointers, total = {}, {}, {}, 0
     i = 5
@@ -87,6 +88,10 @@ def _shared_bytes(spirv: bytes) -> int:
             size[a[0]] = sum(size.get(m, 0) for m in a[1:])  # (buffer blocks: not shared)
         elif op in (43, 50):  # OpConstant, OpSpecConstant (its default)
             consts[a[1]] = a[2]
+        elif op == 52 and a[2] == 169:  # OpSpecConstantOp OpSelect (an array sized by a
+            # specialization constant, rasterize_fwd's and rasterize_bwd's
+            # NORMAL_SLOTS): the larger of the two
+            consts[a[1]] = max(consts.get(a[4], 0), consts.get(a[5], 0))
         elif op == 32:  # OpTypePointer
             pointers[a[0]] = a[2]
         elif op == 59 and a[2] == 4:  # OpVariable in Workgroup storage

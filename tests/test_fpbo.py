@@ -15,12 +15,21 @@ LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh
 
 
 @pytest.mark.parametrize(
-    "sh_degree,step,views,flatten_reg",
-    [(0, 1, 1, 0.0), (3, 7, 1, 0.0), (2, 3, 2, 0.0), (3, 2, 2, 0.0), (1, 3, 2, 40.0)],
+    "sh_degree,step,views,flatten_reg,normals",
+    [
+        (0, 1, 1, 0.0, False),
+        (3, 7, 1, 0.0, False),
+        (2, 3, 2, 0.0, False),
+        (3, 2, 2, 0.0, False),
+        (1, 3, 2, 40.0, False),
+        (1, 4, 2, 0.0, True),
+    ],
 )
-def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_reg):
+def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_reg, normals):
     """flatten_reg > 0: with FLATTEN (--geometry's flattening, tests/test_geometry.py); 40 / 150
-    splats makes its gradient (0.27 x the smallest scale) of the order of the rendering's."""
+    splats makes its gradient (0.27 x the smallest scale) of the order of the rendering's.
+    normals: with NORMALS and DEPTH_GRAD (--geometry's normal consistency): cotangents of the
+    normal and accumulated depth images too, the reference's render_normals_bwd and depth."""
     s = random_scene(n=150, cameras=views, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
     n, K = len(s["means"]), s["sh_coeffs"].shape[1]
@@ -43,14 +52,20 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_r
     model = SplatModel(device, n, n, K)
     model.upload(raw, moments)
     reg = dict(opacity_reg=0.01, scale_reg=0.02, flatten_reg=flatten_reg)
-    gc, vis, count = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg)
+    nc = {} if normals else None
+    gc, vis, count = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg, normals=nc)
     got = model.download()
 
     # reference: gradients w.r.t. activated values, chained to the raw ones
-    g = rasterization_bwd(
-        **{k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v for k, v in s.items()},
-        grad_colors=gc.astype(np.float64),
-    )
+    f64 = {k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v for k, v in s.items()}
+    gd = None if nc is None else nc["grad_depths"][..., None].astype(np.float64)
+    g = rasterization_bwd(**f64, grad_colors=gc.astype(np.float64), grad_depths=gd)
+    if normals:
+        from spirula.reference.normals import render_normals_bwd
+
+        gn = render_normals_bwd(**f64, grad_normals=nc["grad_normals"].astype(np.float64))
+        for k in ("means", "quats", "scales", "opacities"):
+            g[k] = g[k] + gn[k]
     want = fpbo_expected(raw, moments, g, s["scales"], s["opacities"], reg, LR, step)
     for name, (want_p, want_m, want_v, lr) in want.items():
         # Adam normalizes the gradient: an update is at most ~lr, so its float32

@@ -3,6 +3,7 @@ against geometry and finite differences, and the kernels normal_consistency_fwd/
 (shaders/, native_cuda/) against the reference."""
 
 import numpy as np
+import pytest
 from test_cuda_parity import run_kernel
 
 from spirula.reference.normals import (
@@ -117,3 +118,209 @@ def test_kernels_match_reference(device):
         assert np.isfinite(got).all(), what
         np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), err_msg=what)
     assert (loss == 0).sum() == (want_loss == 0).sum()  # the border and the holes' pixels
+
+
+# ---- the normal image (projection_fwd + rasterize_fwd with NORMALS) ---------------------
+
+
+def _disc_scene(normal_world, flip_half=False):
+    """A 5x5 grid of overlapping, nearly opaque flat discs (scales 0.25, 0.25, 1e-3 along
+    their own x, y, z) on the plane through (0, 0, 3) with world normal ``normal_world``,
+    seen by one identity camera (32 x 24 pixels). ``flip_half``: every other disc's rotation
+    turned by pi about its x axis (its z axis, the normal, reversed)."""
+    n = np.asarray(normal_world, np.float64)
+    n /= np.linalg.norm(n)
+    # a rotation whose z column is n: the shortest arc from z to n, as a quaternion (w, x, y, z)
+    z = np.array([0.0, 0.0, 1.0])
+    q = np.r_[1.0 + z @ n, np.cross(z, n)]
+    q /= np.linalg.norm(q)
+    e1 = np.cross(n, [0.0, 1.0, 0.0])
+    e1 /= np.linalg.norm(e1)
+    e2 = np.cross(n, e1)
+    g = np.linspace(-0.4, 0.4, 5)
+    means = np.array([[0.0, 0.0, 3.0] + a * e1 + b * e2 for a in g for b in g])
+    quats = np.tile(q, (len(means), 1))
+    if flip_half:  # q * (0, 1, 0, 0): a pi turn about the local x axis
+        w, x, y, zz = q
+        quats[::2] = [-x, w, zz, -y]
+    K = np.array([[[30.0, 0, 16.0], [0, 30.0, 12.0], [0, 0, 1]]])
+    return dict(
+        means=means.astype(np.float32),
+        quats=quats.astype(np.float32),
+        scales=np.tile([0.25, 0.25, 1e-3], (len(means), 1)).astype(np.float32),
+        opacities=np.full(len(means), 0.9, np.float32),
+        sh_coeffs=np.zeros((len(means), 1, 3), np.float32),
+        viewmats=np.eye(4, dtype=np.float32)[None],
+        Ks=K.astype(np.float32),
+        width=32,
+        height=24,
+        sh_degree=0,
+    )
+
+
+def test_flat_discs_render_their_normal_towards_the_camera():
+    """Discs on a tilted plane render n * alpha: the normal image over the alpha is the
+    plane's normal (camera = world here), the side facing the camera, wherever a disc
+    covers a pixel, also where half the discs' rotations point their normal away. float32
+    blending of <= 25 terms of the same unit vector: relative error ~1e-6, bounded by 1e-5."""
+    from render_cases import gpu_render
+
+    n = np.array([0.3, -0.4, -1.0]) / np.linalg.norm([0.3, -0.4, -1.0])  # faces the camera
+    for flip_half in (False, True):
+        for sign in (1.0, -1.0):  # the stored normal facing the camera or away from it
+            scene = _disc_scene(sign * n, flip_half)
+            _, alphas, _, meta = gpu_render(scene, normals=True)
+            img = meta["normals"]
+            assert img.shape == (1, 24, 32, 3) and img.dtype == np.float32
+            cover = alphas[..., 0] > 0.05
+            assert cover.mean() > 0.3
+            got = img[cover] / alphas[cover]
+            np.testing.assert_allclose(got, np.broadcast_to(n, got.shape), atol=1e-5)
+            np.testing.assert_allclose(img[~cover], 0.0, atol=0.05 * 1.0)  # |N| <= alpha <= 0.05
+
+
+def test_normal_image_matches_reference():
+    """The random scene's normal image against the float64 reference (the colour's bound of
+    tests/test_rasterize_fwd.py: 1e-5 + 1% per pixel; the splat normals are rotation columns
+    in float32, ~1e-7), both cameras, with and without the distortion."""
+    from render_cases import gpu_render, random_scene
+
+    from spirula.reference.normals import render_normals
+
+    scene = random_scene(n=300, width=75, height=53, seed=3, sh_degree=1)
+    f64 = {k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v for k, v in scene.items()}
+    want = render_normals(**f64)
+    for distortion in (False, True):
+        colors, alphas, _, meta = gpu_render(scene, normals=True, distortion=distortion)
+        got = meta["normals"]
+        bad = np.abs(got - want) > 1e-5 + 0.01 * np.abs(want)
+        assert not bad.any(), "%d values off, worst %g" % (bad.sum(), np.abs(got - want).max())
+        # |N| <= alpha (a blend of unit vectors), and the image is not empty
+        assert (np.linalg.norm(got, axis=-1) <= alphas[..., 0] + 1e-5).all()
+        assert (np.linalg.norm(got, axis=-1) > 0.3).mean() > 0.2
+    plain_colors, plain_alphas, _, plain_meta = gpu_render(scene, distortion=True)
+    assert plain_meta["normals"] is None
+    # the normals change nothing else (same arithmetic, bitwise)
+    assert np.array_equal(plain_colors, colors) and np.array_equal(plain_alphas, alphas)
+
+
+@pytest.mark.parametrize("distortion", [False, True], ids=["", "distortion"])
+def test_normal_and_depth_image_gradients_match_reference(distortion):
+    """rasterize_bwd with NORMALS: the cotangents of the normal image and of the accumulated
+    depth image (with the colour's and alpha's, and the distortion's) against the reference's
+    rasterize_bwd, which is linear in its cotangents: the colour pass (colours, background)
+    plus a pass with the splat normals as the colours (no background) and the depth
+    cotangent; the reference is checked against finite differences in test_reference.py.
+    Bound: tests/test_rasterize_bwd.py's float32 atomics bound."""
+    from reference.rasterize import rasterize_bwd
+    from render_cases import gpu_render, random_scene
+    from test_rasterize_bwd import assert_grad_close
+
+    from spirula.render.api import rasterization_backward
+
+    scene = random_scene(n=150, seed=22, sh_degree=1)
+    W, H = scene["width"], scene["height"]
+    bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)
+    colors, alphas, _, meta = gpu_render(scene, backgrounds=bg, normals=True, distortion=distortion)
+    rng = np.random.default_rng(5)
+    gc = rng.standard_normal(colors.shape).astype(np.float32)
+    ga = rng.standard_normal(alphas.shape).astype(np.float32)
+    gn = rng.standard_normal(colors.shape).astype(np.float32)
+    gd = rng.standard_normal(alphas.shape).astype(np.float32)
+    gx = rng.standard_normal(alphas.shape).astype(np.float32) if distortion else None
+    got = rasterization_backward(meta, gc, ga, grad_distortions=gx, grad_normals=gn, grad_accum_depths=gd)
+    raster = meta["_context"].raster
+    C, N = meta["radii"].shape[:2]
+    normals = raster.device.readback(raster.splat_normals, shape=(C * N, 4)).reshape(C, N, 4)[..., :3]
+    opac = np.broadcast_to(scene["opacities"], (C, N))
+    geo = (meta["means2d"], meta["conics"])
+    rest = (opac, meta["depths"], meta["radii"], W, H)
+    a = rasterize_bwd(*geo, meta["colors"], *rest, bg, grad_colors=gc, grad_alphas=ga, grad_distortions=gx)
+    b = rasterize_bwd(*geo, normals, *rest, grad_colors=gn, grad_depths=gd)
+
+    def read(buf, w):
+        return raster.device.readback(buf, shape=(C * N, w)).reshape(C, N, w)
+
+    vis = (meta["radii"] != 0).any(-1)
+    assert_grad_close(got["means2d"][vis], (a["means2d"] + b["means2d"])[vis], "means2d")
+    assert_grad_close(read(raster.grad_conics, 3)[vis], (a["conics"] + b["conics"])[vis], "conics")
+    assert_grad_close(read(raster.grad_rgb, 3)[vis], a["colors"][vis], "colors")
+    assert_grad_close(read(raster.grad_opacity, 1)[vis][:, 0], (a["opacities"] + b["opacities"])[vis], "opacity")
+    assert_grad_close(got["depths"][vis], (a["depths"] + b["depths"])[vis], "depths")
+    assert_grad_close(got["normals"][vis], b["colors"][vis], "normals")
+    assert np.abs(b["colors"][vis]).max() > 0.1 and np.abs(b["opacities"][vis]).max() > 0.1
+
+
+def test_splat_normals_vjp_matches_finite_differences():
+    """The reference's quaternion gradient of the splat normals against central differences
+    of sum(g . n) (float64, step 1e-6: error ~1e-12 against gradients of order 1). The
+    scales are distinct by more than any step moves, so the axis choice and flip are fixed."""
+    from spirula.reference.normals import splat_normals_vjp
+
+    rng = np.random.default_rng(4)
+    N, C = 9, 2
+    q = rng.standard_normal((N, 4)) * 1.7
+    s = np.exp(rng.uniform(-3, 0, (N, 3)))
+    means = np.c_[rng.uniform(-1, 1, (N, 2)), rng.uniform(2, 4, N)]
+    vm = np.tile(np.eye(4), (C, 1, 1))
+    a = 0.3
+    vm[1, :3, :3] = [[np.cos(a), 0, -np.sin(a)], [0, 1, 0], [np.sin(a), 0, np.cos(a)]]
+    vm[1, :3, 3] = [0.2, -0.1, 0.4]
+    g = rng.standard_normal((C, N, 3))
+    got = splat_normals_vjp(q, s, means, vm, g)
+    fd = np.zeros_like(q)
+    for idx in np.ndindex(q.shape):
+        qp, qm = q.copy(), q.copy()
+        qp[idx] += 1e-6
+        qm[idx] -= 1e-6
+        fp = (g * splat_normals(qp, s, means, vm)).sum()
+        fm = (g * splat_normals(qm, s, means, vm)).sum()
+        fd[idx] = (fp - fm) / 2e-6
+    np.testing.assert_allclose(got, fd, atol=1e-8)
+    assert np.abs(got).max() > 0.1
+
+
+@pytest.mark.parametrize("name", ["quats", "means", "scales", "opacities"])
+def test_normal_gradients_reach_the_splats_as_the_reference(name):
+    """rasterization_backward with the normal and depth images' cotangents: dL/d each splat
+    parameter (projection_bwd with NORMALS: the normals' gradient to the quaternions) against
+    the reference chain: rasterize_bwd's two passes as above into projection_bwd, plus
+    splat_normals_vjp. The API's projection_bwd does not take dL/d depth further (as for the
+    distortion), so neither does the reference here. Bound: test_rasterize_bwd's."""
+    from reference.projection import projection_bwd
+    from reference.rasterize import rasterize_bwd
+    from render_cases import gpu_render, random_scene
+    from test_rasterize_bwd import assert_grad_close
+
+    from spirula.reference.normals import splat_normals_vjp
+    from spirula.render.api import rasterization_backward
+
+    scene = random_scene(n=120, seed=23, sh_degree=1)
+    W, H = scene["width"], scene["height"]
+    colors, alphas, _, meta = gpu_render(scene, normals=True)
+    rng = np.random.default_rng(6)
+    gc = rng.standard_normal(colors.shape).astype(np.float32)
+    gn = rng.standard_normal(colors.shape).astype(np.float32)
+    gd = rng.standard_normal(alphas.shape).astype(np.float32)
+    got = rasterization_backward(meta, gc, None, grad_normals=gn, grad_accum_depths=gd)
+    raster = meta["_context"].raster
+    C, N = meta["radii"].shape[:2]
+    normals = raster.device.readback(raster.splat_normals, shape=(C * N, 4)).reshape(C, N, 4)[..., :3]
+    f64 = {k: np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v for k, v in scene.items()}
+    opac = np.broadcast_to(f64["opacities"], (C, N))
+    geo = (meta["means2d"], meta["conics"])
+    rest = (opac, meta["depths"], meta["radii"], W, H)
+    a = rasterize_bwd(*geo, meta["colors"], *rest, grad_colors=gc)
+    b = rasterize_bwd(*geo, normals, *rest, grad_colors=gn, grad_depths=gd)
+    keys = ("means", "quats", "scales", "opacities", "sh_coeffs", "viewmats", "Ks", "width", "height", "sh_degree")
+    want = projection_bwd(
+        *(f64[k] for k in keys),
+        a["means2d"] + b["means2d"],
+        a["conics"] + b["conics"],
+        a["colors"],
+        a["opacities"] + b["opacities"],
+    )
+    want["quats"] = want["quats"] + splat_normals_vjp(
+        f64["quats"], f64["scales"], f64["means"], f64["viewmats"], b["colors"]
+    )
+    assert_grad_close(got[name], want[name], name)

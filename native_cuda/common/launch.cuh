@@ -26,7 +26,7 @@ extern "C" {
 typedef struct {
     uint32_t grid[3];  // workgroups, as the Vulkan dispatch
     uint32_t n_buffers;
-    void* buffers[32];   // device pointers in binding order (fpbo binds 27)
+    void* buffers[32];   // device pointers in binding order (fpbo binds 28)
     uint64_t sizes[32];  // bytes of each buffer
     uint32_t n_push;
     uint32_t push[32];  // push-constant words, block order (floats as their bits)

@@ -29,4 +29,5 @@ FN void normal_consistency_vjp(vec3 N, vec3 A, vec3 B, float ga, OUT(vec3) gN, O
     gA = cross(B, gc);
     gB = cross(gc, A);
 }
+
 #endif

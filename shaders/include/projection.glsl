@@ -133,6 +133,18 @@ FN bool on_screen(float det, vec2 mean2d, vec2 radius, float W, float H) {
 }
 #endif
 
+// Which axis of a splat is its normal: the smallest scale's, the first of equal ones (0..2)
+FN int smallest_axis(vec3 s) { return (s.x <= s.y && s.x <= s.z) ? 0 : (s.y <= s.z ? 1 : 2); }
+
+// A splat's camera-space normal (projection_fwd with NORMALS, --geometry's normal consistency;
+// reference spirula/reference/normals.py splat_normals): column smallest_axis(s) of its
+// rotation R (world), rotated by the camera's Rc, turned to the camera (n . pcam <= 0, pcam
+// the splat's camera-space mean).
+FN vec3 splat_normal(mat3 R, vec3 s, mat3 Rc, vec3 pcam) {
+    vec3 n = Rc * R[smallest_axis(s)];
+    return dot(n, pcam) > 0.0f ? -n : n;
+}
+
 #ifdef SPIRULA_PROJECTION_VJP
 // Backward of the projection of one visible Gaussian into one camera, in two
 // parts. Shaders that use it define SPIRULA_PROJECTION_VJP and include sh.glsl.
@@ -188,6 +200,22 @@ FN void projection_geometry_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, fl
     mat3 v_M = 2.0f * v_cov * M;
     v_scale += vec3(dot(R[0], v_M[0]), dot(R[1], v_M[1]), dot(R[2], v_M[2]));
     mat3 v_R = mat3(v_M[0] * scale.x, v_M[1] * scale.y, v_M[2] * scale.z);
+    vec4 v_q = quat_to_rotmat_vjp(q, v_R);
+    v_quat += (v_q - q * dot(q, v_q)) * qn;
+}
+
+// Backward of splat_normal: adds to v_quat (w.r.t. the stored, unnormalized quaternion)
+// the gradient from v_n = dL/d the camera-space normal. The axis choice and the turn to the
+// camera are piecewise constant: no gradient to the scales or the mean.
+FN void splat_normal_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, vec3 v_n, INOUT(vec4) v_quat) {
+    float qn = inversesqrt(dot(quat, quat));
+    vec4 q = quat * qn;
+    mat3 R = quat_to_rotmat(q);
+    int k = smallest_axis(scale);
+    vec3 pcam = cam.R * mean + cam.t;
+    float sgn = dot(cam.R * R[k], pcam) > 0.0f ? -1.0f : 1.0f;
+    mat3 v_R = mat3(0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f);
+    v_R[k] = sgn * (transpose(cam.R) * v_n);
     vec4 v_q = quat_to_rotmat_vjp(q, v_R);
     v_quat += (v_q - q * dot(q, v_q)) * qn;
 }

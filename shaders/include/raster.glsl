@@ -102,4 +102,31 @@ FN vec2 cull_nth(vec2 mean2d, vec4 e, vec2 tile_min, vec2 tile_max, float k) {
     // clamped into the box: a valid tile key even if k >= cull_count
     return vec2(min(x0 + k, max(x1, tile_min.x + 1.0f) - 1.0f), min(ty, tile_max.y - 1.0f));
 }
+// Tile-list splitting (docs/design.md §2.4, "Chunks of a tile list"). rasterize_bwd walks a
+// tile's list in chunks of `chunk` entries (a multiple of TILE_PIXELS), one workgroup each; a
+// chunk that ends before the tile's last blended entry starts from the state rasterize_fwd left
+// at that boundary b = start + k chunk (k >= 1): per pixel, T before entry b and the sums of
+// the entries blended behind it. Slot b / chunk (injective: boundaries are >= chunk apart),
+// channel-major: word (slot * channels + ch) * TILE_PIXELS + pixel. The channels: T, the colour
+// behind (3), the depth behind (sum w z), with the rasterizer's normals the normal behind (3),
+// and with its geometry (last channel) the distortion's G behind (chunk_distortion_behind).
+const uint CHUNK_T = 0u;
+const uint CHUNK_COLOR = 1u;
+const uint CHUNK_DEPTH = 4u;
+const uint CHUNK_NORMAL = 5u;
+const uint CHUNK_BASE_CHANNELS = 5u;
+const uint CHUNK_NONE = 0xFFFFFFFFu;  // a chunk_table entry no chunk has (rasterize_chunks)
+
+FN uint chunk_word(uint slot, uint channels, uint ch, uint pixel) {
+    return (slot * channels + ch) * TILE_PIXELS + pixel;
+}
+
+// G behind a boundary: sum over the entries i behind it (the suffix S) of w_i dL_d/dw_i,
+// dL_d/dw_i = 2 sum_j w_j |z_i - z_j|, from the prefix P's and the whole list's sums.
+// L = sum_ij w_i w_j |z_i - z_j| = L_P + L_S + 2 X with X = D_S A_P - A_S D_P (sorted z), so
+// G = 2 (L_S + X) = 2 (L - L_P - X); A_P = 1 - T_b, A_S = T_b - T_final, D the sums of w z.
+FN float chunk_distortion_behind(float T_b, float T_final, float D_P, float D_final, float L_P, float L_final) {
+    float X = (D_final - D_P) * (1.0f - T_b) - (T_b - T_final) * D_P;
+    return 2.0f * (L_final - L_P - X);
+}
 #endif

@@ -148,8 +148,9 @@ def _default(field: str) -> str:
     "--geometry",
     is_flag=True,
     default=None,
-    help="Regularize geometry for meshing: depth distortion (docs/training.md, 'Geometry';"
-    " tune with --set distortion_weight=W --set distortion_from=STEP).",
+    help="Regularize geometry for meshing: depth distortion and normal consistency (docs/training.md,"
+    " 'Geometry'; tune with --set distortion_weight=W --set distortion_from=STEP --set normal_weight=W"
+    " --set normal_from=STEP).",
 )
 def train(
     dataset,

@@ -40,6 +40,88 @@ def splat_normals(quats, scales, means, viewmats):
     return n_cam * flip[..., None]
 
 
+def splat_normals_vjp(quats, scales, means, viewmats, grad_normals):
+    """dL/d ``quats`` [N,4] float64 (the given, unnormalized ones) from ``grad_normals``
+    [C,N,3] = dL/d :func:`splat_normals`. The axis choice and the turn to the camera are
+    piecewise constant (no gradient to ``scales`` or ``means``): per camera,
+    dL/dR[:, k] += flip R_c^T g."""
+    from spirula.reference.projection import _rotmat_vjp, quat_to_rotmat
+
+    q = np.asarray(quats, np.float64)
+    k = np.argmin(np.asarray(scales, np.float64), axis=1)
+    vm = np.asarray(viewmats, np.float64)
+    R = quat_to_rotmat(q)
+    n_cam = np.einsum("cij,nj->cni", vm[:, :3, :3], R[np.arange(len(k)), :, k])
+    p_cam = np.einsum("cij,nj->cni", vm[:, :3, :3], np.asarray(means, np.float64)) + vm[:, None, :3, 3]
+    flip = np.where((n_cam * p_cam).sum(-1) > 0, -1.0, 1.0)  # [C,N]
+    g_world = np.einsum("cji,cnj->ni", vm[:, :3, :3], flip[..., None] * np.asarray(grad_normals, np.float64))
+    v_R = np.zeros((len(k), 3, 3))
+    v_R[np.arange(len(k)), :, k] = g_world
+    return _rotmat_vjp(q, v_R)
+
+
+def render_normals(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree=0):
+    """The normal image rasterize_fwd writes with NORMALS, [C,H,W,3] float64: the splat normals
+    (:func:`splat_normals`) alpha-blended as the colour (sum_i n_i alpha_i T_i), no background.
+    Inputs as :func:`spirula.reference.render.rasterization` (``scales``, ``opacities``
+    activated)."""
+    from spirula.reference.projection import projection_fwd
+    from spirula.reference.rasterize import rasterize_fwd
+
+    proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
+    C, N = proj["depths"].shape
+    normals = splat_normals(quats, scales, means, viewmats)
+    opac = np.broadcast_to(np.asarray(opacities, np.float64), (C, N))
+    ras = rasterize_fwd(proj["means2d"], proj["conics"], normals, opac, proj["depths"], proj["radii"], width, height)
+    return ras["colors"]
+
+
+def render_normals_bwd(
+    means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree, grad_normals
+) -> dict:
+    """dL/d the splat parameters (float64: means [N,3], quats [N,4], scales [N,3], opacities
+    [N], as :func:`spirula.reference.render.rasterization_bwd`) from ``grad_normals``
+    [C,H,W,3] = dL/d :func:`render_normals`: rasterize_bwd with the splat normals as the
+    colours, projection_bwd of its 2D means, conics and opacities, and
+    :func:`splat_normals_vjp` of its colour (normal) gradients."""
+    from spirula.reference.projection import projection_bwd, projection_fwd
+    from spirula.reference.rasterize import rasterize_bwd
+
+    proj = projection_fwd(means, quats, scales, opacities, sh_coeffs, viewmats, Ks, width, height, sh_degree)
+    C, N = proj["depths"].shape
+    normals = splat_normals(quats, scales, means, viewmats)
+    opac = np.broadcast_to(np.asarray(opacities, np.float64), (C, N))
+    v = rasterize_bwd(
+        proj["means2d"],
+        proj["conics"],
+        normals,
+        opac,
+        proj["depths"],
+        proj["radii"],
+        width,
+        height,
+        grad_colors=grad_normals,
+    )
+    out = projection_bwd(
+        means,
+        quats,
+        scales,
+        opacities,
+        sh_coeffs,
+        viewmats,
+        Ks,
+        width,
+        height,
+        sh_degree,
+        v["means2d"],
+        v["conics"],
+        np.zeros((C, N, 3)),
+        v["opacities"],
+    )
+    out["quats"] = out["quats"] + splat_normals_vjp(quats, scales, means, viewmats, v["colors"])
+    return out
+
+
 def _points(depths, Ks):
     """Camera-space points of every pixel, [C,H,W,3], and the rays (P = d ray)."""
     d = np.asarray(depths, np.float64)

@@ -77,6 +77,7 @@ def rasterization(
     *,
     max_alpha: float = MAX_ALPHA,
     distortion: bool = False,
+    normals: bool = False,
     device=None,
 ):
     """Render N Gaussians into C images on the GPU.
@@ -96,6 +97,10 @@ def rasterization(
             docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
         distortion: also render the depth distortion (``meta["distortions"]``
             [C,H,W,1] float32, sum_ij w_i w_j |z_i - z_j| per pixel: docs/design.md §3).
+        normals: also render the normal image (``meta["normals"]`` [C,H,W,3] float32:
+            sum_i n_i w_i, each splat's camera-space normal n_i, the rotation's axis of its
+            smallest scale turned to the camera, alpha-blended as the colour without
+            background, so not normalized: its length is at most the alpha).
         device: a :class:`~spirula.backends.base.Device` of either backend
             (default: the process's, :func:`spirula.backends.get_device`).
 
@@ -130,12 +135,20 @@ def rasterization(
         backgrounds = _check("backgrounds", backgrounds, (C, 3))
 
     raster = Rasterizer(
-        device, width, height, C, capacity=max(N, 1), name="api.raster", max_alpha=max_alpha, geometry=distortion
+        device,
+        width,
+        height,
+        C,
+        capacity=max(N, 1),
+        name="api.raster",
+        max_alpha=max_alpha,
+        geometry=distortion,
+        normals=normals,
     )
     splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True, prefix="api.splat")
     raster.set_cameras(viewmats, Ks)
     raster.set_backgrounds(backgrounds)
-    m = raster.forward(splats, sh_degree, distortion)
+    m = raster.forward(splats, sh_degree, distortion, normals)
 
     colors = device.readback(raster.out_colors)
     alphas = device.readback(raster.out_alphas)[..., None]
@@ -161,6 +174,7 @@ def rasterization(
         "tiles_touched": tiles.astype(np.int32),
         "median_depths": median_depths,
         "distortions": device.readback(raster.out_distort)[..., None] if distortion else None,
+        "normals": device.readback(raster.out_normals) if normals else None,
         "n_isects": m,
         "width": width,
         "height": height,
@@ -171,7 +185,14 @@ def rasterization(
 
 
 def rasterization_backward(
-    meta: dict, grad_colors, grad_alphas=None, *, absgrad: bool = False, grad_distortions=None
+    meta: dict,
+    grad_colors,
+    grad_alphas=None,
+    *,
+    absgrad: bool = False,
+    grad_distortions=None,
+    grad_normals=None,
+    grad_accum_depths=None,
 ) -> dict:
     """Gradients of a loss through :func:`rasterization`.
 
@@ -183,13 +204,17 @@ def rasterization_backward(
             |dL/d means2d| that density control uses.
         grad_distortions: [C,H,W,1] dL/d ``meta["distortions"]`` (needs
             ``distortion=True``; default: no distortion term).
+        grad_normals: [C,H,W,3] dL/d ``meta["normals"]`` (needs ``normals=True``).
+        grad_accum_depths: [C,H,W,1] dL/d the accumulated depth sum_i w_i z_i (``depths`` x
+            ``alphas``; needs ``normals=True``). Either of the two (the other 0) returns
+            ``normals`` [C,N,3], dL/d each splat's camera-space normal, and ``depths``.
 
     Returns:
         dict of float32 gradients: ``means`` [N,3], ``quats`` [N,4] (of the
         given, unnormalized quaternions), ``scales`` [N,3], ``opacities`` [N],
         ``sh_coeffs`` [N,K,3], ``means2d`` [C,N,2] (and ``means2d_absgrad``;
         with ``grad_distortions``, ``depths`` [C,N]: dL/d camera z through the
-        distortion, which is not propagated further).
+        distortion and the accumulated depth, which is not propagated further).
         The gradient of the depth output is not propagated.
     """
     ctx = meta["_context"]
@@ -209,15 +234,26 @@ def rasterization_backward(
             raise ValueError("grad_distortions needs a rasterization(..., distortion=True)")
         gx = _check("grad_distortions", grad_distortions, (C, H, W, 1))[..., 0]
         device.upload(raster.grad_distort, np.ascontiguousarray(gx))
+    normals = grad_normals is not None or grad_accum_depths is not None
+    if normals:
+        if meta.get("normals") is None:
+            raise ValueError("grad_normals and grad_accum_depths need a rasterization(..., normals=True)")
+        gn = np.zeros((C, H, W, 3), np.float32) if grad_normals is None else grad_normals
+        gd = np.zeros((C, H, W, 1), np.float32) if grad_accum_depths is None else grad_accum_depths
+        device.upload(raster.grad_normal_image, _check("grad_normals", gn, (C, H, W, 3)))
+        gd = _check("grad_accum_depths", gd, (C, H, W, 1))[..., 0]
+        device.upload(raster.grad_depth_image, np.ascontiguousarray(gd))
     grads = Splats.alloc(device, splats.n, splats.sh_coeffs, prefix="api.grad")
-    raster.backward(splats, ctx.sh_degree, grads, absgrad=absgrad, distortion=distortion)
+    raster.backward(splats, ctx.sh_degree, grads, absgrad=absgrad, distortion=distortion, normals=normals)
     out = grads.to_numpy(device)
     out["sh_coeffs"] = out.pop("sh")
     rows = C * splats.n
     out["means2d"] = device.readback(raster.grad_xy, shape=(rows, 2)).reshape(C, splats.n, 2)
     if absgrad:
         out["means2d_absgrad"] = device.readback(raster.grad_xy_abs, shape=(rows, 2)).reshape(C, splats.n, 2)
-    if distortion:
+    if distortion or normals:
         out["depths"] = device.readback(raster.grad_depth, shape=(rows,)).reshape(C, splats.n)
+    if normals:
+        out["normals"] = device.readback(raster.grad_normals, shape=(rows, 3)).reshape(C, splats.n, 3)
     grads.free(device)
     return out

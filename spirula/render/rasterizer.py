@@ -11,7 +11,12 @@ forward, phase 2 (:meth:`record_raster`)
     ``intersect_tile_write`` -> tile sort (stable, ceil(log2(C*T)) bits) ->
     ``tile_ranges`` -> ``rasterize_fwd``.
 backward (:meth:`record_backward`)
-    ``rasterize_bwd`` -> ``projection_bwd``.
+    ``rasterize_chunks`` -> ``rasterize_bwd`` -> ``projection_bwd``.
+
+Tile-list splitting (docs/design.md §2.4): ``rasterize_bwd`` runs one workgroup per chunk
+of ``chunk`` entries of a tile's list, starting from the state ``rasterize_fwd`` left at
+the chunk's end (``chunk_state``); ``rasterize_chunks`` writes which chunk each workgroup
+runs (``chunk_table``).
 
 Sorting by depth first (C*N keys) and then only by tile (M keys, 1-2 passes)
 is far cheaper than one 64-bit sort of M (tile, depth) keys, and gives the
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import numpy as np
 
@@ -39,6 +45,11 @@ EPS2D = 0.3
 MAX_ALPHA = 0.99  # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
 FAR_PLANE = 1e10
+# rasterize_bwd's chunk: tile-list entries a backward workgroup walks (a multiple of TILE * TILE;
+# docs/design.md §2.4). SPIRULA_RASTER_CHUNK overrides it (benchmark sweeps).
+CHUNK = 2048
+CHUNK_ENV = "SPIRULA_RASTER_CHUNK"
+CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)
 
 
 @dataclasses.dataclass
@@ -111,6 +122,29 @@ class Splats:
             device.pool.free(b)
 
 
+def default_chunk() -> int:
+    """The backward's chunk: ``$SPIRULA_RASTER_CHUNK`` if set, else :data:`CHUNK`."""
+    text = os.environ.get(CHUNK_ENV, "").strip()
+    if not text:
+        return CHUNK
+    try:
+        return check_chunk(int(text))
+    except ValueError:
+        from spirula.errors import SpirulaError
+
+        raise SpirulaError(
+            "%s=%r: the chunk must be a positive multiple of %d" % (CHUNK_ENV, text, TILE * TILE)
+        ) from None
+
+
+def check_chunk(chunk: int) -> int:
+    """``chunk`` if it is a positive multiple of TILE * TILE, else a ValueError."""
+    chunk = int(chunk)
+    if chunk <= 0 or chunk % (TILE * TILE):
+        raise ValueError("the chunk must be a positive multiple of %d, got %d" % (TILE * TILE, chunk))
+    return chunk
+
+
 def tile_grid(width: int, height: int) -> tuple:
     return -(-width // TILE), -(-height // TILE)
 
@@ -143,6 +177,12 @@ class Rasterizer:
             [C,H,W] and the per-view ``grad_depth`` [C*N]) so that :meth:`record_raster` and
             :meth:`record_raster_backward` can be recorded with ``distortion=True``
             (training with --geometry); without it they bind a one-word placeholder.
+        normals: allocate the splat normals [C*N,4] and the normal image ``out_normals``
+            [C,H,W,3] so that :meth:`record_project` and :meth:`record_raster` can be recorded
+            with ``normals=True`` (--geometry's normal consistency); without it they bind a
+            one-word placeholder.
+        chunk: tile-list entries one ``rasterize_bwd`` workgroup walks, a multiple of 256
+            (default :func:`default_chunk`: ``$SPIRULA_RASTER_CHUNK`` or :data:`CHUNK`).
     """
 
     def __init__(
@@ -156,11 +196,14 @@ class Rasterizer:
         name: str = "raster",
         max_alpha: float = MAX_ALPHA,
         geometry: bool = False,
+        normals: bool = False,
+        chunk: int | None = None,
     ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
         self.device = device
         self.max_alpha = float(max_alpha)
+        self.chunk = default_chunk() if chunk is None else check_chunk(chunk)
         self.width, self.height, self.n_cameras = int(width), int(height), int(n_cameras)
         self.tile_width, self.tile_height = tile_grid(self.width, self.height)
         self.tiles = self.tile_width * self.tile_height
@@ -187,10 +230,29 @@ class Rasterizer:
         else:  # bound, never read or written (DISTORTION is off); restrict bindings need two
             self.out_distort = self.grad_distort = pool.alloc(name + ".unused", (1,), np.float32, "other")
             self._unused_depth = pool.alloc(name + ".unused_depth", (1,), np.float32, "other")
+        self.normals = bool(normals)
+        if self.normals:
+            # camera-space normal image, sum of n w (not normalized, no background), and the
+            # cotangents of it and of the depth image out_depths (rasterize_bwd with NORMALS)
+            self.out_normals = pool.alloc(name + ".normals", (C, H, W, 3), np.float32, "image")
+            self.grad_normal_image = pool.alloc(
+                name + ".grad_normal_image", (C, H, W, 3), np.float32, "image", zero=True
+            )
+            self.grad_depth_image = pool.alloc(name + ".grad_depth_image", (C, H, W), np.float32, "image", zero=True)
+        else:  # bound, never read or written (NORMALS is off)
+            self.out_normals = pool.alloc(name + ".unused_normals", (1,), np.float32, "other")
+            self._unused_splat_normals = pool.alloc(name + ".unused_splat_normals", (4,), np.float32, "other")
+            self.grad_normal_image = pool.alloc(name + ".unused_grad_normal_image", (1,), np.float32, "other")
+            self.grad_depth_image = pool.alloc(name + ".unused_grad_depth_image", (1,), np.float32, "other")
+            self._unused_grad_normals = pool.alloc(name + ".unused_grad_normals", (1,), np.float32, "other")
+        # chunk_state channels (shaders/include/raster.glsl): T, colour, depth, normal, distortion
+        self.chunk_channels = 5 + 3 * self.normals + self.geometry
         self.capacity = 0
         self.isect_capacity = 0
         self._per_view = {}
         self._isect = {}
+        self._chunks = {}
+        self._forward_flags = None
         self.depth_sort = RadixSort(device, 1, name + ".depth_sort")
         self.tile_sort = RadixSort(device, 1, name + ".tile_sort")
         self.offsets_scan = PrefixSum(device, 1, name=name + ".offsets_scan")
@@ -215,6 +277,8 @@ class Rasterizer:
         ("grad_xy_abs", 2, np.float32),
     )
     _GEOMETRY_VIEWS = (("grad_depth", 1, np.float32),)  # with geometry: dL/d depth (distortion)
+    # with normals: camera-space splat normals, dL/d them
+    _NORMAL_VIEWS = (("splat_normals", 4, np.float32), ("grad_normals", 3, np.float32))
     _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
 
     def row_bytes(self) -> dict:
@@ -223,13 +287,34 @@ class Rasterizer:
 
     def _views(self) -> tuple:
         """(name, width, dtype) of every per-view buffer."""
-        return self._PER_VIEW + (self._GEOMETRY_VIEWS if self.geometry else ())
+        return (
+            self._PER_VIEW
+            + (self._GEOMETRY_VIEWS if self.geometry or self.normals else ())
+            + (self._NORMAL_VIEWS if self.normals else ())
+        )
 
     def max_isects(self) -> int:
-        """The most intersections one intersection buffer can bind on this device."""
+        """The most intersections the intersection buffers (and the chunk state) can bind
+        on this device."""
         info = self.device.info
         rng = info.max_storage_buffer_range if info is not None else 1 << 62
-        return rng // 4
+        return min(rng // 4, rng // (4 * TILE * TILE * self.chunk_channels) * self.chunk)
+
+    def isect_bytes(self) -> float:
+        """Bytes per intersection: the four intersection buffers and the chunk state."""
+        return 16 + 4 * TILE * TILE * self.chunk_channels / self.chunk
+
+    def chunk_ids(self, isect_capacity: int) -> int:
+        """Entries of the chunk table (rasterize_bwd's workgroups) for ``isect_capacity``."""
+        return self.n_cameras * self.tiles + -(-int(isect_capacity) // self.chunk) + 1
+
+    def _chunk_shapes(self, n_isects: int) -> dict:
+        """Shapes of the chunk buffers for ``n_isects`` intersections."""
+        slots = -(-int(n_isects) // self.chunk)
+        return dict(
+            chunk_state=((slots, self.chunk_channels, TILE * TILE), np.float32),
+            chunk_table=((self.chunk_ids(n_isects), 2), np.uint32),
+        )
 
     def reserve(
         self, n_gaussians: int, n_isects: int = 0, room: int | None = None, isect_room: int | None = None
@@ -297,12 +382,26 @@ class Rasterizer:
                     )
                 else:
                     pool.reserve(buf, 4 * cap, keep=False)
+            room = self._chunk_shapes(cap)
+            for name, (shape, dtype) in self._chunk_shapes(n_isects).items():
+                nbytes = math.prod(room[name][0]) * np.dtype(dtype).itemsize
+                buf = self._chunks.get(name)
+                if buf is None:
+                    self._chunks[name] = pool.alloc(
+                        "%s.%s" % (self.name, name), shape, dtype, "splat x img", capacity=nbytes
+                    )
+                else:
+                    pool.reserve(buf, nbytes, keep=False)
             self.isect_capacity = cap
             self.tile_sort.reserve(cap)
             grew = True
         for buf in self._isect.values():
             if n_isects > buf.shape[0]:
                 pool.resize(buf, (n_isects,), keep=False)
+        for name, (shape, _) in self._chunk_shapes(n_isects).items():
+            buf = self._chunks[name]
+            if shape[0] > buf.shape[0]:
+                pool.resize(buf, shape, keep=False)
         return grew
 
     def _shape_views(self, n: int):
@@ -321,6 +420,9 @@ class Rasterizer:
         isect = self.__dict__.get("_isect", {})
         if name in isect:
             return isect[name]
+        chunks = self.__dict__.get("_chunks", {})
+        if name in chunks:
+            return chunks[name]
         raise AttributeError(name)
 
     def set_cameras(self, viewmats, Ks):
@@ -361,8 +463,18 @@ class Rasterizer:
             )
         return dict(SH_DEGREE=sh_degree, SH_COEFFS=splats.sh_coeffs, ACTIVATED=int(splats.activated))
 
-    def record_project(self, rec, splats: Splats, sh_degree: int):
-        """Phase 1: project, sort by depth, count and scan the tile overlaps."""
+    def _check_normals(self, normals: bool):
+        if normals and not self.normals:
+            raise ValueError("%s: the normal image needs a Rasterizer made with normals=True" % self.name)
+
+    def splat_normals_binding(self):
+        """The per-view splat normals [C*N,4] (normals), else a placeholder to bind."""
+        return self._per_view["splat_normals"] if self.normals else self._unused_splat_normals
+
+    def record_project(self, rec, splats: Splats, sh_degree: int, normals: bool = False):
+        """Phase 1: project, sort by depth, count and scan the tile overlaps. ``normals``:
+        also write each splat's camera-space normal (needs ``normals``)."""
+        self._check_normals(normals)
         n = splats.n
         if n > self.capacity:
             raise ValueError("%s: %d Gaussians exceed the reserved %d" % (self.name, n, self.capacity))
@@ -388,6 +500,7 @@ class Rasterizer:
                 tile_counts=v["tile_counts"],
                 depth_keys=v["depth_keys"],
                 depth_ids=v["depth_ids"],
+                normals=self.splat_normals_binding(),
             ),
             push=dict(
                 n=n,
@@ -400,7 +513,7 @@ class Rasterizer:
                 near_plane=NEAR_PLANE,
                 far_plane=FAR_PLANE,
             ),
-            spec=self._spec(splats, sh_degree),
+            spec=dict(self._spec(splats, sh_degree), NORMALS=int(normals)),
             defines=dict(COMPACT=1) if splats.compact else None,
         )
         keys, ids = self.depth_sort.record(
@@ -427,14 +540,17 @@ class Rasterizer:
         if distortion and not self.geometry:
             raise ValueError("%s: the depth distortion needs a Rasterizer made with geometry=True" % self.name)
 
-    def record_raster(self, rec, isect_capacity: int | None = None, distortion: bool = False):
+    def record_raster(self, rec, isect_capacity: int | None = None, distortion: bool = False, normals: bool = False):
         """Phase 2: write and sort the intersections, find the tile ranges, rasterize.
 
         Recorded for ``isect_capacity`` (default: the reserved capacity)
         intersections; the true count is read on the GPU. ``distortion``: also
-        write the depth distortion to ``out_distort`` (needs ``geometry``).
+        write the depth distortion to ``out_distort`` (needs ``geometry``);
+        ``normals``: blend the splat normals (written by :meth:`record_project` with
+        ``normals=True``) into ``out_normals`` (needs ``normals``).
         """
         self._check_distortion(distortion)
+        self._check_normals(normals)
         cap = max(int(isect_capacity or self.isect_capacity), 1)
         if cap > self.isect_capacity:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
@@ -498,6 +614,9 @@ class Rasterizer:
                 out_last=self.out_last,
                 out_median=self.out_median,
                 out_distort=self.out_distort,
+                normals=self.splat_normals_binding(),
+                out_normals=self.out_normals,
+                chunk_state=self._chunks["chunk_state"],
             ),
             push=dict(
                 width=self.width,
@@ -505,12 +624,23 @@ class Rasterizer:
                 tile_width=self.tile_width,
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
+                chunk=self.chunk,
+                chunk_channels=self.chunk_channels,
             ),
-            spec=dict(DISTORTION=int(distortion)),
+            spec=dict(DISTORTION=int(distortion), NORMALS=int(normals)),
         )
+        self._raster_cap = cap
+        self._forward_flags = (distortion, normals)
 
     def record_backward(
-        self, rec, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False, distortion: bool = False
+        self,
+        rec,
+        splats: Splats,
+        sh_degree: int,
+        grads: Splats,
+        absgrad: bool = False,
+        distortion: bool = False,
+        normals: bool = False,
     ):
         """Back-propagate ``grad_colors``/``grad_alphas`` (already on the GPU) into
         ``grads`` (a Splats-shaped set of gradient buffers, fully overwritten).
@@ -518,7 +648,7 @@ class Rasterizer:
         Float32 splats only (training's compact splats go through fpbo)."""
         if splats.compact:
             raise ValueError("projection_bwd reads float32 SH; compact splats are trained through fpbo")
-        self.record_raster_backward(rec, absgrad, distortion)
+        self.record_raster_backward(rec, absgrad, distortion, normals)
         v = self._per_view
         rec.dispatch(
             "projection_bwd",
@@ -540,28 +670,54 @@ class Rasterizer:
                 grad_scales=grads.scales,
                 grad_opacities=grads.opacities,
                 grad_sh=grads.sh,
+                grad_normals=self.grad_normals_binding(),
             ),
             push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height, eps2d=EPS2D),
-            spec=self._spec(splats, sh_degree),
+            spec=dict(self._spec(splats, sh_degree), NORMALS=int(normals)),
         )
 
-    def record_raster_backward(self, rec, absgrad: bool = False, distortion: bool = False):
+    def record_raster_backward(self, rec, absgrad: bool = False, distortion: bool = False, normals: bool = False):
         """``rasterize_bwd`` alone: per (camera, Gaussian) gradients of the 2D
         mean, conic, colour and opacity in ``grad_xy`` etc. (zeroed first).
         ``distortion``: also back-propagate ``grad_distort`` (dL/d the depth
         distortion image, on the GPU) into those and into ``grad_depth``
-        (dL/d each Gaussian's camera z); needs ``geometry``."""
+        (dL/d each Gaussian's camera z); needs ``geometry``. ``normals``: also
+        back-propagate ``grad_normal_image`` [C,H,W,3] and ``grad_depth_image``
+        [C,H,W] (dL/d ``out_normals`` and dL/d ``out_depths``, on the GPU) into those,
+        ``grad_depth`` and ``grad_normals`` [C*N,3] (dL/d each splat's camera-space
+        normal); needs ``normals`` and a forward recorded with ``normals=True``."""
         self._check_distortion(distortion)
+        self._check_normals(normals)
+        if self._forward_flags is None:
+            raise ValueError("%s: record the forward (record_raster) before the backward" % self.name)
+        fwd_distortion, fwd_normals = self._forward_flags
+        if (distortion and not fwd_distortion) or (normals and not fwd_normals):
+            # the chunks start from the forward's sums behind each boundary (chunk_state)
+            raise ValueError(
+                "%s: a backward with distortion=%s, normals=%s needs a forward recorded with them"
+                % (self.name, distortion, normals)
+            )
         v = self._per_view
         rows = self.n_cameras * self._n
         widths = {name: width for name, width, _ in self._views()}
         names = ("grad_xy", "grad_conics", "grad_rgb", "grad_opacity")
-        names += (("grad_xy_abs",) if absgrad else ()) + (("grad_depth",) if distortion else ())
+        names += (("grad_xy_abs",) if absgrad else ()) + (("grad_depth",) if distortion or normals else ())
+        names += ("grad_normals",) if normals else ()
         for name in names:
             rec.fill(v[name], 0, nbytes=4 * widths[name] * max(rows, 1))
+        ids = self.chunk_ids(self._raster_cap)
+        table = self._chunks["chunk_table"]
+        rec.fill(table, CHUNK_NONE, nbytes=8 * ids)
+        tiles = self.n_cameras * self.tiles
+        rec.dispatch(
+            "rasterize_chunks",
+            Threads(tiles),
+            dict(ranges=self.ranges, chunk_table=table),
+            push=dict(tiles=tiles, chunk=self.chunk, chunk_ids=ids),
+        )
         rec.dispatch(
             "rasterize_bwd",
-            (self.tile_width, self.tile_height, self.n_cameras),
+            ids,
             dict(
                 ranges=self.ranges,
                 isect_ids=self._isect_ids,
@@ -581,6 +737,12 @@ class Rasterizer:
                 out_depths=self.out_depths,
                 grad_distort=self.grad_distort,
                 grad_depth=self.grad_depth_binding(),
+                normals=self.splat_normals_binding(),
+                grad_normal_image=self.grad_normal_image,
+                grad_depth_image=self.grad_depth_image,
+                grad_normals=self.grad_normals_binding(),
+                chunk_table=table,
+                chunk_state=self._chunks["chunk_state"],
             ),
             push=dict(
                 width=self.width,
@@ -588,13 +750,20 @@ class Rasterizer:
                 tile_width=self.tile_width,
                 tile_height=self.tile_height,
                 max_alpha=self.max_alpha,
+                chunk=self.chunk,
+                chunk_channels=self.chunk_channels,
+                chunk_ids=ids,
             ),
-            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion)),
+            spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals)),
         )
 
+    def grad_normals_binding(self):
+        """The per-view dL/d splat normal buffer [C*N,3] (normals), else a placeholder to bind."""
+        return self._per_view["grad_normals"] if self.normals else self._unused_grad_normals
+
     def grad_depth_binding(self):
-        """The per-view dL/d depth buffer [C*N] (geometry), else a placeholder to bind."""
-        return self._per_view["grad_depth"] if self.geometry else self._unused_depth
+        """The per-view dL/d depth buffer [C*N] (geometry or normals), else a placeholder to bind."""
+        return self._per_view["grad_depth"] if "grad_depth" in self._per_view else self._unused_depth
 
     def intersections(self) -> tuple:
         """The last forward's tile-sorted intersections, read back: (tile keys
@@ -611,6 +780,7 @@ class Rasterizer:
         for buf in (
             list(self._per_view.values())
             + list(self._isect.values())
+            + list(self._chunks.values())
             + [
                 self.cameras,
                 self.backgrounds,
@@ -631,26 +801,37 @@ class Rasterizer:
                 self.offsets_scan.scratch,
             ]
             + ([self.grad_distort] if self.geometry else [self._unused_depth])
+            + [self.out_normals, self.grad_normal_image, self.grad_depth_image]
+            + ([] if self.normals else [self._unused_splat_normals, self._unused_grad_normals])
         ):
             pool.free(buf)
 
     # -- whole passes ---------------------------------------------------------------
-    def forward(self, splats: Splats, sh_degree: int, distortion: bool = False) -> int:
+    def forward(self, splats: Splats, sh_degree: int, distortion: bool = False, normals: bool = False) -> int:
         """Run the forward pass now, sizing the intersection buffers exactly
-        (``distortion``: also the depth distortion). Returns the number of intersections."""
+        (``distortion``: also the depth distortion; ``normals``: also the normal image).
+        Returns the number of intersections."""
         self.reserve(splats.n)
         rec = self.device.recorder(self.name + ".project")
-        self.record_project(rec, splats, sh_degree)
+        self.record_project(rec, splats, sh_degree, normals)
         rec.finish().run()
         m = self.num_intersections()
         self.reserve(splats.n, m)
         rec = self.device.recorder(self.name + ".raster")
-        self.record_raster(rec, max(m, 1), distortion)
+        self.record_raster(rec, max(m, 1), distortion, normals)
         rec.finish().run()
         return m
 
-    def backward(self, splats: Splats, sh_degree: int, grads: Splats, absgrad: bool = False, distortion: bool = False):
+    def backward(
+        self,
+        splats: Splats,
+        sh_degree: int,
+        grads: Splats,
+        absgrad: bool = False,
+        distortion: bool = False,
+        normals: bool = False,
+    ):
         """Run the backward pass now (after :meth:`forward`, grad images uploaded)."""
         rec = self.device.recorder(self.name + ".backward")
-        self.record_backward(rec, splats, sh_degree, grads, absgrad, distortion)
+        self.record_backward(rec, splats, sh_degree, grads, absgrad, distortion, normals)
         rec.finish().run()

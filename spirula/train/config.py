@@ -38,6 +38,10 @@ STRATEGY_DEFAULTS = {
 # 14%, the median and expected depth errors 2% and 6%, and raised test PSNR 0.06 dB; 5 lowered the
 # distortion 30% but made the depths worse and cost 1 dB (it thins the splats out).
 GEOMETRY_DISTORTION_WEIGHT = 0.5
+# --geometry's normal consistency weight: 2DGS's 0.05 (its loss is the same: mean over pixels of
+# alpha (1 - N . n_d), N the rendered normal, n_d the normal of the rendered depth); 2DGS starts
+# it at 7,000 of 30,000 steps (after densification has shaped the surface): 7/30 of any run here
+GEOMETRY_NORMAL_WEIGHT = 0.05
 
 
 @dataclasses.dataclass
@@ -75,6 +79,12 @@ class TrainConfig:
     # normalized training world), pushing every splat to a disc on the surface (Gaussian Surfels,
     # PGSR). Its own weight, not turned on by --geometry: 0 (off) by default (docs/training.md)
     flatten_weight: float = 0.0
+    # normal consistency (2DGS): + normal_weight x the mean over pixels of a (1 - N . n_d), N the
+    # rendered normal image, n_d the normal of the rendered (accumulated) depth image, a the
+    # alpha; from step normal_from on. None: GEOMETRY_NORMAL_WEIGHT with geometry, else 0
+    # (off); from: iterations x 7 // 30
+    normal_weight: float | None = None
+    normal_from: int | None = None
     lr_means: float = 1.6e-4  # x scene extent, decaying to lr_means_final x extent
     lr_means_final: float = 1.6e-6
     lr_quats: float = 1e-3
@@ -141,6 +151,12 @@ class TrainConfig:
             raise ValueError("distortion_weight must be >= 0, got %r" % self.distortion_weight)
         if self.flatten_weight < 0:
             raise ValueError("flatten_weight must be >= 0, got %r" % self.flatten_weight)
+        if self.normal_weight is None:
+            self.normal_weight = GEOMETRY_NORMAL_WEIGHT if self.geometry else 0.0
+        if self.normal_from is None:
+            self.normal_from = self.iterations * 7 // 30
+        if self.normal_weight < 0:
+            raise ValueError("normal_weight must be >= 0, got %r" % self.normal_weight)
 
     @classmethod
     def demo(cls, **fields) -> TrainConfig:

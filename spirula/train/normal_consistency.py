@@ -1,7 +1,8 @@
 """--geometry's normal consistency (2DGS) on the GPU: ``normal_consistency_fwd``/``bwd``
 over a rendered normal image and depth image (reference: :mod:`spirula.reference.normals`;
-docs/training.md, "Geometry"). Not yet part of the training loss: the rasterizer does not
-render splat normals yet.
+docs/training.md, "Geometry"). Training records the backward alone, between the raster
+forward (with ``normals``) and ``rasterize_bwd`` (with ``normals``), into the rasterizer's
+``grad_normal_image`` and ``grad_depth_image``.
 """
 
 from __future__ import annotations

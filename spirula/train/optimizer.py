@@ -18,6 +18,7 @@ def record_fpbo(
     absgrad: bool = False,
     depth_grad: bool = False,
     flatten: bool = False,
+    normals: bool = False,
 ):
     """Record the update of every live splat of ``model`` from ``raster``'s
     per-view gradients (after its backward), with the step's learning rates
@@ -25,7 +26,9 @@ def record_fpbo(
     buffers for density control (bound even when unused); ``absgrad``: they
     accumulate the per-pixel |dL/dmean2d| sums (record rasterize_bwd with absgrad);
     ``depth_grad``: add ``raster``'s per-view dL/d depth (rasterize_bwd with distortion);
-    ``flatten``: add the flattening regularizer (weight: ``params``' flatten_reg)."""
+    ``flatten``: add the flattening regularizer (weight: ``params``' flatten_reg);
+    ``normals``: add ``raster``'s per-view dL/d splat normal to the quaternions
+    (rasterize_bwd with normals: the normal consistency)."""
     p, m, v = model.params, model.exp_avg, model.exp_avg_sq
     views = raster._per_view
     rec.dispatch(
@@ -59,6 +62,7 @@ def record_fpbo(
             vis_count=stats[1],
             grad_xy_abs=views["grad_xy_abs"],
             grad_depth=raster.grad_depth_binding(),
+            grad_normals=raster.grad_normals_binding(),
         ),
         push=dict(
             n=model.n,
@@ -78,6 +82,7 @@ def record_fpbo(
             ABSGRAD=int(absgrad and adc_stats),
             DEPTH_GRAD=int(depth_grad),
             FLATTEN=int(flatten),
+            NORMALS=int(normals),
         ),
         defines=dict(COMPACT=1) if model.compact else dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
     )

@@ -45,6 +45,7 @@ from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
 from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
 from spirula.train.model import PARAM_NAMES, SplatModel, init_from_points
+from spirula.train.normal_consistency import record_normal_consistency
 from spirula.train.optimizer import record_fpbo
 from spirula.train.schedule import learning_rates, sh_degree_at
 from spirula.train.step_params import (
@@ -96,6 +97,7 @@ class _ImageSize:
         capacity: int,
         max_alpha: float,
         geometry: bool = False,
+        normals: bool = False,
     ):
         self.width, self.height, self.images = width, height, images
         image_bytes = 4 * width * height
@@ -127,9 +129,21 @@ class _ImageSize:
             self.gt_chunks.append(buf)
         self.chunk = 0  # the chunk of the image being trained
         self.raster = Rasterizer(
-            dev, width, height, 1, capacity=capacity, name=name + ".raster", max_alpha=max_alpha, geometry=geometry
+            dev,
+            width,
+            height,
+            1,
+            capacity=capacity,
+            name=name + ".raster",
+            max_alpha=max_alpha,
+            geometry=geometry,
+            normals=normals,
         )
         self.raster.set_backgrounds(scene.background[None])
+        # the normal consistency's dL/d per-pixel loss: the constant normal_weight / pixels
+        self.nc_grad_loss = (
+            dev.pool.alloc(name + ".nc_grad_loss", (1, height, width), np.float32, "image") if normals else None
+        )
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
         self.seqs = {}  # chunk -> (key, recorded step)
 
@@ -140,6 +154,8 @@ class _ImageSize:
     def free(self, device):
         self.raster.free()
         self.loss.free()
+        if self.nc_grad_loss is not None:
+            device.pool.free(self.nc_grad_loss)
         for buf in self.gt_chunks:
             device.pool.free(buf)
 
@@ -243,6 +259,7 @@ class Trainer:
                 self.model.capacity,
                 cfg.max_alpha,
                 geometry=cfg.distortion_weight > 0,
+                normals=cfg.normal_weight > 0,
             )
             for wh in sizes
         }
@@ -305,7 +322,8 @@ class Trainer:
             why = "buffer %s binds at most %s on %s" % (name, fmt_bytes(rng), info.name)
         if self.budget is not None:
             per_view_groups = len(self.sizes)
-            isect = 16 * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
+            isect_bytes = max(g.raster.isect_bytes() for g in self.sizes.values())
+            isect = isect_bytes * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
             # one buffer exists twice while it grows; ADC writes one group at a time
             model_rows = self.model.row_bytes()
             largest_group = max(sum(model_rows[b.name] for b in group.buffers()) for group in self.model.groups())
@@ -397,10 +415,11 @@ class Trainer:
         group = self._active = st.group
         group.chunk = st.chunk
         distortion = self._distortion_on(st.k)
-        key = (self.model.n, st.sh_degree, group.raster.isect_capacity, distortion)
+        normals = self._normals_on(st.k)
+        key = (self.model.n, st.sh_degree, group.raster.isect_capacity, distortion, normals)
         old_key, seq = group.seqs.get((st.chunk, st.slot), (None, None))
         if seq is None or old_key != key or seq.stale:
-            seq = self._record(st.sh_degree, distortion, st.slot)
+            seq = self._record(st.sh_degree, distortion, st.slot, normals)
             group.seqs[(st.chunk, st.slot)] = (key, seq)
         return seq
 
@@ -410,21 +429,47 @@ class Trainer:
         k = self.step if k is None else k
         return self.cfg.distortion_weight > 0 and k >= self.cfg.distortion_from
 
-    def _record(self, sh_degree: int, distortion: bool, slot: int):
+    def _normals_on(self, k: int | None = None) -> bool:
+        """The normal consistency is in the loss of step ``k`` (0-based; default: the
+        next) (--geometry, from normal_from on)."""
+        k = self.step if k is None else k
+        return self.cfg.normal_weight > 0 and k >= self.cfg.normal_from
+
+    def _record(self, sh_degree: int, distortion: bool, slot: int, normals: bool = False):
         dev, raster, cfg = self.device, self.raster, self.cfg
         rec = dev.recorder("train.step")
         src = 4 * HOST_IN_WORDS * slot
         # prev_isects is the GPU's (shaders/include/step_params.glsl): the host's copy stops before it
         rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_HOST_WORDS, src_offset=src)
         rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=src + 4 * STEP_PARAMS_WORDS)
-        raster.record_project(rec, self.model.params, sh_degree)
-        raster.record_raster(rec)
+        raster.record_project(rec, self.model.params, sh_degree, normals=normals)
+        # with the distortion the forward also keeps its running sum: rasterize_bwd's chunks start
+        # from the sums behind their end (chunk_state)
+        raster.record_raster(rec, distortion=distortion, normals=normals)
         self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
+        if normals:
+            # normal consistency (2DGS): d(weight x mean over pixels of a (1 - N . n_d))/d pixel
+            # loss is one constant; its backward writes dL/d the normal image and dL/d the
+            # accumulated depth image, which rasterize_bwd (NORMALS) takes to the splats
+            grad = self._active.nc_grad_loss
+            rec.fill(grad, float(cfg.normal_weight / (raster.width * raster.height)))
+            record_normal_consistency(
+                rec,
+                raster.out_normals,
+                raster.out_depths,
+                raster.out_alphas,
+                raster.cameras,
+                raster.width,
+                raster.height,
+                raster.n_cameras,
+                grad_loss=grad,
+                grad_normals=raster.grad_normal_image,
+                grad_depths=raster.grad_depth_image,
+            )
         if distortion:
             # d(weight x mean over pixels of the distortion)/d pixel distortion: one constant.
-            # The forward needs no change: rasterize_bwd reads the depth and alpha images.
             rec.fill(raster.grad_distort, float(cfg.distortion_weight / (raster.width * raster.height)))
-        raster.record_raster_backward(rec, absgrad=cfg.absgrad, distortion=distortion)
+        raster.record_raster_backward(rec, absgrad=cfg.absgrad, distortion=distortion, normals=normals)
         record_fpbo(
             rec,
             self.model,
@@ -435,8 +480,9 @@ class Trainer:
             mcmc_noise=cfg.strategy == "mcmc",
             adc_stats=cfg.strategy == "adc",
             absgrad=cfg.absgrad,
-            depth_grad=distortion,
+            depth_grad=distortion or normals,
             flatten=cfg.flatten_weight > 0,
+            normals=normals,
         )
         dst = 4 * HOST_OUT_WORDS * slot
         count = 4 * raster.total_offset
