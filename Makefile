@@ -33,9 +33,11 @@ demo: install shaders
 	$(BIN)/spirula devices
 	$(BIN)/spirula train --output outputs/demo
 
-# the tests also drive a headless chromium (tests/test_web_viewer.py): its packages come with them
+# the tests also drive a headless chromium (tests/test_web_viewer.py) and Blender
+# (tests/test_mesh_viewers.py): they come with them
 test: install shaders
 	@bash scripts/install_system_deps.sh --browser-tests
+	@bash scripts/install_blender.sh
 	$(BIN)/python -m pytest -q tests
 
 # The linters (ruff check, ruff format --check, clang-format), as pre-commit and
@@ -56,4 +58,4 @@ bench: install
 	$(BIN)/python -m pytest benchmarks/ --benchmark-only
 
 clean:
-	rm -rf $(VENV) .cache build
+	rm -rf $(VENV) .venv-blender .cache build

@@ -11,12 +11,14 @@
 # With --browser-tests (or SPIRULA_BROWSER_TESTS=1) also chromium and
 # chromium-driver (about 300 MB): only tests/test_web_viewer.py's browser test
 # needs them (it skips without them); selenium drives them, nothing downloaded.
+# It also adds the X and GL client libraries that Blender's Python module (bpy,
+# scripts/install_blender.sh) links against, for tests/test_mesh_viewers.py.
 set -euo pipefail
 PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
       spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev
       xvfb xauth libgl1 libglx-mesa0 libgl1-mesa-dri"
 if [ "${1:-}" = "--browser-tests" ] || [ "${SPIRULA_BROWSER_TESTS:-0}" = 1 ]; then
-  PKGS="$PKGS chromium chromium-driver"
+  PKGS="$PKGS chromium chromium-driver libx11-6 libxrender1 libxfixes3 libxi6 libxkbcommon0 libsm6 libice6 libxext6"
 fi
 missing=""
 for p in $PKGS; do

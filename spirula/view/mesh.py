@@ -4,7 +4,7 @@ mesh PLY) in the web viewer, drawn by the browser itself.
 Unlike splats (spirula/view/web.py streams Spirula's renders), a mesh is sent
 once as GLB bytes to viser's ``scene.add_glb``, which the page parses with
 three.js's ``GLTFLoader`` and draws with WebGL: what the browser shows is what
-any glTF viewer built on three.js shows of the file (tests/test_mesh_browser.py
+any glTF viewer built on three.js shows of the file (tests/test_mesh_viewers.py
 loads it in headless chromium). OBJ and PLY meshes are converted to GLB with
 trimesh (the library ``spirula mesh`` exports with). glTF is +Y up, so the
 viewer's up is +Y and the first view frames the mesh's bounding box.

@@ -1,4 +1,4 @@
-"""``spirula mesh``'s GLB opens in a browser glTF viewer (issue 14, "done when"):
+"""``spirula mesh``'s GLB opens in a browser glTF viewer and in Blender (issue 14, "done when"):
 a sphere of splats meshed through the real pipeline (GPU fusion on virtual
 cameras, marching cubes, xatlas UVs, a baked texture, trimesh's GLB export),
 checked structurally with pygltflib, then served by ``spirula view MESH.glb
@@ -6,14 +6,22 @@ checked structurally with pygltflib, then served by ``spirula view MESH.glb
 chromium, whose three.js GLTFLoader must parse it without a console error and
 draw it: pixels where the mesh projects differ from the empty background. A
 truncated GLB is the negative control: the loader's error is logged and
-nothing is drawn, so the test would fail on a broken file. The browser part
-skips only when chromium or chromedriver is missing, as tests/test_web_viewer.py."""
+nothing is drawn, so the test would fail on a broken file. Blender (its own
+Python module, bpy, headless: scripts/install_blender.sh) imports the same file
+with its glTF importer (tests/blender_import.py): one triangle mesh with every
+vertex where trimesh reads it, a UV layer and the baked texture on the base
+colour; the truncated GLB must fail there too. The browser part skips only when
+chromium or chromedriver is missing, as tests/test_web_viewer.py, and the
+Blender part when .venv-blender/ is (make test installs both)."""
 
 from __future__ import annotations
 
 import io
+import json
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +31,9 @@ from test_web_viewer import _free_port, _wait
 from spirula.cli.main import main
 from spirula.view.mesh import MeshAsset, load_mesh, serve_mesh
 
+ROOT = Path(__file__).resolve().parents[1]
+BLENDER_PYTHON = ROOT / ".venv-blender" / "bin" / "python"  # scripts/install_blender.sh
+TEXTURE = 64  # the fixture's --texture-size
 LOAD_ERROR = "Error loading GLB"  # what viser's client logs when GLTFLoader.parse fails
 
 
@@ -32,7 +43,7 @@ def glb(tmp_path_factory):
     root = tmp_path_factory.mktemp("glb")
     ply = write_ply(root / "sphere.ply", sphere_splats(2000))
     with pytest.raises(SystemExit) as e:
-        main(["mesh", str(ply), "--resolution", "24", "--texture-size", "64", "--output", str(root / "mesh.glb")])
+        main(["mesh", str(ply), "--resolution", "24", "--texture-size", str(TEXTURE), "-o", str(root / "mesh.glb")])
     assert e.value.code == 0
     return root / "mesh.glb"
 
@@ -283,3 +294,45 @@ def test_a_bad_mesh_is_one_line_and_exit_status_2(glb, tmp_path, capsys):
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0] and str(source) in err[0], err
+
+
+# ---- Blender: its own glTF importer, headless ------------------------------------------
+
+
+def blender_import(path: Path) -> dict:
+    """What Blender's glTF importer makes of ``path`` (tests/blender_import.py's JSON)."""
+    if not BLENDER_PYTHON.exists():
+        pytest.skip("needs Blender's Python module (scripts/install_blender.sh, run by make test)")
+    cmd = [str(BLENDER_PYTHON), str(ROOT / "tests" / "blender_import.py"), str(path)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("BLENDER-JSON ")]
+    assert r.returncode == 0 and lines, r.stdout[-2000:] + r.stderr[-2000:]
+    return json.loads(lines[-1].split(" ", 1)[1])
+
+
+def test_blender_imports_the_meshed_glb(glb):
+    """One triangle mesh, its vertices trimesh's (Blender turns glTF's +Y up into its +Z up:
+    (x, y, z) -> (x, -z, y); both read the same float32 positions, so they agree exactly),
+    a UV layer, and the baked texture, decoded, on the Principled BSDF's base colour."""
+    import trimesh
+
+    got = blender_import(glb)
+    assert got["imported"] and len(got["meshes"]) == 1, got.get("error")
+    mesh = got["meshes"][0]
+    want = trimesh.load(glb, force="mesh")
+    v = np.asarray(mesh["vertices"], np.float64)
+    gltf = np.stack([v[:, 0], v[:, 2], -v[:, 1]], axis=1)
+    assert gltf.shape == want.vertices.shape and mesh["faces"] == len(want.faces) and mesh["triangles"]
+    order = lambda a: a[np.lexsort(a.T)]  # noqa: E731  the importer may reorder vertices
+    np.testing.assert_array_equal(order(gltf.astype(np.float32)), order(np.asarray(want.vertices, np.float32)))
+    assert mesh["uv_layers"] == 1
+    assert mesh["base_color_textures"] == [{"size": [TEXTURE, TEXTURE], "has_data": True}]
+
+
+def test_blender_refuses_a_truncated_glb(glb, tmp_path):
+    """The negative control: the same file cut in half does not import."""
+    cut = tmp_path / "cut.glb"
+    data = glb.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    got = blender_import(cut)
+    assert not got["imported"] and "GLB" in got["error"]
