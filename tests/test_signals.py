@@ -117,12 +117,15 @@ class SignalEscaped(Exception):
 @pytest.fixture
 def guarded():
     """SIGTERM and SIGHUP raise SignalEscaped in this process outside a run
-    (without a handler of its own the run would kill pytest); restored after."""
+    (without a handler of its own the run would kill pytest), and SIGINT has
+    Python's default handler (a shell that starts pytest in the background
+    leaves SIGINT ignored); all three restored after."""
 
     def escaped(signum, frame):
         raise SignalEscaped(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, escaped) for s in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield escaped
     for s, h in previous.items():
         signal.signal(s, h)
