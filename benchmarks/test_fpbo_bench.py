@@ -5,9 +5,11 @@ degree 3, from random screen-space gradients (docs/design.md §7).
 
 Default 50,000 splats (lavapipe-sized); --bench-full: 5,000,000, the workload
 of `gsplat_raster_bench.py --adam` (the raster_bench slab with SH degree 3).
-GPU time from the profiler's timestamps; reports ms and Msplat/ms. Two
-variants: with MCMC's position noise compiled in, as training records it
-(fpbo_bench), and without (fpbo_bench_no_noise, ADC's and the peer's work).
+GPU time from the profiler's timestamps; reports ms and Msplat/ms. Three
+variants: with MCMC's position noise compiled in (fpbo_bench), without
+(fpbo_bench_no_noise, ADC's and the peer's work), and with noise over compact
+storage (fpbo_bench_compact: fp16 SH, bf16 moments), which is what training
+records by default.
 """
 
 import statistics
@@ -25,11 +27,11 @@ class FpboWorkload:
     one copy of the splats and their Adam state; ``record(model)`` records
     fpbo over it."""
 
-    def __init__(self, device, n, width, height, mcmc_noise):
+    def __init__(self, device, n, width, height, mcmc_noise, compact=False):
         from spirula.render.rasterizer import Rasterizer
         from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
 
-        self.device, self.n, self.mcmc_noise = device, n, mcmc_noise
+        self.device, self.n, self.mcmc_noise, self.compact = device, n, mcmc_noise, compact
         self.scene = make_scene(n, sh_degree=3)
         self.raster = Rasterizer(device, width, height, 1, capacity=n, name="fpbo.raster")
         self.raster.set_cameras(*camera(width, height, 900.0 * width / 1237))
@@ -72,7 +74,7 @@ class FpboWorkload:
         from spirula.train.model import SplatModel
 
         s = self.scene
-        model = SplatModel(self.device, self.n, self.n, 16)
+        model = SplatModel(self.device, self.n, self.n, 16, compact=self.compact)
         model.upload(
             dict(means=s["means"], quats=s["quats"], scales=s["log_scales"], opacities=s["opacity_logits"], sh=s["sh"])
         )
@@ -86,13 +88,15 @@ class FpboWorkload:
         return rec.finish()
 
 
-@pytest.mark.parametrize("mcmc_noise", [True, False], ids=["noise", "no-noise"])
-def test_fpbo_bench(benchmark, profiled_device, bench_opts, mcmc_noise):  # noqa: F811
+@pytest.mark.parametrize(
+    "mcmc_noise,compact", [(True, False), (False, False), (True, True)], ids=["noise", "no-noise", "compact"]
+)
+def test_fpbo_bench(benchmark, profiled_device, bench_opts, mcmc_noise, compact):  # noqa: F811
     device = profiled_device
     prof = device.profiler
     n = bench_opts.n or bench_opts.pick(50_000, 5_000_000)
     w, h = (1237, 822) if bench_opts.full else (320, 214)
-    work = FpboWorkload(device, n, w, h, mcmc_noise)
+    work = FpboWorkload(device, n, w, h, mcmc_noise, compact)
     seq = work.record(work.first_model)
     bench_opts.warm_up(seq.run)
     times = []
@@ -102,7 +106,7 @@ def test_fpbo_bench(benchmark, profiled_device, bench_opts, mcmc_noise):  # noqa
         times.append(prof.kernels["fpbo"].ns / 1e6)
     ms = statistics.median(times)
     bench_opts.record(
-        "fpbo_bench" if mcmc_noise else "fpbo_bench_no_noise",
+        "fpbo_bench_compact" if compact else ("fpbo_bench" if mcmc_noise else "fpbo_bench_no_noise"),
         n=n,
         visible=int(work.visible.sum()),
         sh_degree=3,

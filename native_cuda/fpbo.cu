@@ -20,6 +20,12 @@
 // same products, in the same view order, into a register array while
 // walking the views (a view a splat is invisible in adds 0 * 0 = +0 in the
 // shader, which changes no sum: the result is the same float).
+// N_VIEWS = 1 (training): as the shader, the SH rows' Adam runs after a barrier
+// over the block's rows as one contiguous block (sh_adam_block), from each
+// splat's basis and masked colour gradient left in shared memory. Unlike the
+// shader, compact rows too (moment words, the new fp16 halves assembled in
+// shared memory): nvcc's code for it measured 0.94 against 1.10 ms a 1080p
+// step, where the Vulkan compiler's measured 1.3x slower (docs/performance.md).
 // Contract: build/contracts/fpbo.h, generated from shaders/fpbo.comp.
 #include "common/adam.cuh"
 #include "common/launch.cuh"
@@ -38,13 +44,15 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
     return e == 0u ? v.x : (e == 1u ? v.y : (e == 2u ? v.z : v.w));
 }
 
+constexpr uint32_t WG = LOCAL_THREADS;
+constexpr uint32_t SH_ROW_MAX = 26u;  // sh_row_words(true, 16)
+
+// Everything of splat g but (ONE_VIEW) the Adam step of its SH row, for which
+// it leaves its basis and v_raw in s_basis (rows of 17) and s_vraw.
 template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
-__global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
-    uint32_t g = global_index();
+__device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool sh_vec4, uint32_t g, float* s_basis,
+                             float* s_vraw) {
     const StepParams* params = a.params;
-    if (g >= pc.n || a.num_isects[pc.count_offset] > pc.isect_capacity || params->prev_isects > params->prev_capacity) {
-        return;
-    }
     constexpr int degree = SH_DEGREE;
     constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint32_t n_floats = 3u * sp.SH_COEFFS;
@@ -232,6 +240,16 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     // layout below. The active floats (compile-time f) come first, unrolled;
     // the rest have gradient 0.
     float lr_sh0 = params->lr_sh0, lr_shN = params->lr_shN;
+    if (ONE_VIEW) {
+        const uint32_t l = threadIdx.x;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+            s_basis[17u * l + k] = view_basis[k];
+        }
+        s_vraw[3u * l] = view_vraw.x;
+        s_vraw[3u * l + 1u] = view_vraw.y;
+        s_vraw[3u * l + 2u] = view_vraw.z;
+    }
     auto sh_grad = [&](uint32_t f) {
         float grad = 0.0f;
         if (f < n_active) {
@@ -243,7 +261,9 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
         }
         return grad;
     };
-    if (COMPACT) {
+    if (ONE_VIEW) {
+        // sh_adam_block
+    } else if (COMPACT) {
         // one float at a time, as the float32 loop; a word is loaded at its
         // first half and stored, rounded, after its last (moment f: word f / 2;
         // SH f >= 3: word 3 + (f - 3) / 2), the pending words in registers
@@ -383,6 +403,113 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     if (sp.ADC_STATS && seen > 0u) {
         a.grad2d_sum[g] += grad2d;
         a.vis_count[g] += seen;
+    }
+}
+
+// The Adam step of the block's SH rows (first .. first + count - 1, contiguous):
+// thread l takes words l, l + WG, ...; the same arithmetic and rounding bits as
+// the per-splat loops, so the results are bit-identical.
+template <int SH_DEGREE, bool COMPACT>
+__device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint32_t first, uint32_t count,
+                              const float* s_basis, const float* s_vraw, uint32_t* s_sh_out) {
+    const StepParams* params = a.params;
+    constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);
+    const uint32_t n_floats = 3u * sp.SH_COEFFS;
+    const float b1 = params->beta1, b2 = params->beta2, c1 = params->bias1, c2 = params->bias2, eps = params->adam_eps;
+    const float lr_sh0 = params->lr_sh0, lr_shN = params->lr_shN;
+    const uint32_t l = threadIdx.x;
+    auto grad = [&](uint32_t s, uint32_t f) {
+        return f < n_active ? s_basis[17u * s + f / 3u] * s_vraw[3u * s + f % 3u] : 0.0f;
+    };
+    if (COMPACT) {
+        // over moment words (floats 2w, 2w + 1); a parameter's new half goes to its word in s_sh_out
+        uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
+        uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
+        uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+        const uint32_t row_p = sh_row_words(true, sp.SH_COEFFS), row_m = moment_row_words(true, sp.SH_COEFFS);
+        for (uint32_t q = l; q < count * row_m; q += WG) {
+            const uint32_t s = q / row_m, w = q - s * row_m, g = first + s;
+            const uint32_t mw = m_sh[first * row_m + q], vw = v_sh[first * row_m + q];
+            uint32_t m_out = 0u, v_out = 0u;
+#pragma unroll
+            for (uint32_t h = 0u; h < 2u; ++h) {
+                const uint32_t f = 2u * w + h;
+                if (f >= n_floats) {
+                    break;
+                }
+                const uint32_t word = sh_compact_word(f);
+                float p = sh_compact_value(sh[g * row_p + word], f);
+                float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+                p = adam_update(p, grad(s, f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+                const uint32_t r = storage_bits(params->seed, g, 64u + f);
+                m_out |= float_to_bf16_sr(m, r) << (16u * h);
+                v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * h);
+                if (f < 3u) {
+                    s_sh_out[row_p * s + word] = floatBitsToUint(p);
+                } else {
+                    atomicOr(&s_sh_out[row_p * s + word], float_to_half_sr(p, storage_bits(params->seed, g, f))
+                                                              << (16u * ((f - 3u) & 1u)));
+                }
+            }
+            m_sh[first * row_m + q] = m_out;
+            v_sh[first * row_m + q] = v_out;
+        }
+        __syncthreads();
+        for (uint32_t q = l; q < count * row_p; q += WG) {
+            sh[first * row_p + q] = s_sh_out[q];
+        }
+    } else if (sh_vec4) {
+        float4* sh4 = reinterpret_cast<float4*>(a.sh);
+        float4* m4 = reinterpret_cast<float4*>(a.m_sh);
+        float4* v4 = reinterpret_cast<float4*>(a.v_sh);
+        const uint32_t row = n_floats / 4u;
+        for (uint32_t q = l; q < count * row; q += WG) {
+            const uint32_t s = q / row, f0 = 4u * (q - s * row), j = first * row + q;
+            float4 p = sh4[j], m = m4[j], v = v4[j];
+#pragma unroll
+            for (uint32_t e = 0u; e < 4u; ++e) {
+                const uint32_t f = f0 + e;
+                float& pe = component(p, e);
+                pe = adam_update(pe, grad(s, f), component(m, e), component(v, e), f < 3u ? lr_sh0 : lr_shN, b1, b2, c1,
+                                 c2, eps);
+            }
+            sh4[j] = p;
+            m4[j] = m;
+            v4[j] = v;
+        }
+    } else {
+        for (uint32_t q = l; q < count * n_floats; q += WG) {
+            const uint32_t s = q / n_floats, f = q - s * n_floats, j = first * n_floats + q;
+            float m = a.m_sh[j], v = a.v_sh[j];
+            a.sh[j] = adam_update(a.sh[j], grad(s, f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+            a.m_sh[j] = m;
+            a.v_sh[j] = v;
+        }
+    }
+}
+
+template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
+__global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
+    __shared__ float s_basis[ONE_VIEW ? WG * 17u : 1u];
+    __shared__ float s_vraw[ONE_VIEW ? WG * 3u : 1u];
+    __shared__ uint32_t s_sh_out[ONE_VIEW && COMPACT ? WG * SH_ROW_MAX : 1u];
+    // uniform over the grid: every thread returns, or none (the barriers below)
+    if (a.num_isects[pc.count_offset] > pc.isect_capacity || a.params->prev_isects > a.params->prev_capacity) {
+        return;
+    }
+    const uint32_t g = global_index();
+    const uint32_t first = g - threadIdx.x;
+    if (ONE_VIEW && COMPACT) {
+        for (uint32_t q = threadIdx.x; q < WG * SH_ROW_MAX; q += WG) {
+            s_sh_out[q] = 0u;
+        }
+    }
+    if (g < pc.n) {
+        update_splat<SH_DEGREE, ONE_VIEW, COMPACT>(a, pc, sp, sh_vec4, g, s_basis, s_vraw);
+    }
+    if (ONE_VIEW && first < pc.n) {
+        __syncthreads();
+        sh_adam_block<SH_DEGREE, COMPACT>(a, sp, sh_vec4, first, min(WG, pc.n - first), s_basis, s_vraw, s_sh_out);
     }
 }
 

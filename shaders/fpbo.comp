@@ -5,6 +5,11 @@
 // perturbs the position with opacity-gated noise shaped by its covariance and
 // (ADC) accumulates its screen-space gradient norm for density control.
 // Stored attributes are raw: log-scales and opacity logits. Workgroup 128, folded.
+// One view (N_VIEWS = 1, training), float32 rows: the SH rows' Adam (80% of the bytes) runs
+// after a barrier over the workgroup's 128 rows as one contiguous block,
+// neighbouring threads on neighbouring words, from each splat's SH basis and
+// masked colour gradient left in shared memory (a thread walking its own row
+// strides 192 bytes across the warp: a memory transaction per thread and load).
 // A step whose intersections overflowed the buffers (count > capacity) changes
 // nothing: the trainer grows them and runs the step again; so does a step right
 // after one that overflowed (params.prev_isects > params.prev_capacity: the
@@ -121,11 +126,14 @@ layout(push_constant) uniform Push {
     uint isect_capacity;
 } pc;
 
-void main() {
-    uint g = global_index();
-    if (g >= pc.n || num_isects[pc.count_offset] > pc.isect_capacity || params.prev_isects > params.prev_capacity) {
-        return;
-    }
+#define WG gl_WorkGroupSize.x
+// per splat of the workgroup: its view's SH basis (rows of 17: no bank conflicts) and masked colour gradient
+shared float s_basis[WG * 17u];
+shared float s_vraw[WG * 3u];
+
+// Everything of splat g but (coalesce) the Adam step of its SH row, for which it
+// leaves its basis and v_raw in s_basis, s_vraw.
+void update_splat(uint g, bool coalesce) {
     const int degree = int(SH_DEGREE);
     const uint n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);  // active coefficient floats
     const uint n_floats = 3u * SH_COEFFS;
@@ -314,77 +322,88 @@ void main() {
     }
     // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
 #define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
-#if COMPACT
-    // one float at a time, as the float32 loop; a word is loaded at its first
-    // half and stored, rounded, after its last (moment f: word f / 2; SH f >= 3:
-    // word 3 + (f - 3) / 2), the pending words in registers
-    uint m_base = g * moment_row_words(true, SH_COEFFS);
-    uint pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
-    [[unroll]]
-    for (uint f = 0u; f < n_floats; ++f) {
-        uint hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
-        float p;
-        if (f < 3u) {
-            p = uintBitsToFloat(sh[sh_base + f]);
-        } else {
-            if (hp == 0u) {
-                pw = sh[sh_base + sh_compact_word(f)];
-                p_out = 0u;
-            }
-            p = half_to_float(word_half(pw, hp));
-        }
-        if (hm == 0u) {
-            mw = m_sh[m_base + f / 2u];
-            vw = v_sh[m_base + f / 2u];
-            m_out = 0u;
-            v_out = 0u;
-        }
-        float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-        p = adam_update(p, SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-        uint r = storage_bits(params.seed, g, 64u + f);
-        m_out |= float_to_bf16_sr(m, r) << (16u * hm);
-        v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
-        bool last = f + 1u == n_floats;
-        if (hm == 1u || last) {
-            m_sh[m_base + f / 2u] = m_out;
-            v_sh[m_base + f / 2u] = v_out;
-        }
-        if (f < 3u) {
-            sh[sh_base + f] = floatBitsToUint(p);
-        } else {
-            p_out |= float_to_half_sr(p, storage_bits(params.seed, g, f)) << (16u * hp);
-            if (hp == 1u || last) {
-                sh[sh_base + sh_compact_word(f)] = p_out;
-            }
-        }
-    }
-#elif SH_VEC4
-    [[unroll]]
-    for (uint j = 0u; j < n_floats / 4u; ++j) {
-        uint idx = sh_base / 4u + j;
-        vec4 p = sh[idx], m = m_sh[idx], v = v_sh[idx];
+    if (coalesce) {
+        uint l = gl_LocalInvocationID.x;
         [[unroll]]
-        for (uint e = 0u; e < 4u; ++e) {
-            uint f = 4u * j + e;
-            float mm = m[e], vv = v[e];
-            p[e] = adam_update(p[e], SH_GRAD(f), mm, vv, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            m[e] = mm;
-            v[e] = vv;
+        for (uint k = 0u; k < 16u; ++k) {
+            s_basis[17u * l + k] = basis[k];
         }
-        sh[idx] = p;
-        m_sh[idx] = m;
-        v_sh[idx] = v;
-    }
+        s_vraw[3u * l] = v_raw.x;
+        s_vraw[3u * l + 1u] = v_raw.y;
+        s_vraw[3u * l + 2u] = v_raw.z;
+    } else {
+#if COMPACT
+        // one float at a time, as the float32 loop; a word is loaded at its first
+        // half and stored, rounded, after its last (moment f: word f / 2; SH f >= 3:
+        // word 3 + (f - 3) / 2), the pending words in registers
+        uint m_base = g * moment_row_words(true, SH_COEFFS);
+        uint pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
+        [[unroll]]
+        for (uint f = 0u; f < n_floats; ++f) {
+            uint hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
+            float p;
+            if (f < 3u) {
+                p = uintBitsToFloat(sh[sh_base + f]);
+            } else {
+                if (hp == 0u) {
+                    pw = sh[sh_base + sh_compact_word(f)];
+                    p_out = 0u;
+                }
+                p = half_to_float(word_half(pw, hp));
+            }
+            if (hm == 0u) {
+                mw = m_sh[m_base + f / 2u];
+                vw = v_sh[m_base + f / 2u];
+                m_out = 0u;
+                v_out = 0u;
+            }
+            float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
+            p = adam_update(p, SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+            uint r = storage_bits(params.seed, g, 64u + f);
+            m_out |= float_to_bf16_sr(m, r) << (16u * hm);
+            v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
+            bool last = f + 1u == n_floats;
+            if (hm == 1u || last) {
+                m_sh[m_base + f / 2u] = m_out;
+                v_sh[m_base + f / 2u] = v_out;
+            }
+            if (f < 3u) {
+                sh[sh_base + f] = floatBitsToUint(p);
+            } else {
+                p_out |= float_to_half_sr(p, storage_bits(params.seed, g, f)) << (16u * hp);
+                if (hp == 1u || last) {
+                    sh[sh_base + sh_compact_word(f)] = p_out;
+                }
+            }
+        }
+#elif SH_VEC4
+        [[unroll]]
+        for (uint j = 0u; j < n_floats / 4u; ++j) {
+            uint idx = sh_base / 4u + j;
+            vec4 p = sh[idx], m = m_sh[idx], v = v_sh[idx];
+            [[unroll]]
+            for (uint e = 0u; e < 4u; ++e) {
+                uint f = 4u * j + e;
+                float mm = m[e], vv = v[e];
+                p[e] = adam_update(p[e], SH_GRAD(f), mm, vv, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+                m[e] = mm;
+                v[e] = vv;
+            }
+            sh[idx] = p;
+            m_sh[idx] = m;
+            v_sh[idx] = v;
+        }
 #else
-    [[unroll]]
-    for (uint f = 0u; f < n_floats; ++f) {
-        uint j = sh_base + f;
-        float m = m_sh[j], v = v_sh[j];
-        sh[j] = adam_update(sh[j], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-        m_sh[j] = m;
-        v_sh[j] = v;
-    }
+        [[unroll]]
+        for (uint f = 0u; f < n_floats; ++f) {
+            uint j = sh_base + f;
+            float m = m_sh[j], v = v_sh[j];
+            sh[j] = adam_update(sh[j], SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+            m_sh[j] = m;
+            v_sh[j] = v;
+        }
 #endif
+    }
 
     if (MCMC_NOISE && params.noise_scale > 0.0) {
         // gsplat's MCMC: noise ~ Sigma n, gated to nearly transparent splats
@@ -409,5 +428,64 @@ void main() {
     if (ADC_STATS && seen > 0u) {
         grad2d_sum[g] += grad2d;
         vis_count[g] += seen;
+    }
+}
+
+// The Adam step of the workgroup's float32 SH rows, as one block: rows first .. first + count - 1
+// are contiguous, so thread l takes words l, l + WG, ... The same arithmetic, and the same
+// rounding bits, as the per-splat loops of update_splat: the results are bit-identical.
+void sh_adam_block(uint first, uint count) {
+    const uint n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);
+    const uint n_floats = 3u * SH_COEFFS;
+    float b1 = params.beta1, b2 = params.beta2, c1 = params.bias1, c2 = params.bias2, eps = params.adam_eps;
+    float lr_sh0 = params.lr_sh0, lr_shN = params.lr_shN;
+    uint l = gl_LocalInvocationID.x;
+#define BLOCK_GRAD(s, f) ((f) < n_active ? s_basis[17u * (s) + (f) / 3u] * s_vraw[3u * (s) + (f) % 3u] : 0.0)
+#if COMPACT
+    // not used: compact rows take the per-splat loop (main)
+#elif SH_VEC4
+    const uint row = n_floats / 4u;
+    for (uint q = l; q < count * row; q += WG) {
+        uint s = q / row, f0 = 4u * (q - s * row), j = first * row + q;
+        vec4 p = sh[j], m = m_sh[j], v = v_sh[j];
+        [[unroll]]
+        for (uint e = 0u; e < 4u; ++e) {
+            uint f = f0 + e;
+            float mm = m[e], vv = v[e];
+            p[e] = adam_update(p[e], BLOCK_GRAD(s, f), mm, vv, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+            m[e] = mm;
+            v[e] = vv;
+        }
+        sh[j] = p;
+        m_sh[j] = m;
+        v_sh[j] = v;
+    }
+#else
+    for (uint q = l; q < count * n_floats; q += WG) {
+        uint s = q / n_floats, f = q - s * n_floats, j = first * n_floats + q;
+        float m = m_sh[j], v = v_sh[j];
+        sh[j] = adam_update(sh[j], BLOCK_GRAD(s, f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
+        m_sh[j] = m;
+        v_sh[j] = v;
+    }
+#endif
+}
+
+void main() {
+    // uniform over the dispatch: every thread returns, or none (the barriers below)
+    if (num_isects[pc.count_offset] > pc.isect_capacity || params.prev_isects > params.prev_capacity) {
+        return;
+    }
+    // compact rows keep the per-thread loop: a block pass over them (moment words, halves
+    // assembled in shared memory) measured 1.2-1.3x slower on the H200 (docs/performance.md)
+    const bool coalesce = N_VIEWS == 1u && COMPACT == 0;
+    uint g = global_index();
+    uint first = linear_group_id() * WG;
+    if (g < pc.n) {
+        update_splat(g, coalesce);
+    }
+    if (coalesce && first < pc.n) {
+        barrier();
+        sh_adam_block(first, min(WG, pc.n - first));
     }
 }

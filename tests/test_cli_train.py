@@ -74,6 +74,9 @@ def test_train_writes_the_run_folder(run, dataset):
     assert cfg["dataset"] == str(dataset)
     m = json.loads((out / "metrics.json").read_text())
     assert m["step"] == 20 and len(m["per_image"]) == 2 and np.isfinite(m["psnr"])
+    slow = m["slowest_steps"]  # [step, ms], slowest first: the steps of this run
+    assert len(slow) == 10 and len({s for s, _ in slow}) == 10 and all(1 <= s <= 20 for s, _ in slow)
+    assert [ms for _, ms in slow] == sorted((ms for _, ms in slow), reverse=True) and slow[0][1] > 0
     ply = read_splat_ply(out / "splat.ply")
     assert len(ply["means"]) == m["n_splats"] and ply["sh_degree"] == 1
 

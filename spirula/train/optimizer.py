@@ -1,4 +1,5 @@
-"""``fpbo``: the fused projection backward + Adam step, one thread per splat."""
+"""``fpbo``: the fused projection backward + Adam step, one thread per splat (the SH
+rows' Adam of a workgroup's 128 splats as one coalesced block: shaders/fpbo.comp)."""
 
 from __future__ import annotations
 

@@ -191,6 +191,7 @@ def train_run(
         live = LiveHook(viewers, device, trainer.world, scene.background, cfg.max_alpha, cfg.live_view_budget)
     t_start = time.perf_counter()
     step_ms = []
+    first_step = trainer.step + 1  # step_ms[i] times step first_step + i
     # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)
     with StopSignals() as stop:
         try:
@@ -267,6 +268,8 @@ def train_run(
         n_splats=trainer.model.n,
         ms_per_step_mean=float(np.mean(step_ms)) if step_ms else None,
         ms_per_step_median=float(np.median(step_ms)) if step_ms else None,
+        # where a mean above the median comes from: the ten slowest steps, [step, ms], slowest first
+        slowest_steps=[[first_step + int(i), round(step_ms[i], 3)] for i in np.argsort(step_ms)[::-1][:10]],
         peak_vram_mib=pool.peak_bytes / (1 << 20),
         # the worst pool capacity / live need over the run (docs/design.md, memory)
         pool_worst_ratio=pool.worst_ratio,

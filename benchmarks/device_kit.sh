@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Prepares, on this machine, what the GPU-machine scripts (gpu_setup.sh,
+# gpu_measure.sh, gpu_regimes.sh) expect to be carried in .device/ and build/:
+#   .device/            the kit of ../shared/device (prepare.sh)
+#   .device/local/kp-0.9.0-spirula.tar.gz   kp's sdist with third_party/kompute's patch
+#   .device/local/bin/glslangValidator      the shader compiler Spirula runs
+#   .device/local/before.tar.gz             (BEFORE=REV) the tree at REV, for "before" rows
+#   .device/local/scene1080                 (SCENE1080=1) the 1080p training scene, images only
+#   build/libspirula_cuda.so                the CUDA backend for the H200 only (sm_90: small to carry)
+# Run from the project root after `make install`:
+#     BEFORE=531b635 SCENE1080=1 bash benchmarks/device_kit.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ../shared/device/prepare.sh
+L=.device/local
+mkdir -p $L/bin
+if [ ! -f $L/kp-0.9.0-spirula.tar.gz ]; then
+    T=$(mktemp -d)
+    tar xzf .cache/kp/kp-0.9.0.tar.gz -C "$T"
+    patch -s -p1 -d "$T/kp-0.9.0" < third_party/kompute/kp-0.9.0-spirula.patch
+    tar czf $L/kp-0.9.0-spirula.tar.gz -C "$T" kp-0.9.0
+    rm -rf "$T"
+fi
+cp -f "$(command -v glslangValidator)" $L/bin/
+if [ -n "${BEFORE:-}" ]; then
+    git archive --format=tar.gz -o $L/before.tar.gz "$BEFORE" spirula shaders native_cuda scripts pyproject.toml
+fi
+if [ "${SCENE1080:-0}" = 1 ] && [ ! -d $L/scene1080 ]; then
+    .venv/bin/python benchmarks/make_scene.py $L/scene1080
+    rm -f $L/scene1080/points*  # regenerated there (carry limit)
+fi
+SPIRULA_CUDA_ARCHS=90 bash scripts/build_cuda.sh
+du -sh .device build/libspirula_cuda.so
