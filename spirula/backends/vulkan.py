@@ -23,7 +23,7 @@ import numpy as np
 
 from spirula.backends import base
 from spirula.errors import NoVulkanError, SpirulaError
-from spirula.runtime import vkinfo
+from spirula.runtime import pipeline_cache, vkinfo
 from spirula.runtime.buffers import Buffer
 from spirula.runtime.kernels import Kernel, KernelRegistry
 from spirula.runtime.sequence import RecordedSequence, grid_stride_groups
@@ -146,6 +146,9 @@ class VulkanDevice(base.Device):
         # A borrowed manager stays the host program's: nothing here destroys it
         # (close() frees Spirula's buffers only), and it outlives this device.
         self.owns_manager = manager is None
+        if self.owns_manager:
+            # the pipelines compiled by earlier runs on this driver (spirula/runtime/pipeline_cache.py)
+            pipeline_cache.attach(self, self.mgr, self.info)
         self.float_atomics = float_atomics
         self.float_controls = float_controls
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
@@ -206,6 +209,12 @@ class VulkanDevice(base.Device):
             return vkinfo.process_heap_usage(self.info.index)
         except Exception:
             return None
+
+    def close(self):
+        super().close()
+        saver = getattr(self, "_pipeline_cache_saver", None)
+        if saver is not None:
+            saver()  # now, rather than when the object is collected
 
     # -- transfers ----------------------------------------------------------------
     def _staging_array(self, nwords: int) -> np.ndarray:
