@@ -13,7 +13,6 @@ import struct
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from spirula.runtime import pipeline_cache as pc
@@ -140,8 +139,6 @@ def test_attach_is_off_with_the_variable_or_an_unpatched_kp(cache_home, monkeypa
 
 def test_the_device_cache_starts_with_its_drivers_header(device):
     """The patched kp exports the manager's cache: VkPipelineCacheHeaderVersionOne first."""
-    if not device.owns_manager:
-        pytest.skip("a borrowed manager")
     data = device.mgr.pipeline_cache_data()
     assert isinstance(data, bytes) and len(data) >= 32
     size, version = struct.unpack_from("<II", data)
@@ -188,4 +185,4 @@ def test_a_second_process_reuses_the_saved_pipelines(cache_home, device):
     assert len(first) > 32
     r = subprocess.run([sys.executable, "-c", KERNEL_RUN], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert np.frombuffer(path.read_bytes()[:32], np.uint8).tolist() == np.frombuffer(first[:32], np.uint8).tolist()
+    assert path.read_bytes()[:32] == first[:32]

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.cache import cache_home
+
 VERSION = "demo-v2"
 WIDTH, HEIGHT, FOCAL = 160, 120, 150.0
 N_VIEWS = 48
@@ -32,9 +34,7 @@ SKY_RADIUS = 9.0
 
 
 def demo_path() -> Path:
-    env = os.environ.get("SPIRULA_CACHE_DIR")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spirula"
-    return base / VERSION
+    return cache_home() / VERSION
 
 
 def ensure_demo_scene(log=None) -> Path:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.cache import cache_home
 from spirula.errors import ShaderCompileError
 from spirula.runtime.spirv import preserve_inf_nan
 
@@ -57,9 +58,7 @@ def shader_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("SPIRULA_CACHE_DIR")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spirula"
-    return base / "spirv"
+    return cache_home() / "spirv"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ buffer (the intersection buffers grow during training) reuses the compiled
 shader instead of compiling it again. This module saves that cache when the
 device closes and merges it into the next process's, so a second run on the
 same driver starts without compiling its kernels (vkCreateComputePipelines
-costs tens of milliseconds per kernel on some drivers).
+translates SPIR-V to the GPU's code unless its cache has the pipeline).
 
 File: ``$SPIRULA_CACHE_DIR/pipelines/<key>.bin`` (default
 ``~/.cache/spirula``), ``key`` naming the device and driver; written
@@ -25,7 +25,7 @@ import os
 import weakref
 from pathlib import Path
 
-from spirula.runtime.kernels import cache_dir
+from spirula.cache import cache_home
 
 HEADER_BYTES = 32  # VkPipelineCacheHeaderVersionOne
 
@@ -42,7 +42,7 @@ def supported(mgr) -> bool:
 def cache_path(info) -> Path:
     """Where the pipelines of device ``info`` (vkinfo.DeviceInfo) are kept."""
     ident = "|".join((info.name, info.driver, info.device_uuid))
-    return cache_dir().parent / "pipelines" / ("%s.bin" % hashlib.sha256(ident.encode()).hexdigest()[:20])
+    return cache_home() / "pipelines" / ("%s.bin" % hashlib.sha256(ident.encode()).hexdigest()[:20])
 
 
 def load(mgr, path: Path) -> int:

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from spirula.cache import cache_home
 from spirula.errors import DatasetError
 from spirula.runtime import profiler
 
@@ -86,9 +87,7 @@ def cache_root() -> Path:
     own = os.environ.get("SPIRULA_CAPTURE_CACHE")
     if own:
         return Path(own)
-    env = os.environ.get("SPIRULA_CACHE_DIR")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spirula"
-    return base / "captures"
+    return cache_home() / "captures"
 
 
 def _fingerprint(path: Path, kind: str) -> list:
