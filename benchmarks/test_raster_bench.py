@@ -9,8 +9,10 @@ iterations): projection (projection_fwd), intersect+sort (depth sort, tile
 counts and scan, intersection write, tile sort, tile ranges),
 rasterize_fwd, rasterize_bwd (with rasterize_chunks, its chunk table),
 projection_bwd, and clears (fill). The whole forward and forward+backward are
-also timed by wall clock around one eval. SPIRULA_RASTER_CHUNK=1024 (any
-multiple of 256) sets the backward's chunk (recorded as ``chunk``).
+also timed by wall clock around one eval, recorded without the profiler's
+timestamps (``wall_fwd_bwd_profiled_ms``: with them, as before).
+SPIRULA_RASTER_CHUNK=1024 (any multiple of 256) sets the backward's chunk
+(recorded as ``chunk``).
 """
 
 import os
@@ -95,15 +97,16 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
     device = profiled_device
     prof = device.profiler
     n, w, h, m, splats, raster, grads = _setup(device, bench_opts)
-    rec = device.recorder("bench.fwd")
-    raster.record_project(rec, splats, 0)
-    raster.record_raster(rec)
-    fwd = rec.finish()
-    rec = device.recorder("bench.fwdbwd")
-    raster.record_project(rec, splats, 0)
-    raster.record_raster(rec)
-    raster.record_backward(rec, splats, 0, grads)
-    fwdbwd = rec.finish()
+
+    def record(label, backward):
+        rec = device.recorder(label)
+        raster.record_project(rec, splats, 0)
+        raster.record_raster(rec)
+        if backward:
+            raster.record_backward(rec, splats, 0, grads)
+        return rec.finish()
+
+    fwdbwd = record("bench.fwdbwd", True)
 
     iters = bench_opts.iters or bench_opts.pick(5, 20)
     bench_opts.warm_up(fwdbwd.run)
@@ -123,7 +126,17 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
             t.append(time.perf_counter() - t0)
         return statistics.median(t) * 1e3
 
-    fwd_ms, fwdbwd_ms = wall(fwd), wall(fwdbwd)
+    # The wall clock times sequences recorded without the profiler, as the
+    # peer's wall loop runs without its CUDA events: on Vulkan a timestamp
+    # after every dispatch drains the pipeline there (the stage times above
+    # come from those timestamps; the wall would pay for them).
+    device.profiler = None
+    try:
+        fwd_ms = wall(record("bench.fwd.plain", False))
+        fwdbwd_ms = wall(record("bench.fwdbwd.plain", True))
+        profiled_fwdbwd_ms = wall(fwdbwd)
+    finally:
+        device.profiler = prof
     bench_opts.record(
         "raster_bench",
         n=n,
@@ -137,6 +150,7 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
         gpu_fwd_bwd_ms=sum(stages.values()),
         wall_fwd_ms=fwd_ms,
         wall_fwd_bwd_ms=fwdbwd_ms,
+        wall_fwd_bwd_profiled_ms=profiled_fwdbwd_ms,
     )
     benchmark.extra_info.update(stages, n_isects=m)
     prof.kernels.clear()

@@ -22,10 +22,10 @@
 // shader, which changes no sum: the result is the same float).
 // N_VIEWS = 1 (training): as the shader, the SH rows' Adam runs after a barrier
 // over the block's rows as one contiguous block (sh_adam_block), from each
-// splat's basis and masked colour gradient left in shared memory. Unlike the
-// shader, compact rows too (moment words, the new fp16 halves assembled in
-// shared memory): nvcc's code for it measured 0.94 against 1.10 ms a 1080p
-// step, where the Vulkan compiler's measured 1.3x slower (docs/performance.md).
+// splat's basis and masked colour gradient left in shared memory; as in the
+// shader, compact rows too: their moment words line up with the parameter
+// words (storage.glsl), so a thread updates one parameter word and its two
+// moment words, and each splat's own thread the three DC floats.
 // Contract: build/contracts/fpbo.h, generated from shaders/fpbo.comp.
 #include "common/adam.cuh"
 #include "common/launch.cuh"
@@ -45,7 +45,70 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
 }
 
 constexpr uint32_t WG = LOCAL_THREADS;
-constexpr uint32_t SH_ROW_MAX = 26u;  // sh_row_words(true, 16)
+
+// Adam on SH float f of splat g (compact rows, include/storage.glsl) from the
+// values its words hold: the new parameter's bits (f32 for the DC, else fp16)
+// and the new m and v as bf16, each rounded stochastically with its own bits
+// (m: the low 16 of r, v: the high). Twin of the shader's sh_compact_step.
+struct ShWords {
+    uint32_t p, m, v;
+};
+__device__ __forceinline__ ShWords sh_compact_step(const StepParams* params, uint32_t g, uint32_t f, float p, float m,
+                                                   float v, float grad) {
+    p = adam_update(p, grad, m, v, f < 3u ? params->lr_sh0 : params->lr_shN, params->beta1, params->beta2,
+                    params->bias1, params->bias2, params->adam_eps);
+    const uint32_t r = storage_bits(params->seed, g, 64u + f);
+    const uint32_t pb = f < 3u ? floatBitsToUint(p) : float_to_half_sr(p, storage_bits(params->seed, g, f));
+    return {pb, float_to_bf16_sr(m, r), float_to_bf16_sr(v, r >> 16u)};
+}
+
+// The DC floats 0-2 of splat g's compact SH row: f32 words 0-2; moments in words 0-1.
+__device__ __forceinline__ void sh_compact_dc(const Args& a, uint32_t sh_coeffs, uint32_t g, float g0, float g1,
+                                              float g2) {
+    uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
+    uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
+    uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+    const uint32_t sb = g * sh_row_words(true, sh_coeffs), mb = g * moment_row_words(true, sh_coeffs);
+    const uint32_t mw0 = m_sh[mb], mw1 = m_sh[mb + 1u], vw0 = v_sh[mb], vw1 = v_sh[mb + 1u];
+    const ShWords x = sh_compact_step(a.params, g, 0u, uintBitsToFloat(sh[sb]), bf16_to_float(mw0 & 65535u),
+                                      bf16_to_float(vw0 & 65535u), g0);
+    const ShWords y = sh_compact_step(a.params, g, 1u, uintBitsToFloat(sh[sb + 1u]), bf16_to_float(mw0 >> 16u),
+                                      bf16_to_float(vw0 >> 16u), g1);
+    const ShWords z = sh_compact_step(a.params, g, 2u, uintBitsToFloat(sh[sb + 2u]), bf16_to_float(mw1 & 65535u),
+                                      bf16_to_float(vw1 & 65535u), g2);
+    sh[sb] = x.p;
+    sh[sb + 1u] = y.p;
+    sh[sb + 2u] = z.p;
+    m_sh[mb] = x.m | (y.m << 16u);
+    m_sh[mb + 1u] = z.m;
+    v_sh[mb] = x.v | (y.v << 16u);
+    v_sh[mb + 1u] = z.v;
+}
+
+// Word j of the higher coefficients of splat g's compact SH row: floats 3 + 2j
+// and (when there is one) 4 + 2j, in sh word 3 + j and moment word 2 + j.
+__device__ __forceinline__ void sh_compact_pair(const Args& a, uint32_t sh_coeffs, uint32_t g, uint32_t j, float grad0,
+                                                float grad1) {
+    uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
+    uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
+    uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+    const uint32_t f = 3u + 2u * j;
+    const uint32_t si = g * sh_row_words(true, sh_coeffs) + 3u + j;
+    const uint32_t mi = g * moment_row_words(true, sh_coeffs) + 2u + j;
+    const uint32_t pw = sh[si], mw = m_sh[mi], vw = v_sh[mi];
+    ShWords w = sh_compact_step(a.params, g, f, half_to_float(pw & 65535u), bf16_to_float(mw & 65535u),
+                                bf16_to_float(vw & 65535u), grad0);
+    if (f + 1u < 3u * sh_coeffs) {
+        const ShWords h = sh_compact_step(a.params, g, f + 1u, half_to_float(pw >> 16u), bf16_to_float(mw >> 16u),
+                                          bf16_to_float(vw >> 16u), grad1);
+        w.p |= h.p << 16u;
+        w.m |= h.m << 16u;
+        w.v |= h.v << 16u;
+    }
+    sh[si] = w.p;
+    m_sh[mi] = w.m;
+    v_sh[mi] = w.v;
+}
 
 // Everything of splat g but (ONE_VIEW) the Adam step of its SH row, for which
 // it leaves its basis and v_raw in s_basis (rows of 17) and s_vraw.
@@ -171,12 +234,12 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         uint32_t rm[4], rs[4], rq[4];
 #pragma unroll
         for (uint32_t k = 0u; k < 4u; ++k) {
-            mm[k] = moment_compact_value(mw[k >> 1u], k);
-            vm[k] = moment_compact_value(vw[k >> 1u], k);
-            ms[k] = moment_compact_value(msw[k >> 1u], k);
-            vs[k] = moment_compact_value(vsw[k >> 1u], k);
-            mq[k] = moment_compact_value(mqw[k >> 1u], k);
-            vq[k] = moment_compact_value(vqw[k >> 1u], k);
+            mm[k] = geom_moment_value(mw[k >> 1u], k);
+            vm[k] = geom_moment_value(vw[k >> 1u], k);
+            ms[k] = geom_moment_value(msw[k >> 1u], k);
+            vs[k] = geom_moment_value(vsw[k >> 1u], k);
+            mq[k] = geom_moment_value(mqw[k >> 1u], k);
+            vq[k] = geom_moment_value(vqw[k >> 1u], k);
         }
 #pragma unroll
         for (int k = 0; k < 3; ++k) {
@@ -262,62 +325,23 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         return grad;
     };
     if (ONE_VIEW) {
-        // sh_adam_block
+        if (COMPACT) {  // the DC; sh_adam_block does the rest
+            sh_compact_dc(a, sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
+        }
     } else if (COMPACT) {
-        // one float at a time, as the float32 loop; a word is loaded at its
-        // first half and stored, rounded, after its last (moment f: word f / 2;
-        // SH f >= 3: word 3 + (f - 3) / 2), the pending words in registers
-        uint32_t* m_words = reinterpret_cast<uint32_t*>(a.m_sh);
-        uint32_t* v_words = reinterpret_cast<uint32_t*>(a.v_sh);
-        const uint32_t m_base = g * moment_row_words(true, sp.SH_COEFFS);
-        uint32_t pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
-        auto step = [&](uint32_t f, float grad) {
-            const uint32_t hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
-            float p;
-            if (f < 3u) {
-                p = uintBitsToFloat(sh_words[sh_base + f]);
-            } else {
-                if (hp == 0u) {
-                    pw = sh_words[sh_base + sh_compact_word(f)];
-                    p_out = 0u;
-                }
-                p = half_to_float(word_half(pw, hp));
-            }
-            if (hm == 0u) {
-                mw = m_words[m_base + f / 2u];
-                vw = v_words[m_base + f / 2u];
-                m_out = 0u;
-                v_out = 0u;
-            }
-            float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-            p = adam_update(p, grad, m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            const uint32_t r = storage_bits(params->seed, g, 64u + f);
-            m_out |= float_to_bf16_sr(m, r) << (16u * hm);
-            v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
-            const bool last = f + 1u == n_floats;
-            if (hm == 1u || last) {
-                m_words[m_base + f / 2u] = m_out;
-                v_words[m_base + f / 2u] = v_out;
-            }
-            if (f < 3u) {
-                sh_words[sh_base + f] = floatBitsToUint(p);
-            } else {
-                p_out |= float_to_half_sr(p, storage_bits(params->seed, g, f)) << (16u * hp);
-                if (hp == 1u || last) {
-                    sh_words[sh_base + sh_compact_word(f)] = p_out;
-                }
-            }
-        };
-        // the active floats (compile-time f) first, unrolled; the rest have gradient 0
+        sh_compact_dc(a, sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
+        // the active words (compile-time f) first, unrolled; the rest have gradient 0
+        constexpr uint32_t active_words = (n_active - 2u) / 2u;
+        const uint32_t n_words = (n_floats - 2u) / 2u;
 #pragma unroll
-        for (uint32_t f = 0u; f < n_active; ++f) {
-            if (f >= n_floats) {
+        for (uint32_t j = 0u; j < active_words; ++j) {
+            if (j >= n_words) {
                 break;
             }
-            step(f, sh_grad(f));
+            sh_compact_pair(a, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
         }
-        for (uint32_t f = n_active; f < n_floats; ++f) {
-            step(f, 0.0f);
+        for (uint32_t j = active_words; j < n_words; ++j) {
+            sh_compact_pair(a, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);
@@ -411,7 +435,7 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
 // the per-splat loops, so the results are bit-identical.
 template <int SH_DEGREE, bool COMPACT>
 __device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint32_t first, uint32_t count,
-                              const float* s_basis, const float* s_vraw, uint32_t* s_sh_out) {
+                              const float* s_basis, const float* s_vraw) {
     const StepParams* params = a.params;
     constexpr uint32_t n_active = 3u * (SH_DEGREE + 1u) * (SH_DEGREE + 1u);
     const uint32_t n_floats = 3u * sp.SH_COEFFS;
@@ -422,41 +446,11 @@ __device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint3
         return f < n_active ? s_basis[17u * s + f / 3u] * s_vraw[3u * s + f % 3u] : 0.0f;
     };
     if (COMPACT) {
-        // over moment words (floats 2w, 2w + 1); a parameter's new half goes to its word in s_sh_out
-        uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
-        uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
-        uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
-        const uint32_t row_p = sh_row_words(true, sp.SH_COEFFS), row_m = moment_row_words(true, sp.SH_COEFFS);
-        for (uint32_t q = l; q < count * row_m; q += WG) {
-            const uint32_t s = q / row_m, w = q - s * row_m, g = first + s;
-            const uint32_t mw = m_sh[first * row_m + q], vw = v_sh[first * row_m + q];
-            uint32_t m_out = 0u, v_out = 0u;
-#pragma unroll
-            for (uint32_t h = 0u; h < 2u; ++h) {
-                const uint32_t f = 2u * w + h;
-                if (f >= n_floats) {
-                    break;
-                }
-                const uint32_t word = sh_compact_word(f);
-                float p = sh_compact_value(sh[g * row_p + word], f);
-                float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-                p = adam_update(p, grad(s, f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-                const uint32_t r = storage_bits(params->seed, g, 64u + f);
-                m_out |= float_to_bf16_sr(m, r) << (16u * h);
-                v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * h);
-                if (f < 3u) {
-                    s_sh_out[row_p * s + word] = floatBitsToUint(p);
-                } else {
-                    atomicOr(&s_sh_out[row_p * s + word], float_to_half_sr(p, storage_bits(params->seed, g, f))
-                                                              << (16u * ((f - 3u) & 1u)));
-                }
-            }
-            m_sh[first * row_m + q] = m_out;
-            v_sh[first * row_m + q] = v_out;
-        }
-        __syncthreads();
-        for (uint32_t q = l; q < count * row_p; q += WG) {
-            sh[first * row_p + q] = s_sh_out[q];
+        // the higher coefficients' words (update_splat did the DC): sh word 3 + j, moment word 2 + j of each row
+        const uint32_t R = sh_row_words(true, sp.SH_COEFFS) - 3u;
+        for (uint32_t q = l; q < count * R; q += WG) {
+            const uint32_t s = q / R, j = q - s * R, f = 3u + 2u * j;
+            sh_compact_pair(a, sp.SH_COEFFS, first + s, j, grad(s, f), grad(s, f + 1u));
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);
@@ -492,24 +486,18 @@ template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
 __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
     __shared__ float s_basis[ONE_VIEW ? WG * 17u : 1u];
     __shared__ float s_vraw[ONE_VIEW ? WG * 3u : 1u];
-    __shared__ uint32_t s_sh_out[ONE_VIEW && COMPACT ? WG * SH_ROW_MAX : 1u];
     // uniform over the grid: every thread returns, or none (the barriers below)
     if (a.num_isects[pc.count_offset] > pc.isect_capacity || a.params->prev_isects > a.params->prev_capacity) {
         return;
     }
     const uint32_t g = global_index();
     const uint32_t first = g - threadIdx.x;
-    if (ONE_VIEW && COMPACT) {
-        for (uint32_t q = threadIdx.x; q < WG * SH_ROW_MAX; q += WG) {
-            s_sh_out[q] = 0u;
-        }
-    }
     if (g < pc.n) {
         update_splat<SH_DEGREE, ONE_VIEW, COMPACT>(a, pc, sp, sh_vec4, g, s_basis, s_vraw);
     }
     if (ONE_VIEW && first < pc.n) {
         __syncthreads();
-        sh_adam_block<SH_DEGREE, COMPACT>(a, sp, sh_vec4, first, min(WG, pc.n - first), s_basis, s_vraw, s_sh_out);
+        sh_adam_block<SH_DEGREE, COMPACT>(a, sp, sh_vec4, first, min(WG, pc.n - first), s_basis, s_vraw);
     }
 }
 

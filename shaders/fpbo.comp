@@ -5,11 +5,14 @@
 // perturbs the position with opacity-gated noise shaped by its covariance and
 // (ADC) accumulates its screen-space gradient norm for density control.
 // Stored attributes are raw: log-scales and opacity logits. Workgroup 128, folded.
-// One view (N_VIEWS = 1, training), float32 rows: the SH rows' Adam (80% of the bytes) runs
+// One view (N_VIEWS = 1, training): the SH rows' Adam (80% of the bytes) runs
 // after a barrier over the workgroup's 128 rows as one contiguous block,
 // neighbouring threads on neighbouring words, from each splat's SH basis and
 // masked colour gradient left in shared memory (a thread walking its own row
 // strides 192 bytes across the warp: a memory transaction per thread and load).
+// Compact rows too: their moment words line up with the parameter words
+// (storage.glsl), so a thread updates one parameter word and its two moment
+// words, and each splat's own thread the three DC floats.
 // A step whose intersections overflowed the buffers (count > capacity) changes
 // nothing: the trainer grows them and runs the step again; so does a step right
 // after one that overflowed (params.prev_isects > params.prev_capacity: the
@@ -131,6 +134,56 @@ layout(push_constant) uniform Push {
 shared float s_basis[WG * 17u];
 shared float s_vraw[WG * 3u];
 
+#if COMPACT
+// Adam on SH float f of splat g (compact rows, include/storage.glsl) from the values its
+// words hold: the new parameter's bits (f32 for the DC, else fp16) and the new m and v
+// as bf16, each rounded stochastically with its own bits (m: the low 16 of r, v: the high).
+uvec3 sh_compact_step(uint g, uint f, float p, float m, float v, float grad) {
+    p = adam_update(p, grad, m, v, f < 3u ? params.lr_sh0 : params.lr_shN, params.beta1, params.beta2, params.bias1,
+                    params.bias2, params.adam_eps);
+    uint r = storage_bits(params.seed, g, 64u + f);
+    uint pb = f < 3u ? floatBitsToUint(p) : float_to_half_sr(p, storage_bits(params.seed, g, f));
+    return uvec3(pb, float_to_bf16_sr(m, r), float_to_bf16_sr(v, r >> 16u));
+}
+
+// The DC floats 0-2 of splat g's compact SH row: f32 words 0-2; moments in words 0-1.
+void sh_compact_dc(uint g, vec3 grad) {
+    uint sb = g * sh_row_words(true, SH_COEFFS), mb = g * moment_row_words(true, SH_COEFFS);
+    uvec2 mw = uvec2(m_sh[mb], m_sh[mb + 1u]), vw = uvec2(v_sh[mb], v_sh[mb + 1u]);
+    uvec3 a = sh_compact_step(g, 0u, uintBitsToFloat(sh[sb]), bf16_to_float(mw.x & 65535u),
+                              bf16_to_float(vw.x & 65535u), grad.x);
+    uvec3 b = sh_compact_step(g, 1u, uintBitsToFloat(sh[sb + 1u]), bf16_to_float(mw.x >> 16u),
+                              bf16_to_float(vw.x >> 16u), grad.y);
+    uvec3 c = sh_compact_step(g, 2u, uintBitsToFloat(sh[sb + 2u]), bf16_to_float(mw.y & 65535u),
+                              bf16_to_float(vw.y & 65535u), grad.z);
+    sh[sb] = a.x;
+    sh[sb + 1u] = b.x;
+    sh[sb + 2u] = c.x;
+    m_sh[mb] = a.y | (b.y << 16u);
+    m_sh[mb + 1u] = c.y;
+    v_sh[mb] = a.z | (b.z << 16u);
+    v_sh[mb + 1u] = c.z;
+}
+
+// Word j of the higher coefficients of splat g's compact SH row: floats 3 + 2j and (when
+// there is one) 4 + 2j, in sh word 3 + j and moment words 2 + j, halves alike.
+void sh_compact_pair(uint g, uint j, float grad0, float grad1) {
+    uint f = 3u + 2u * j;
+    uint si = g * sh_row_words(true, SH_COEFFS) + 3u + j, mi = g * moment_row_words(true, SH_COEFFS) + 2u + j;
+    uint pw = sh[si], mw = m_sh[mi], vw = v_sh[mi];
+    uvec3 w = sh_compact_step(g, f, half_to_float(pw & 65535u), bf16_to_float(mw & 65535u), bf16_to_float(vw & 65535u),
+                              grad0);
+    if (f + 1u < 3u * SH_COEFFS) {
+        w |= sh_compact_step(g, f + 1u, half_to_float(pw >> 16u), bf16_to_float(mw >> 16u), bf16_to_float(vw >> 16u),
+                             grad1)
+             << 16u;
+    }
+    sh[si] = w.x;
+    m_sh[mi] = w.y;
+    v_sh[mi] = w.z;
+}
+#endif
+
 // Everything of splat g but (coalesce) the Adam step of its SH row, for which it
 // leaves its basis and v_raw in s_basis, s_vraw.
 void update_splat(uint g, bool coalesce) {
@@ -245,12 +298,12 @@ void update_splat(uint g, bool coalesce) {
         vec4 mm, vm, ms, vs, mq, vq;
         [[unroll]]
         for (uint k = 0u; k < 4u; ++k) {
-            mm[k] = moment_compact_value(mw[k >> 1u], k);
-            vm[k] = moment_compact_value(vw[k >> 1u], k);
-            ms[k] = moment_compact_value(msw[k >> 1u], k);
-            vs[k] = moment_compact_value(vsw[k >> 1u], k);
-            mq[k] = moment_compact_value(mqw[k >> 1u], k);
-            vq[k] = moment_compact_value(vqw[k >> 1u], k);
+            mm[k] = geom_moment_value(mw[k >> 1u], k);
+            vm[k] = geom_moment_value(vw[k >> 1u], k);
+            ms[k] = geom_moment_value(msw[k >> 1u], k);
+            vs[k] = geom_moment_value(vsw[k >> 1u], k);
+            mq[k] = geom_moment_value(mqw[k >> 1u], k);
+            vq[k] = geom_moment_value(vqw[k >> 1u], k);
         }
         uvec4 rm = uvec4(0u), rs = uvec4(0u), rq;
         [[unroll]]
@@ -323,6 +376,9 @@ void update_splat(uint g, bool coalesce) {
     // SH: gradient of float f = coefficient f / 3, channel f % 3 (0 past the active degree)
 #define SH_GRAD(f) ((f) < n_active ? (N_VIEWS > 1u ? g_sh[f] : basis[(f) / 3u] * v_raw[(f) % 3u]) : 0.0)
     if (coalesce) {
+#if COMPACT
+        sh_compact_dc(g, vec3(SH_GRAD(0u), SH_GRAD(1u), SH_GRAD(2u)));
+#endif
         uint l = gl_LocalInvocationID.x;
         [[unroll]]
         for (uint k = 0u; k < 16u; ++k) {
@@ -333,48 +389,10 @@ void update_splat(uint g, bool coalesce) {
         s_vraw[3u * l + 2u] = v_raw.z;
     } else {
 #if COMPACT
-        // one float at a time, as the float32 loop; a word is loaded at its first
-        // half and stored, rounded, after its last (moment f: word f / 2; SH f >= 3:
-        // word 3 + (f - 3) / 2), the pending words in registers
-        uint m_base = g * moment_row_words(true, SH_COEFFS);
-        uint pw = 0u, mw = 0u, vw = 0u, p_out = 0u, m_out = 0u, v_out = 0u;
+        sh_compact_dc(g, vec3(SH_GRAD(0u), SH_GRAD(1u), SH_GRAD(2u)));
         [[unroll]]
-        for (uint f = 0u; f < n_floats; ++f) {
-            uint hp = (f - 3u) & 1u, hm = f & 1u;  // the half of f in its SH / moment word
-            float p;
-            if (f < 3u) {
-                p = uintBitsToFloat(sh[sh_base + f]);
-            } else {
-                if (hp == 0u) {
-                    pw = sh[sh_base + sh_compact_word(f)];
-                    p_out = 0u;
-                }
-                p = half_to_float(word_half(pw, hp));
-            }
-            if (hm == 0u) {
-                mw = m_sh[m_base + f / 2u];
-                vw = v_sh[m_base + f / 2u];
-                m_out = 0u;
-                v_out = 0u;
-            }
-            float m = moment_compact_value(mw, f), v = moment_compact_value(vw, f);
-            p = adam_update(p, SH_GRAD(f), m, v, f < 3u ? lr_sh0 : lr_shN, b1, b2, c1, c2, eps);
-            uint r = storage_bits(params.seed, g, 64u + f);
-            m_out |= float_to_bf16_sr(m, r) << (16u * hm);
-            v_out |= float_to_bf16_sr(v, r >> 16u) << (16u * hm);
-            bool last = f + 1u == n_floats;
-            if (hm == 1u || last) {
-                m_sh[m_base + f / 2u] = m_out;
-                v_sh[m_base + f / 2u] = v_out;
-            }
-            if (f < 3u) {
-                sh[sh_base + f] = floatBitsToUint(p);
-            } else {
-                p_out |= float_to_half_sr(p, storage_bits(params.seed, g, f)) << (16u * hp);
-                if (hp == 1u || last) {
-                    sh[sh_base + sh_compact_word(f)] = p_out;
-                }
-            }
+        for (uint j = 0u; j < (n_floats - 2u) / 2u; ++j) {
+            sh_compact_pair(g, j, SH_GRAD(3u + 2u * j), SH_GRAD(4u + 2u * j));
         }
 #elif SH_VEC4
         [[unroll]]
@@ -442,7 +460,12 @@ void sh_adam_block(uint first, uint count) {
     uint l = gl_LocalInvocationID.x;
 #define BLOCK_GRAD(s, f) ((f) < n_active ? s_basis[17u * (s) + (f) / 3u] * s_vraw[3u * (s) + (f) % 3u] : 0.0)
 #if COMPACT
-    // not used: compact rows take the per-splat loop (main)
+    // the higher coefficients' words (update_splat did the DC): sh word 3 + j and moment word 2 + j of each row
+    const uint R = sh_row_words(true, SH_COEFFS) - 3u;
+    for (uint q = l; q < count * R; q += WG) {
+        uint s = q / R, j = q - s * R, f = 3u + 2u * j;
+        sh_compact_pair(first + s, j, BLOCK_GRAD(s, f), BLOCK_GRAD(s, f + 1u));
+    }
 #elif SH_VEC4
     const uint row = n_floats / 4u;
     for (uint q = l; q < count * row; q += WG) {
@@ -476,9 +499,7 @@ void main() {
     if (num_isects[pc.count_offset] > pc.isect_capacity || params.prev_isects > params.prev_capacity) {
         return;
     }
-    // compact rows keep the per-thread loop: a block pass over them (moment words, halves
-    // assembled in shared memory) measured 1.2-1.3x slower on the H200 (docs/performance.md)
-    const bool coalesce = N_VIEWS == 1u && COMPACT == 0;
+    const bool coalesce = N_VIEWS == 1u;
     uint g = global_index();
     uint first = linear_group_id() * WG;
     if (g < pc.n) {

@@ -79,6 +79,19 @@ def random_scene(n=300, cameras=2, width=75, height=53, sh_degree=3, seed=0, spr
     )
 
 
+def raw_params(scene) -> dict:
+    """The training's stored parameters of a :func:`random_scene`: means, quats,
+    log-scales, opacity logits and sh [N,K,3], float32 as the scene's."""
+    s = scene
+    return dict(
+        means=s["means"],
+        quats=s["quats"],
+        scales=np.log(s["scales"]),
+        opacities=np.log(s["opacities"] / (1 - s["opacities"])),
+        sh=s["sh_coeffs"],
+    )
+
+
 def _f64(scene):
     return {k: (np.asarray(v, np.float64) if isinstance(v, np.ndarray) else v) for k, v in scene.items()}
 
@@ -438,13 +451,7 @@ def check_fpbo(dev, sh_degree=3, step=7, n=150, compact=False):
     s = random_scene(n=n, cameras=1, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
     K = s["sh_coeffs"].shape[1]
-    raw = dict(
-        means=s["means"],
-        quats=s["quats"],
-        scales=np.log(s["scales"]),
-        opacities=np.log(s["opacities"] / (1 - s["opacities"])),
-        sh=s["sh_coeffs"],
-    )
+    raw = raw_params(s)
     moments = dict(
         exp_avg={k: (rng.standard_normal(a.shape) * 1e-3).astype(np.float32) for k, a in raw.items()},
         exp_avg_sq={k: np.abs(rng.standard_normal(a.shape) * 1e-6).astype(np.float32) for k, a in raw.items()},

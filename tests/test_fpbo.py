@@ -8,7 +8,7 @@ from reference.adam import fpbo_expected
 from reference.render import rasterization_bwd
 from render_cases import random_scene
 
-from spirula.selftest import gpu_fpbo_step
+from spirula.selftest import gpu_fpbo_step, raw_params
 from spirula.train.model import SplatModel
 
 LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh0=2.5e-3, lr_shN=1.25e-4)
@@ -33,13 +33,7 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_r
     s = random_scene(n=150, cameras=views, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
     n, K = len(s["means"]), s["sh_coeffs"].shape[1]
-    raw = dict(
-        means=s["means"],
-        quats=s["quats"],
-        scales=np.log(s["scales"]),
-        opacities=np.log(s["opacities"] / (1 - s["opacities"])),
-        sh=s["sh_coeffs"],
-    )
+    raw = raw_params(s)
     moments = {
         k: {
             name: (rng.standard_normal(a.shape) * 1e-3 * (1 if k == "exp_avg" else 1e-3) ** 1).astype(np.float32)

@@ -4,8 +4,11 @@
 //   sh row, compact: the 3 DC floats as f32 words, then the 3K - 3 higher
 //     coefficients as fp16, two per word (low half first), the last word's
 //     high half 0 when 3K - 3 is odd: 3 + ceil((3K - 3) / 2) words.
-//   m_sh / v_sh rows, compact: the 3K moments as bf16, two per word, padded
-//     to ceil(3K / 2) words.
+//   m_sh / v_sh rows, compact: the 3K moments as bf16, two per word: the 3 DC
+//     moments in words 0-1 (word 1's high half 0), then the 3K - 3 higher ones
+//     from word 2, so that moment word 2 + j holds the same two coefficients
+//     as sh word 3 + j: 2 + ceil((3K - 3) / 2) words. (A block pass over a
+//     workgroup's rows, fpbo, then updates one word of each without sharing.)
 //   Adam moments of means, scales (3) and quats (4), compact: bf16, two per
 //     word, 2 words a row (the third value's word has a 0 high half).
 //     Opacities' moments stay f32: one value is a word either way.
@@ -23,7 +26,7 @@
 
 // words in one splat's row of sh (params) and of m_sh / v_sh (moments)
 FN uint sh_row_words(bool compact, uint k) { return compact ? 3u + (3u * k - 2u) / 2u : 3u * k; }
-FN uint moment_row_words(bool compact, uint k) { return compact ? (3u * k + 1u) / 2u : 3u * k; }
+FN uint moment_row_words(bool compact, uint k) { return compact ? 2u + (3u * k - 2u) / 2u : 3u * k; }
 
 // words in one splat's row of the Adam moments of means, scales or quats (width 3 or 4)
 FN uint geom_moment_words(bool compact, uint width) { return compact ? 2u : width; }
@@ -101,6 +104,10 @@ FN float sh_compact_value(uint word, uint f) {
 FN bool sh_compact_finite(uint word, uint f) {
     return f < 3u ? (word & 2139095040u) != 2139095040u : (word_half(word, (f - 3u) & 1u) & 31744u) != 31744u;
 }
-// moment f of a compact row: word f / 2, half f % 2
-FN float moment_compact_value(uint word, uint f) { return bf16_to_float(word_half(word, f & 1u)); }
+// SH moment f of a compact row: the word that holds it, its half, and its value
+FN uint moment_compact_word(uint f) { return f < 3u ? f >> 1u : 2u + (f - 3u) / 2u; }
+FN uint moment_compact_half(uint f) { return f < 3u ? f & 1u : (f - 3u) & 1u; }
+FN float moment_compact_value(uint word, uint f) { return bf16_to_float(word_half(word, moment_compact_half(f))); }
+// value k of a compact row of the moments of means, scales or quats: word k / 2, half k % 2
+FN float geom_moment_value(uint word, uint k) { return bf16_to_float(word_half(word, k & 1u)); }
 #endif

@@ -10,7 +10,10 @@ Compact rows (K SH coefficients per splat, 3K floats):
   higher coefficients as fp16, two per 32-bit word (low half first), the
   last word's high half 0 when 3K - 3 is odd: 3 + ceil((3K - 3) / 2) words
   (K = 16: 26 words, 104 B instead of 192 B).
-- ``m_sh`` / ``v_sh`` (Adam moments): bf16, two per word, ceil(3K / 2) words.
+- ``m_sh`` / ``v_sh`` (Adam moments): bf16, two per word: the 3 DC moments
+  in words 0-1 (word 1's high half 0), then the 3K - 3 higher ones from word
+  2, so that moment word 2 + j holds the coefficients of ``sh`` word 3 + j:
+  2 + ceil((3K - 3) / 2) words (K = 16: 25).
 - the Adam moments of means, quats and scales: bf16, two per word, 2 words
   a row (means, scales: x | y << 16, z with a 0 high half; quats: w | x << 16,
   y | z << 16).
@@ -39,7 +42,7 @@ def sh_row_words(compact: bool, k: int) -> int:
 
 def moment_row_words(compact: bool, k: int) -> int:
     """32-bit words in one splat's ``m_sh`` / ``v_sh`` row."""
-    return (3 * k + 1) // 2 if compact else 3 * k
+    return 2 + (3 * k - 2) // 2 if compact else 3 * k
 
 
 def row_layout(name: str, moment: bool, sh_coeffs: int, compact: bool) -> tuple:
@@ -166,12 +169,15 @@ def encode_moments(x) -> np.ndarray:
     """[N,K,3] float32 -> bf16 rows [N, moment_row_words] uint32 (round to nearest)."""
     x = np.asarray(x, np.float32)
     n, k = x.shape[0], x.shape[1]
-    return _pairs(_rne_bf16(x.reshape(n, 3 * k)), moment_row_words(True, k))
+    halves = _rne_bf16(x.reshape(n, 3 * k))
+    return np.concatenate([_pairs(halves[:, :3], 2), _pairs(halves[:, 3:], moment_row_words(True, k) - 2)], axis=1)
 
 
 def decode_moments(rows, k: int) -> np.ndarray:
+    """bf16 rows [N, moment_row_words] uint32 -> [N,K,3] float32, exact."""
     rows = np.asarray(rows, np.uint32).reshape(-1, moment_row_words(True, k))
-    return bf16_to_float(_unpairs(rows, 3 * k)).reshape(-1, k, 3)
+    halves = np.concatenate([_unpairs(rows[:, :2], 3), _unpairs(rows[:, 2:], 3 * k - 3)], axis=1)
+    return bf16_to_float(halves).reshape(-1, k, 3)
 
 
 def encode_geom_moments(x) -> np.ndarray:
