@@ -116,6 +116,10 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
         fwdbwd.run()
         runs.append(_stage_times(prof, {name: row.ns for name, row in prof.kernels.items()}))
     stages = {k: statistics.median(r[k] for r in runs) for k in STAGES}
+    # the GPU's span of one profiled run, gaps between dispatches included: wall - span is
+    # the host's part of an eval (submit, wait, wake-up), span - the stage sum the gaps'
+    fwdbwd.run()
+    span = fwdbwd.gpu_span_ns()
 
     def wall(seq):
         seq.run()
@@ -151,6 +155,7 @@ def test_raster_bench(benchmark, profiled_device, bench_opts):
         wall_fwd_ms=fwd_ms,
         wall_fwd_bwd_ms=fwdbwd_ms,
         wall_fwd_bwd_profiled_ms=profiled_fwdbwd_ms,
+        gpu_span_fwd_bwd_ms=span / 1e6 if span is not None else None,
     )
     benchmark.extra_info.update(stages, n_isects=m)
     prof.kernels.clear()

@@ -128,6 +128,33 @@ def test_gpu_timestamps_agree_with_wall_time(monkeypatch):
         profiler.reset()
 
 
+def test_gpu_span_covers_the_dispatches_and_lies_within_the_wall(monkeypatch):
+    """Sequence.gpu_span_ns: the GPU's time from a run's start to its end, gaps
+    included: at least the sum of its kernels' times, at most the wall time of
+    the run; None for a sequence recorded without the profiler."""
+    import tests.workloads as w
+
+    monkeypatch.setenv("SS_PROFILE", "1")
+    profiler.reset()
+    try:
+        dev, seq = w.spin(iters=2000)
+        prof = dev.profiler
+        seq.run()
+        prof.kernels.clear()
+        t0 = time.perf_counter_ns()
+        seq.run()
+        wall = time.perf_counter_ns() - t0
+        span = seq.gpu_span_ns()
+        assert prof.kernels["spin"].ns <= span <= wall, (prof.kernels["spin"].ns, span, wall)
+        dev.profiler = None
+        rec = dev.recorder("spin.plain")
+        plain = rec.finish()
+        plain.run()
+        assert plain.gpu_span_ns() is None
+    finally:
+        profiler.reset()
+
+
 class _Counting:
     """Wraps a kp object; counts method calls by name (and wraps what they return)."""
 

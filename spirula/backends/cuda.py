@@ -331,3 +331,8 @@ class CudaSequence(Sequence):
             prof.device_wait(wall_ns, 0, 0, waited)
             return
         prof.sequence(wall_ns, ((op, stop.since(start)) for op, (start, stop) in zip(self._ops, self._events)), waited)
+
+    def gpu_span_ns(self):
+        if self._events is None or not self._ops:
+            return None
+        return self._events[-1][1].since(self._events[0][0])

@@ -316,6 +316,12 @@ class Sequence:
     def _account(self, prof, wall_ns: int, waited: bool = True):
         raise NotImplementedError
 
+    def gpu_span_ns(self):
+        """GPU time from the start of this sequence's last run to its end, the
+        gaps between dispatches included (barriers, launches); None when it
+        was recorded without the profiler."""
+        raise NotImplementedError
+
 
 class RecordedSequence(Sequence):
     """A recorded Kompute sequence (the Vulkan backend's :class:`Sequence`)."""
@@ -355,3 +361,9 @@ class RecordedSequence(Sequence):
         period = self.device.info.timestamp_period_ns
         mask = self.device.timestamp_mask
         prof.sequence(wall_ns, ((op, int(((ts[i + 1] - ts[i]) & mask) * period)) for i, op in self._timed), waited)
+
+    def gpu_span_ns(self):
+        if not self._timed:
+            return None
+        ts = self._seq.get_timestamps()  # one at the start, then one after each operation
+        return int(((ts[-1] - ts[0]) & self.device.timestamp_mask) * self.device.info.timestamp_period_ns)
