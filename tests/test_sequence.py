@@ -136,3 +136,31 @@ def test_one_buffer_twice_in_a_restrict_kernel_is_refused(device):
         )
     device.pool.free(buf)
     device.pool.free(count)
+
+
+def test_spin_wait_runs_and_waits_as_the_fence_wait(test_kernels, monkeypatch):
+    """SPIRULA_SPIN_WAIT=1: a run waits by polling its fence (kp's is_finished,
+    Spirula's patch); the results are those of vkWaitForFences, synchronous and
+    asynchronous, and the fence reads finished once waited for."""
+    from spirula.backends import open_device
+
+    monkeypatch.setenv("SPIRULA_SPIN_WAIT", "1")
+    dev = open_device("vulkan")
+    assert dev.spin_wait
+    n = 50_001
+    a = dev.pool.alloc("test.spin.a", (n,), np.uint32, zero=True)
+    b = dev.pool.alloc("test.spin.b", (n,), np.uint32)
+    k = test_kernels.get("increment")
+    rec = dev.recorder("spin")
+    for i in range(40):
+        rec.dispatch(k, Threads(n), dict(src=a, dst=b) if i % 2 == 0 else dict(src=b, dst=a), push=dict(n=n))
+    seq = rec.finish()
+    seq.run()
+    assert np.all(dev.readback(a) == 40)
+    seq.run_async()
+    seq.wait()
+    assert seq._seq.is_finished() and not seq._seq.is_running()
+    assert np.all(dev.readback(a) == 80)
+    monkeypatch.delenv("SPIRULA_SPIN_WAIT")
+    assert not open_device("vulkan").spin_wait
+    dev.close()

@@ -106,6 +106,11 @@ class VulkanDevice(base.Device):
             so its compiler keeps IEEE's NaN and Inf (spirula/runtime/spirv.py;
             ``SPIRULA_NO_FLOAT_CONTROLS=1`` turns it off). The finiteness
             tests do not depend on it (they read bits: finite.glsl).
+        spin_wait: wait for a recorded sequence's run by polling its fence
+            (vkGetFenceStatus through kp's ``is_finished``, Spirula's patch)
+            instead of blocking in vkWaitForFences; ``SPIRULA_SPIN_WAIT=1``
+            turns it on. An experiment on the fixed cost of an eval
+            (docs/performance.md, raster_bench); off by default.
     """
 
     backend = "vulkan"
@@ -117,6 +122,7 @@ class VulkanDevice(base.Device):
         *,
         float_atomics: bool | None = None,
         float_controls: bool | None = None,
+        spin_wait: bool | None = None,
     ):
         self.kp = kp = _import_kp()
         devices = vkinfo.list_devices()
@@ -151,6 +157,9 @@ class VulkanDevice(base.Device):
             pipeline_cache.attach(self, self.mgr, self.info)
         self.float_atomics = float_atomics
         self.float_controls = float_controls
+        if spin_wait is None:
+            spin_wait = os.environ.get("SPIRULA_SPIN_WAIT", "") not in ("", "0")
+        self.spin_wait = bool(spin_wait and hasattr(kp.Sequence, "is_finished"))
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
         self.kernels = KernelRegistry()
         self._init_device()

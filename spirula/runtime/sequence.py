@@ -345,12 +345,19 @@ class RecordedSequence(Sequence):
             self._seq.record(kop)
 
     def _eval(self):
-        self._seq.eval()
+        if self.device.spin_wait:
+            self._seq.eval_async()
+            self._await()
+        else:
+            self._seq.eval()
 
     def _eval_async(self):
         self._seq.eval_async()
 
     def _await(self):
+        if self.device.spin_wait:
+            while not self._seq.is_finished():  # the GPU is done when the fence is: no sleep, no wake-up
+                pass
         self._seq.eval_await()
 
     def _account(self, prof, wall_ns: int, waited: bool = True):
