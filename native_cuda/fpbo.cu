@@ -70,12 +70,12 @@ __device__ __forceinline__ void sh_compact_dc(const Args& a, uint32_t sh_coeffs,
     uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
     const uint32_t sb = g * sh_row_words(true, sh_coeffs), mb = g * moment_row_words(true, sh_coeffs);
     const uint32_t mw0 = m_sh[mb], mw1 = m_sh[mb + 1u], vw0 = v_sh[mb], vw1 = v_sh[mb + 1u];
-    const ShWords x = sh_compact_step(a.params, g, 0u, uintBitsToFloat(sh[sb]), bf16_to_float(mw0 & 65535u),
-                                      bf16_to_float(vw0 & 65535u), g0);
-    const ShWords y = sh_compact_step(a.params, g, 1u, uintBitsToFloat(sh[sb + 1u]), bf16_to_float(mw0 >> 16u),
-                                      bf16_to_float(vw0 >> 16u), g1);
-    const ShWords z = sh_compact_step(a.params, g, 2u, uintBitsToFloat(sh[sb + 2u]), bf16_to_float(mw1 & 65535u),
-                                      bf16_to_float(vw1 & 65535u), g2);
+    const ShWords x = sh_compact_step(a.params, g, 0u, uintBitsToFloat(sh[sb]), moment_compact_value(mw0, 0u),
+                                      moment_compact_value(vw0, 0u), g0);
+    const ShWords y = sh_compact_step(a.params, g, 1u, uintBitsToFloat(sh[sb + 1u]), moment_compact_value(mw0, 1u),
+                                      moment_compact_value(vw0, 1u), g1);
+    const ShWords z = sh_compact_step(a.params, g, 2u, uintBitsToFloat(sh[sb + 2u]), moment_compact_value(mw1, 2u),
+                                      moment_compact_value(vw1, 2u), g2);
     sh[sb] = x.p;
     sh[sb + 1u] = y.p;
     sh[sb + 2u] = z.p;
@@ -93,17 +93,18 @@ __device__ __forceinline__ void sh_compact_pair(const Args& a, uint32_t sh_coeff
     uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
     uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
     const uint32_t f = 3u + 2u * j;
-    const uint32_t si = g * sh_row_words(true, sh_coeffs) + 3u + j;
-    const uint32_t mi = g * moment_row_words(true, sh_coeffs) + 2u + j;
+    const uint32_t si = g * sh_row_words(true, sh_coeffs) + sh_compact_word(f);
+    const uint32_t mi = g * moment_row_words(true, sh_coeffs) + moment_compact_word(f);
     const uint32_t pw = sh[si], mw = m_sh[mi], vw = v_sh[mi];
-    ShWords w = sh_compact_step(a.params, g, f, half_to_float(pw & 65535u), bf16_to_float(mw & 65535u),
-                                bf16_to_float(vw & 65535u), grad0);
-    if (f + 1u < 3u * sh_coeffs) {
-        const ShWords h = sh_compact_step(a.params, g, f + 1u, half_to_float(pw >> 16u), bf16_to_float(mw >> 16u),
-                                          bf16_to_float(vw >> 16u), grad1);
-        w.p |= h.p << 16u;
-        w.m |= h.m << 16u;
-        w.v |= h.v << 16u;
+    ShWords w = sh_compact_step(a.params, g, f, sh_compact_value(pw, f), moment_compact_value(mw, f),
+                                moment_compact_value(vw, f), grad0);
+    if (f + 1u < 3u * sh_coeffs) {  // the word's high half
+        const uint32_t h = f + 1u;
+        const ShWords hi = sh_compact_step(a.params, g, h, sh_compact_value(pw, h), moment_compact_value(mw, h),
+                                           moment_compact_value(vw, h), grad1);
+        w.p |= hi.p << 16u;
+        w.m |= hi.m << 16u;
+        w.v |= hi.v << 16u;
     }
     sh[si] = w.p;
     m_sh[mi] = w.m;

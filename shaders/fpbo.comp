@@ -150,12 +150,12 @@ uvec3 sh_compact_step(uint g, uint f, float p, float m, float v, float grad) {
 void sh_compact_dc(uint g, vec3 grad) {
     uint sb = g * sh_row_words(true, SH_COEFFS), mb = g * moment_row_words(true, SH_COEFFS);
     uvec2 mw = uvec2(m_sh[mb], m_sh[mb + 1u]), vw = uvec2(v_sh[mb], v_sh[mb + 1u]);
-    uvec3 a = sh_compact_step(g, 0u, uintBitsToFloat(sh[sb]), bf16_to_float(mw.x & 65535u),
-                              bf16_to_float(vw.x & 65535u), grad.x);
-    uvec3 b = sh_compact_step(g, 1u, uintBitsToFloat(sh[sb + 1u]), bf16_to_float(mw.x >> 16u),
-                              bf16_to_float(vw.x >> 16u), grad.y);
-    uvec3 c = sh_compact_step(g, 2u, uintBitsToFloat(sh[sb + 2u]), bf16_to_float(mw.y & 65535u),
-                              bf16_to_float(vw.y & 65535u), grad.z);
+    uvec3 a = sh_compact_step(g, 0u, uintBitsToFloat(sh[sb]), moment_compact_value(mw.x, 0u),
+                              moment_compact_value(vw.x, 0u), grad.x);
+    uvec3 b = sh_compact_step(g, 1u, uintBitsToFloat(sh[sb + 1u]), moment_compact_value(mw.x, 1u),
+                              moment_compact_value(vw.x, 1u), grad.y);
+    uvec3 c = sh_compact_step(g, 2u, uintBitsToFloat(sh[sb + 2u]), moment_compact_value(mw.y, 2u),
+                              moment_compact_value(vw.y, 2u), grad.z);
     sh[sb] = a.x;
     sh[sb + 1u] = b.x;
     sh[sb + 2u] = c.x;
@@ -169,12 +169,14 @@ void sh_compact_dc(uint g, vec3 grad) {
 // there is one) 4 + 2j, in sh word 3 + j and moment words 2 + j, halves alike.
 void sh_compact_pair(uint g, uint j, float grad0, float grad1) {
     uint f = 3u + 2u * j;
-    uint si = g * sh_row_words(true, SH_COEFFS) + 3u + j, mi = g * moment_row_words(true, SH_COEFFS) + 2u + j;
+    uint si = g * sh_row_words(true, SH_COEFFS) + sh_compact_word(f);
+    uint mi = g * moment_row_words(true, SH_COEFFS) + moment_compact_word(f);
     uint pw = sh[si], mw = m_sh[mi], vw = v_sh[mi];
-    uvec3 w = sh_compact_step(g, f, half_to_float(pw & 65535u), bf16_to_float(mw & 65535u), bf16_to_float(vw & 65535u),
-                              grad0);
-    if (f + 1u < 3u * SH_COEFFS) {
-        w |= sh_compact_step(g, f + 1u, half_to_float(pw >> 16u), bf16_to_float(mw >> 16u), bf16_to_float(vw >> 16u),
+    uvec3 w =
+        sh_compact_step(g, f, sh_compact_value(pw, f), moment_compact_value(mw, f), moment_compact_value(vw, f), grad0);
+    if (f + 1u < 3u * SH_COEFFS) {  // the word's high half
+        uint h = f + 1u;
+        w |= sh_compact_step(g, h, sh_compact_value(pw, h), moment_compact_value(mw, h), moment_compact_value(vw, h),
                              grad1)
              << 16u;
     }
