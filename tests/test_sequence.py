@@ -164,3 +164,35 @@ def test_spin_wait_runs_and_waits_as_the_fence_wait(test_kernels, monkeypatch):
     monkeypatch.delenv("SPIRULA_SPIN_WAIT")
     assert not open_device("vulkan").spin_wait
     dev.close()
+
+
+@pytest.mark.parametrize("host_barriers", [False, True])
+def test_only_the_last_barrier_names_the_host(device, test_kernels, monkeypatch, host_barriers):
+    """Barriers between dispatches are device-only (on NVIDIA a host-inclusive
+    one costs GPU time); the sequence's last makes its writes visible to the
+    host. SPIRULA_HOST_BARRIERS's setting makes every one host-inclusive, and
+    either way the results are the same."""
+    made = []
+    real = device.kp.OpBarrier
+
+    def spy(host=True):
+        made.append(host)
+        return real(host)
+
+    monkeypatch.setattr(device.kp, "OpBarrier", spy)
+    monkeypatch.setattr(device, "host_barriers", host_barriers)
+    n = 4099
+    a = device.pool.alloc("test.hostbar.a", (n,), np.uint32, zero=True)
+    b = device.pool.alloc("test.hostbar.b", (n,), np.uint32)
+    k = test_kernels.get("increment")
+    device.sync()
+    made.clear()  # the zero fill's own barriers
+    rec = device.recorder("hostbar")
+    for i in range(3):
+        rec.dispatch(k, Threads(n), dict(src=a, dst=b) if i % 2 == 0 else dict(src=b, dst=a), push=dict(n=n))
+    seq = rec.finish()
+    assert made == ([True] * 4 if host_barriers else [False, False, False, True])
+    seq.run()
+    assert np.all(device.readback(b) == 3)
+    device.pool.free(a)
+    device.pool.free(b)

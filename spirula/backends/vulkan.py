@@ -38,10 +38,13 @@ def _import_kp():
         if "libvulkan" in str(exc):
             raise NoVulkanError("no Vulkan loader (libvulkan.so.1): " + vkinfo.INSTALL_HINT) from None
         raise SpirulaError("Kompute's Python module `kp` is not installed: run `make install` (%s)" % exc) from None
-    if not hasattr(kp, "OpBarrier"):
+    try:
+        kp.OpBarrier(False)  # the patch's barrier, with its host flag
+    except (AttributeError, TypeError):
         raise SpirulaError(
-            "this `kp` lacks Spirula's patch (kp.OpBarrier): run `make install`, which builds it (docs/kompute.md)"
-        )
+            "this `kp` lacks Spirula's current patch (kp.OpBarrier(host)): run `make install`, "
+            "which builds it (docs/kompute.md)"
+        ) from None
     return kp
 
 
@@ -111,6 +114,9 @@ class VulkanDevice(base.Device):
             instead of blocking in vkWaitForFences; ``SPIRULA_SPIN_WAIT=1``
             turns it on. An experiment on the fixed cost of an eval
             (docs/performance.md, raster_bench); off by default.
+        host_barriers: make every barrier between dispatches host-inclusive,
+            as before the barriers named the host only at a sequence's end
+            (``SPIRULA_HOST_BARRIERS=1``): for measuring what that costs.
     """
 
     backend = "vulkan"
@@ -123,6 +129,7 @@ class VulkanDevice(base.Device):
         float_atomics: bool | None = None,
         float_controls: bool | None = None,
         spin_wait: bool | None = None,
+        host_barriers: bool | None = None,
     ):
         self.kp = kp = _import_kp()
         devices = vkinfo.list_devices()
@@ -160,6 +167,9 @@ class VulkanDevice(base.Device):
         if spin_wait is None:
             spin_wait = os.environ.get("SPIRULA_SPIN_WAIT", "") not in ("", "0")
         self.spin_wait = bool(spin_wait and hasattr(kp.Sequence, "is_finished"))
+        if host_barriers is None:
+            host_barriers = os.environ.get("SPIRULA_HOST_BARRIERS", "") not in ("", "0")
+        self.host_barriers = bool(host_barriers)
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
         self.kernels = KernelRegistry()
         self._init_device()
@@ -245,9 +255,9 @@ class VulkanDevice(base.Device):
             self._immediate = self.mgr.sequence(0, 3 if timed else 0)
         seq = self._immediate
         seq.clear()
-        seq.record(self.kp.OpBarrier())
+        seq.record(self.kp.OpBarrier(self.host_barriers))
         seq.record(self.kp.OpAlgoDispatch(algo, kernel.pack_push(push)))
-        seq.record(self.kp.OpBarrier())
+        seq.record(self.kp.OpBarrier(True))  # the host reads what it wrote
         seq.eval()
         if timed:
             ts = seq.get_timestamps()

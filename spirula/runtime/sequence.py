@@ -10,7 +10,9 @@ buffer, what was read and written since the last barrier (from each kernel's
 read-after-write, write-after-write or write-after-read hazard. Independent
 dispatches stay unordered, so the GPU may overlap them. Every sequence also
 starts with a barrier (ordering it after earlier submissions) and ends with
-one that makes its writes visible to the host.
+one that makes its writes visible to the host; only that last one names the
+host, since on NVIDIA a host-inclusive barrier between dispatches costs GPU
+time (docs/kompute.md).
 
 With the profiler on, the sequence gets a timestamp after every operation and
 each dispatch's GPU time is the difference of the pair around it.
@@ -336,7 +338,8 @@ class RecordedSequence(Sequence):
         self._ops = []  # keep the kp ops alive with the sequence
         for i, op in enumerate(plan):
             if op == "barrier":
-                kop = kp.OpBarrier()
+                # the host reads after the fence, so only the last barrier names it
+                kop = kp.OpBarrier(i == len(plan) - 1 or device.host_barriers)
             else:
                 kop = kp.OpAlgoDispatch(op.algorithm, op.push)
                 if timed:
