@@ -408,12 +408,12 @@ def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
     trainer.free()
 
 
-@pytest.mark.parametrize("opacity_reset", [False, True], ids=["default", "opacity-reset"])
+@pytest.mark.parametrize("opacity_reset", [False, True], ids=["no-reset", "opacity-reset"])
 def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch, opacity_reset):
     """step_post_backward(..., s, ...) with the 0-based index of the step just done, as gsplat.
-    By default no opacity reset ever runs, as in gsplat 1.5.3's DefaultStrategy: its test
-    `step % reset_every == 0 & step > 0` parses as the chain `step % reset_every == (0 & step) > 0`,
-    whose second link is `0 > 0`; with opacity_reset (3DGS), every reset_every steps."""
+    With opacity_reset=false no opacity reset ever runs, as in gsplat 1.5.3's DefaultStrategy: its
+    test `step % reset_every == 0 & step > 0` parses as the chain `step % reset_every == (0 & step) > 0`,
+    whose second link is `0 > 0`; with opacity_reset (3DGS, the default), every reset_every steps."""
     from spirula.train import strategy as strategies
 
     calls = []

@@ -11,8 +11,8 @@ Policy lives here (when to refine, how many splats); the work is done by the
   the image is unchanged. Position noise is applied every step by ``fpbo``.
 - :class:`ADC` (Kerbl et al. 2023, as gsplat's ``DefaultStrategy``): clone
   small and split large splats with a high screen-space gradient, prune
-  transparent and oversized ones; with ``opacity_reset`` (off, as gsplat
-  1.5.3, whose reset never runs), reset opacities every ``reset_every`` steps.
+  transparent and oversized ones; with ``opacity_reset`` (on by default, as
+  3DGS; gsplat 1.5.3's never runs), reset opacities every ``reset_every`` steps.
 
 Data flows down, as in gsplat's ``strategy.step_post_backward(params,
 optimizers, state, step, info)``: after each step the trainer hands
