@@ -187,9 +187,20 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         }
         vec3 v_raw = v_rgb * vec3(greaterThanEqual(raw + 0.5f, vec3(0.0f)));
         float w[16];
+        // COMPACT, ONE_VIEW: the coefficients read again (L1), not kept from the pass above: holding
+        // all 48 across the clamp took 200 registers, against 103 (SH degree 3). The row's base goes
+        // through an asm move the compiler cannot see through, so it does not merge the two passes'
+        // loads. Other variants are better as they are (docs/performance.md).
+        uint32_t base2 = sh_base;
+        if (COMPACT && ONE_VIEW) {
+            asm volatile("mov.b32 %0, %1;" : "=r"(base2) : "r"(sh_base));
+        }
+        auto sh_again = [&](uint32_t f) {
+            return COMPACT && ONE_VIEW ? sh_compact_value(sh_words[base2 + sh_compact_word(f)], f) : sh_val(f);
+        };
 #pragma unroll
         for (uint32_t k = 0u; k < n_active / 3u; ++k) {
-            w[k] = dot(make3(sh_val(3u * k), sh_val(3u * k + 1u), sh_val(3u * k + 2u)), v_raw);
+            w[k] = dot(make3(sh_again(3u * k), sh_again(3u * k + 1u), sh_again(3u * k + 2u)), v_raw);
             if (ONE_VIEW) {
                 view_basis[k] = basis[k];
             } else {

@@ -43,7 +43,6 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc
     bool valid = keep && ssim_valid(px, py, W, H);
 
     float4 sums = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float out_grads[9];
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
         __syncthreads();
@@ -104,15 +103,12 @@ __global__ void __launch_bounds__(LOCAL_THREADS) loss_fwd_kernel(Args a, Push pc
             g_sxx = g.y;
             g_sxy = g.z;
         }
-        out_grads[3 * ch] = g_m;
-        out_grads[3 * ch + 1] = g_sxx;
-        out_grads[3 * ch + 2] = g_sxy;
-    }
-    if (inside) {
-        uint32_t base = 9u * (view_base + uint32_t(py * W + px));
-#pragma unroll
-        for (int k = 0; k < 9; ++k) {
-            a.ssim_grads[base + uint32_t(k)] = out_grads[k];
+        // written per channel, not kept to the end: 9 fewer live registers across the channels
+        if (inside) {
+            uint32_t o = 9u * (view_base + uint32_t(py * W + px)) + 3u * uint32_t(ch);
+            a.ssim_grads[o] = g_m;
+            a.ssim_grads[o + 1u] = g_sxx;
+            a.ssim_grads[o + 2u] = g_sxy;
         }
     }
     // workgroup sums: subgroups first, then one thread over the subgroup sums

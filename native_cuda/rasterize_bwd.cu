@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
     uint32_t chunk_end = min(chunk_start + pc.chunk, end);
 
     float T = T_final;
-    vec3 behind = make3(0.0f, 0.0f, 0.0f);  // colour blended behind the current Gaussian
+    vec3 behind = make3(0.0f, 0.0f, 0.0f);  // colour blended behind the current Gaussian (at the chunk's end)
     if (chunk_end < end) {                  // uniform: start from the forward's state at the boundary chunk_end
         uint32_t slot = chunk_end / pc.chunk;
         const uint32_t K = pc.chunk_channels;
@@ -105,6 +105,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                        st[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)]);
         }
     }
+    // The colour behind enters dL/dalpha only through its dot with v_color, and T_final's
+    // gradient only as T_final v_T_final: one scalar q = T_final v_T_final - behind . v_color
+    // carries both (fewer live registers: more workgroups an SM)
+    float q = T_final * v_T_final - dot(behind, v_color);
+    uint32_t last_end = range.x + last;  // one past the last entry this pixel blended
     for (uint32_t batch_end = chunk_end; batch_end > chunk_start;) {
         uint32_t batch_start = batch_end - min(batch_end - chunk_start, TILE_PIXELS);
         uint32_t count = batch_end - batch_start;
@@ -125,7 +130,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
         __syncthreads();
         for (uint32_t kk = count; kk > 0u; --kk) {
             uint32_t k = kk - 1u;
-            bool valid = batch_start - range.x + k < last;
+            bool valid = batch_start + k < last_end;
             float4 g = s_xyop[k];
             float4 cn = s_conic[k];
             vec3 con = make3(cn.x, cn.y, cn.z);
@@ -145,11 +150,11 @@ __global__ void __launch_bounds__(LOCAL_THREADS) rasterize_bwd_kernel(Args a, Pu
                 float ra = 1.0f / (1.0f - alpha);
                 T *= ra;  // T before this Gaussian
                 float4 cc = s_rgb[k];
-                vec3 col = make3(cc.x, cc.y, cc.z);
+                float cdot = dot(make3(cc.x, cc.y, cc.z), v_color);
                 float w = alpha * T;
                 v_rgb = w * v_color;
-                float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
-                behind += col * w;
+                float v_alpha = T * cdot + ra * q;
+                q -= w * cdot;
                 if (DISTORTION) {
                     float z = g.w;
                     float A_prev = A_final - bA - w;

@@ -56,7 +56,6 @@ void main() {
     bool valid = keep && ssim_valid(p.x, p.y, W, H);
 
     vec4 sums = vec4(0.0);
-    float out_grads[9];
     for (int ch = 0; ch < 3; ++ch) {
         barrier();
         for (uint i = tid; i < uint(SSIM_HALO * SSIM_HALO); i += 256u) {
@@ -114,14 +113,12 @@ void main() {
             g_sxx = g.y;
             g_sxy = g.z;
         }
-        out_grads[3 * ch] = g_m;
-        out_grads[3 * ch + 1] = g_sxx;
-        out_grads[3 * ch + 2] = g_sxy;
-    }
-    if (inside) {
-        uint base = 9u * (view_base + uint(p.y * W + p.x));
-        for (int k = 0; k < 9; ++k) {
-            ssim_grads[base + uint(k)] = out_grads[k];
+        // written per channel, not kept to the end: 9 fewer live registers across the channels
+        if (inside) {
+            uint o = 9u * (view_base + uint(p.y * W + p.x)) + 3u * uint(ch);
+            ssim_grads[o] = g_m;
+            ssim_grads[o + 1u] = g_sxx;
+            ssim_grads[o + 2u] = g_sxy;
         }
     }
     // workgroup sums: subgroups first, then one thread over the subgroup sums

@@ -156,7 +156,7 @@ void main() {
     uint chunk_end = min(chunk_start + pc.chunk, end);
 
     float T = T_final;
-    vec3 behind = vec3(0.0);  // colour blended behind the current Gaussian
+    vec3 behind = vec3(0.0);  // colour blended behind the current Gaussian (at the chunk's end)
     if (chunk_end < end) {    // uniform: start from the forward's state at the boundary chunk_end
         uint slot = chunk_end / pc.chunk;
         uint K = pc.chunk_channels;
@@ -176,6 +176,11 @@ void main() {
                       chunk_state[chunk_word(slot, K, CHUNK_NORMAL + 2u, tid)]);
         }
     }
+    // The colour behind enters dL/dalpha only through its dot with v_color, and T_final's
+    // gradient only as T_final v_T_final: one scalar q = T_final v_T_final - behind . v_color
+    // carries both (fewer live registers: more workgroups an SM)
+    float q = T_final * v_T_final - dot(behind, v_color);
+    uint last_end = range.x + last;  // one past the last entry this pixel blended
     for (uint batch_end = chunk_end; batch_end > chunk_start;) {
         uint batch_start = batch_end - min(batch_end - chunk_start, TILE_PIXELS);
         uint count = batch_end - batch_start;
@@ -196,7 +201,7 @@ void main() {
         barrier();
         for (uint kk = count; kk > 0u; --kk) {
             uint k = kk - 1u;
-            bool valid = batch_start - range.x + k < last;
+            bool valid = batch_start + k < last_end;
             vec4 g = s_xyop[k];
             vec3 con = s_conic[k].xyz;
             vec2 d = g.xy - centre;
@@ -214,11 +219,11 @@ void main() {
             if (valid) {
                 float ra = 1.0 / (1.0 - alpha);
                 T *= ra;  // T before this Gaussian
-                vec3 col = s_rgb[k].rgb;
+                float cdot = dot(s_rgb[k].rgb, v_color);
                 float w = alpha * T;
                 v_rgb = w * v_color;
-                float v_alpha = dot(col * T - behind * ra, v_color) + T_final * ra * v_T_final;
-                behind += col * w;
+                float v_alpha = T * cdot + ra * q;
+                q -= w * cdot;
                 if (DISTORTION) {
                     float z = g.w;
                     float A_prev = A_final - bA - w;
