@@ -22,6 +22,15 @@
         }                                                                 \
     } while (0)
 
+// Vulkan's two-call enumeration: the count, then that many structs, each with its sType set
+#define ENUMERATE(get, dev, info, n, out, stype)                         \
+    do {                                                                 \
+        CHECK(get((dev), info, &(n), NULL));                             \
+        (out) = calloc((n) ? (n) : 1, sizeof *(out));                    \
+        for (uint32_t i_ = 0; i_ < (n); ++i_) (out)[i_].sType = (stype); \
+        CHECK(get((dev), info, &(n), (out)));                            \
+    } while (0)
+
 static int has_extension(VkPhysicalDevice pd, const char* name) {
     uint32_t n = 0;
     vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL);
@@ -145,20 +154,16 @@ int main(int argc, char** argv) {
     VkPipelineInfoKHR pinfo = {VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
     pinfo.pipeline = pipe;
     uint32_t n_exec = 0;
-    CHECK(get_props(dev, &pinfo, &n_exec, NULL));
-    VkPipelineExecutablePropertiesKHR* props = calloc(n_exec ? n_exec : 1, sizeof *props);
-    for (uint32_t i = 0; i < n_exec; ++i) props[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR;
-    CHECK(get_props(dev, &pinfo, &n_exec, props));
+    VkPipelineExecutablePropertiesKHR* props;
+    ENUMERATE(get_props, dev, &pinfo, n_exec, props, VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR);
     for (uint32_t e = 0; e < n_exec; ++e) {
         printf("executable %u: %s (subgroup size %u)\n", e, props[e].name, props[e].subgroupSize);
         VkPipelineExecutableInfoKHR einfo = {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
         einfo.pipeline = pipe;
         einfo.executableIndex = e;
         uint32_t n_stat = 0;
-        CHECK(get_stats(dev, &einfo, &n_stat, NULL));
-        VkPipelineExecutableStatisticKHR* st = calloc(n_stat ? n_stat : 1, sizeof *st);
-        for (uint32_t i = 0; i < n_stat; ++i) st[i].sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
-        CHECK(get_stats(dev, &einfo, &n_stat, st));
+        VkPipelineExecutableStatisticKHR* st;
+        ENUMERATE(get_stats, dev, &einfo, n_stat, st, VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR);
         for (uint32_t i = 0; i < n_stat; ++i) {
             printf("  %s = ", st[i].name);
             switch (st[i].format) {
