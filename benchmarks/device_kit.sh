@@ -4,6 +4,7 @@
 #   .device/            the kit of ../shared/device (prepare.sh)
 #   .device/local/kp-0.9.0-spirula.tar.gz   kp's sdist with third_party/kompute's patch
 #   .device/local/bin/glslangValidator      the shader compiler Spirula runs
+#   .device/local/bin/pipeline_stats        benchmarks/pipeline_stats.c (the GPU machine has no Vulkan headers)
 #   .device/local/before.tar.gz             (BEFORE=REV) the tree at REV, for "before" rows
 #   .device/local/scene1080                 (SCENE1080=1) the 1080p training scene, images only
 #   build/libspirula_cuda.so                the CUDA backend for the H200 only (sm_90: small to carry)
@@ -22,6 +23,7 @@ if [ ! -f $L/kp-0.9.0-spirula.tar.gz ]; then
     rm -rf "$T"
 fi
 cp -f "$(command -v glslangValidator)" $L/bin/
+cc -O1 -o $L/bin/pipeline_stats benchmarks/pipeline_stats.c -lvulkan
 if [ -n "${BEFORE:-}" ]; then
     git archive --format=tar.gz -o $L/before.tar.gz "$BEFORE" spirula shaders native_cuda scripts pyproject.toml
 fi

@@ -7,7 +7,11 @@
 //     pipeline_stats KERNEL.spv BINDINGS PUSH_BYTES [SPEC_WORD ...]
 // BINDINGS storage buffers at set 0, bindings 0..BINDINGS-1; PUSH_BYTES of push
 // constants; the specialization constants' 32-bit words by constant_id.
-// Output: one "name = value" line per statistic of each executable.
+// Output: one "name = value" line per statistic of each executable. With
+// PIPELINE_STATS_IR=1 in the environment, also each internal representation the
+// driver offers (its name, description and text: what it compiled, where it says).
+// PIPELINE_STATS_CACHE=FILE writes the pipeline cache data; PIPELINE_STATS_ROBUSTNESS=0
+// compiles with the storage buffers' robustness disabled (VK_EXT_pipeline_robustness).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +44,27 @@ static int has_extension(VkPhysicalDevice pd, const char* name) {
     for (uint32_t i = 0; i < n; ++i) found |= strcmp(e[i].extensionName, name) == 0;
     free(e);
     return found;
+}
+
+// The driver's internal representations of one executable (text ones printed whole)
+static void print_representations(VkDevice dev, const VkPipelineExecutableInfoKHR* einfo) {
+    PFN_vkGetPipelineExecutableInternalRepresentationsKHR get_ir =
+        (PFN_vkGetPipelineExecutableInternalRepresentationsKHR)vkGetDeviceProcAddr(
+            dev, "vkGetPipelineExecutableInternalRepresentationsKHR");
+    uint32_t n = 0;
+    VkPipelineExecutableInternalRepresentationKHR* ir;
+    ENUMERATE(get_ir, dev, einfo, n, ir, VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR);
+    printf("  internal representations: %u\n", n);
+    for (uint32_t i = 0; i < n; ++i) ir[i].pData = malloc(ir[i].dataSize ? ir[i].dataSize : 1);
+    CHECK(get_ir(dev, einfo, &n, ir));  // the second call fills pData
+    for (uint32_t i = 0; i < n; ++i) {
+        printf("  -- %s: %s (%zu bytes%s)\n", ir[i].name, ir[i].description, ir[i].dataSize,
+               ir[i].isText ? "" : ", binary");
+        if (ir[i].isText && ir[i].dataSize) fwrite(ir[i].pData, 1, strnlen(ir[i].pData, ir[i].dataSize), stdout);
+        printf("\n");
+        free(ir[i].pData);
+    }
+    free(ir);
 }
 
 int main(int argc, char** argv) {
@@ -79,15 +104,36 @@ int main(int argc, char** argv) {
         fprintf(stderr, "pipeline_stats: the driver has no %s\n", VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
         return 1;
     }
-    // the features the kernels may use: float atomics (ATOMIC_FLOAT=1) and pipeline statistics
-    const char* exts[2] = {VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME};
-    uint32_t n_exts = has_extension(pd, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME) ? 2 : 1;
-    VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
-    atomic.shaderBufferFloat32AtomicAdd = VK_TRUE;
+    // the features the kernels may use: float atomics (ATOMIC_FLOAT=1) and pipeline statistics;
+    // PIPELINE_STATS_ROBUSTNESS=0: also VK_EXT_pipeline_robustness, to compile the kernel with
+    // its storage buffers' robustness disabled (NVIDIA's driver otherwise bounds-checks every
+    // storage buffer access: docs/performance.md, "What NVIDIA's driver compiled")
+    const char* rob_env = getenv("PIPELINE_STATS_ROBUSTNESS");
+    int no_robustness = rob_env && strcmp(rob_env, "0") == 0;
+    if (no_robustness && !has_extension(pd, VK_EXT_PIPELINE_ROBUSTNESS_EXTENSION_NAME)) {
+        fprintf(stderr, "pipeline_stats: the driver has no %s\n", VK_EXT_PIPELINE_ROBUSTNESS_EXTENSION_NAME);
+        return 1;
+    }
+    const char* exts[3] = {VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME};
+    uint32_t n_exts = 1;
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pep = {
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR};
     pep.pipelineExecutableInfo = VK_TRUE;
-    pep.pNext = n_exts == 2 ? &atomic : NULL;
+    VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomic = {VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
+    atomic.shaderBufferFloat32AtomicAdd = VK_TRUE;
+    if (has_extension(pd, VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME)) {
+        exts[n_exts++] = VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME;
+        atomic.pNext = pep.pNext;
+        pep.pNext = &atomic;
+    }
+    VkPhysicalDevicePipelineRobustnessFeaturesEXT robust = {
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_ROBUSTNESS_FEATURES_EXT};
+    robust.pipelineRobustness = VK_TRUE;
+    if (no_robustness) {
+        exts[n_exts++] = VK_EXT_PIPELINE_ROBUSTNESS_EXTENSION_NAME;
+        robust.pNext = pep.pNext;
+        pep.pNext = &robust;
+    }
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
     qci.queueCount = 1;
@@ -137,15 +183,48 @@ int main(int argc, char** argv) {
     }
     VkSpecializationInfo spec = {n_spec, map, 4 * n_spec, words};
     VkComputePipelineCreateInfo cpci = {VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-    cpci.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+    const char* ir_env = getenv("PIPELINE_STATS_IR");
+    int want_ir = ir_env && strcmp(ir_env, "0") != 0;
+    cpci.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR |
+                 (want_ir ? VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR : 0);
     cpci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     cpci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     cpci.stage.module = mod;
     cpci.stage.pName = "main";
     cpci.stage.pSpecializationInfo = n_spec ? &spec : NULL;
     cpci.layout = layout;
+    VkPipelineRobustnessCreateInfoEXT rci = {VK_STRUCTURE_TYPE_PIPELINE_ROBUSTNESS_CREATE_INFO_EXT};
+    rci.storageBuffers = VK_PIPELINE_ROBUSTNESS_BUFFER_BEHAVIOR_DISABLED_EXT;
+    rci.uniformBuffers = VK_PIPELINE_ROBUSTNESS_BUFFER_BEHAVIOR_DISABLED_EXT;
+    rci.vertexInputs = VK_PIPELINE_ROBUSTNESS_BUFFER_BEHAVIOR_DEVICE_DEFAULT_EXT;
+    rci.images = VK_PIPELINE_ROBUSTNESS_IMAGE_BEHAVIOR_DEVICE_DEFAULT_EXT;
+    if (no_robustness) cpci.pNext = &rci;
+    // PIPELINE_STATS_CACHE=FILE: compile through an empty pipeline cache and write its data
+    // there: the driver's binary, the one place a driver without internal representations
+    // shows what it compiled (NVIDIA's blob holds the machine code; nvdisasm -b reads it)
+    const char* cache_path = getenv("PIPELINE_STATS_CACHE");
+    VkPipelineCache cache = VK_NULL_HANDLE;
+    if (cache_path) {
+        VkPipelineCacheCreateInfo pcci = {VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+        CHECK(vkCreatePipelineCache(dev, &pcci, NULL, &cache));
+    }
     VkPipeline pipe;
-    CHECK(vkCreateComputePipelines(dev, VK_NULL_HANDLE, 1, &cpci, NULL, &pipe));
+    CHECK(vkCreateComputePipelines(dev, cache, 1, &cpci, NULL, &pipe));
+    if (cache_path) {
+        size_t size = 0;
+        CHECK(vkGetPipelineCacheData(dev, cache, &size, NULL));
+        void* data = malloc(size ? size : 1);
+        CHECK(vkGetPipelineCacheData(dev, cache, &size, data));
+        FILE* out = fopen(cache_path, "wb");
+        if (!out || fwrite(data, 1, size, out) != size) {
+            fprintf(stderr, "pipeline_stats: cannot write %s\n", cache_path);
+            return 1;
+        }
+        fclose(out);
+        printf("pipeline cache: %zu bytes -> %s\n", size, cache_path);
+        free(data);
+        vkDestroyPipelineCache(dev, cache, NULL);
+    }
 
     PFN_vkGetPipelineExecutablePropertiesKHR get_props =
         (PFN_vkGetPipelineExecutablePropertiesKHR)vkGetDeviceProcAddr(dev, "vkGetPipelineExecutablePropertiesKHR");
@@ -176,6 +255,7 @@ int main(int argc, char** argv) {
             }
         }
         free(st);
+        if (want_ir) print_representations(dev, &einfo);
     }
     vkDestroyPipeline(dev, pipe, NULL);
     vkDestroyPipelineLayout(dev, layout, NULL);

@@ -20,6 +20,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "ssim.glsl"
 #include "step_params.glsl"
 
@@ -65,6 +66,8 @@ void main() {
     bool keep = loss_keep(packed);
     vec3 y = unpackUnorm4x8(packed).rgb;
     vec3 grad = params.l1_weight * sign(x - y) / n_pixels;
+    // unrolled, as the CUDA twin: constant channel indices and SSIM weights
+    [[unroll]]
     for (int ch = 0; ch < 3; ++ch) {
         barrier();
         for (uint i = tid; i < uint(SSIM_HALO * SSIM_HALO); i += 256u) {
@@ -80,6 +83,7 @@ void main() {
         for (uint i = tid; i < uint(SSIM_HALO * SSIM_TILE); i += 256u) {
             int row = int(i) / SSIM_TILE, col = int(i) % SSIM_TILE;
             vec3 acc = vec3(0.0);
+            [[unroll]]
             for (int k = 0; k < 11; ++k) {
                 acc += ssim_w(k) * s_g[row][col + k];
             }
@@ -87,6 +91,7 @@ void main() {
         }
         barrier();
         vec3 b = vec3(0.0);
+        [[unroll]]
         for (int k = 0; k < 11; ++k) {
             b += ssim_w(k) * s_h[lp.y + k][lp.x];
         }

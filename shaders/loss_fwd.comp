@@ -21,6 +21,7 @@
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #include "ssim.glsl"
 #include "step_params.glsl"
 
@@ -56,6 +57,8 @@ void main() {
     bool valid = keep && ssim_valid(p.x, p.y, W, H);
 
     vec4 sums = vec4(0.0);
+    // unrolled, as the CUDA twin: constant channel indices and SSIM weights
+    [[unroll]]
     for (int ch = 0; ch < 3; ++ch) {
         barrier();
         for (uint i = tid; i < uint(SSIM_HALO * SSIM_HALO); i += 256u) {
@@ -74,6 +77,7 @@ void main() {
         for (uint i = tid; i < uint(SSIM_HALO * SSIM_TILE); i += 256u) {
             int row = int(i) / SSIM_TILE, col = int(i) % SSIM_TILE;
             float mx = 0.0, my = 0.0, sxx = 0.0, syy = 0.0, sxy = 0.0;
+            [[unroll]]
             for (int k = 0; k < 11; ++k) {
                 vec2 v = s_xy[row][col + k];
                 float w = ssim_w(k);
@@ -99,6 +103,7 @@ void main() {
         float g_m = 0.0, g_sxx = 0.0, g_sxy = 0.0;
         if (valid) {
             float mx = 0.0, my = 0.0, sxx = 0.0, syy = 0.0, sxy = 0.0;
+            [[unroll]]
             for (int k = 0; k < 11; ++k) {
                 float w = ssim_w(k);
                 mx += w * s_h[0][lp.y + k][lp.x];

@@ -6,6 +6,7 @@ kernel that relies on zeroed memory fails.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -19,6 +20,14 @@ os.environ.pop("SS_PROFILE", None)
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SHADERS = Path(__file__).resolve().parent / "shaders"
 LAYER_SETTINGS = Path(__file__).resolve().parent / "vulkan"
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / (name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session")

@@ -1,19 +1,12 @@
 """benchmarks/quality_sweep.py: both trainers run the strategy asked for (issue #16 item 6:
 ADC against gsplat's DefaultStrategy, as MCMC against its MCMCStrategy)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
 
 
 def _sweep():
-    spec = importlib.util.spec_from_file_location("quality_sweep", ROOT / "benchmarks" / "quality_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("quality_sweep")
 
 
 def _option(cmd, name):

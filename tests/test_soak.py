@@ -4,13 +4,12 @@ run, or with a checkpoint and one clear line that --resume continues from;
 never a crash or a hang. The GPU version (30,000 steps of the 1080p
 benchmark scene) is in docs/testing.md."""
 
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_benchmark
 from train_cases import tiny_scene
 
 from spirula.train.config import TrainConfig
@@ -18,9 +17,7 @@ from spirula.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
-_spec = importlib.util.spec_from_file_location("soak", ROOT / "benchmarks" / "soak.py")
-soak = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(soak)
+soak = load_benchmark("soak")
 
 # every 10 steps NaN into 1% of the splats; MCMC relocates dead splats every 20
 # steps from step 20, and grows 500 -> ~1,200 splats over 400 steps
