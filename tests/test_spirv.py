@@ -78,3 +78,21 @@ def test_float_controls_can_be_turned_off(device, monkeypatch):
 
     monkeypatch.setenv("SPIRULA_NO_FLOAT_CONTROLS", "1")
     assert open_device("vulkan", device.info.index).float_controls is False
+
+
+def test_buffer_robustness_can_be_turned_off_where_the_device_offers_pipeline_robustness(device, monkeypatch):
+    from spirula.backends import open_device
+    from spirula.runtime import vkinfo
+
+    assert device.buffer_robustness is True  # the driver's default
+    if vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in device.info.extensions:
+        pytest.skip("%s has no VK_EXT_pipeline_robustness" % device.info.name)
+    off = open_device("vulkan", device.info.index, buffer_robustness=False)
+    assert off.buffer_robustness is False
+    x = np.arange(1024, dtype=np.float32)
+    buf = off.pool.alloc("test.robustness", x.shape, np.float32)
+    off.upload(buf, x)  # through the staging copy kernel, compiled without robustness
+    np.testing.assert_array_equal(off.readback(buf), x)
+    off.close()
+    monkeypatch.setenv("SPIRULA_NO_BUFFER_ROBUSTNESS", "1")
+    assert open_device("vulkan", device.info.index).buffer_robustness is False

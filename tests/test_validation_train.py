@@ -41,3 +41,25 @@ def test_validation_reports_a_hazard_in_a_training_step_without_barriers(validat
     )
     proc = run_validated(script)
     assert any("SYNC-HAZARD" in m for m in validation_messages(proc)), proc.stdout[-2000:]
+
+
+def test_training_without_buffer_robustness_is_clean_under_validation(validation_layer_available):
+    """SPIRULA_NO_BUFFER_ROBUSTNESS=1 asks for VK_EXT_pipeline_robustness and kp's
+    patch compiles every pipeline with buffer robustness disabled: the training
+    steps still run clean and finite (the device must list the extension; Debian
+    12's lavapipe does not)."""
+    from spirula.runtime import vkinfo
+
+    devices = vkinfo.list_devices()
+    if vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in devices[vkinfo.default_index(devices)].extensions:
+        pytest.skip("the device has no VK_EXT_pipeline_robustness")
+    script = (
+        "import tests.workloads as w\n"
+        "w.train('mcmc')\n"
+        "from spirula.backends import open_device\n"
+        "print('buffer_robustness', open_device('vulkan').buffer_robustness)\n"
+    )
+    proc = run_validated(script, SPIRULA_NO_BUFFER_ROBUSTNESS="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validation_messages(proc) == []
+    assert "buffer_robustness False" in proc.stdout

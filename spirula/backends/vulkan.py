@@ -117,6 +117,13 @@ class VulkanDevice(base.Device):
         host_barriers: make every barrier between dispatches host-inclusive,
             as before the barriers named the host only at a sequence's end
             (``SPIRULA_HOST_BARRIERS=1``): for measuring what that costs.
+        buffer_robustness: False compiles every kernel with its storage
+            buffers' robustness disabled where the device has
+            VK_EXT_pipeline_robustness (``SPIRULA_NO_BUFFER_ROBUSTNESS=1``):
+            NVIDIA's driver bounds-checks every storage buffer access unless
+            told not to (docs/performance.md, "What NVIDIA's driver
+            compiled"). An experiment, unmeasured on a GPU yet; the default
+            keeps the driver's checks.
     """
 
     backend = "vulkan"
@@ -130,6 +137,7 @@ class VulkanDevice(base.Device):
         float_controls: bool | None = None,
         spin_wait: bool | None = None,
         host_barriers: bool | None = None,
+        buffer_robustness: bool | None = None,
     ):
         self.kp = kp = _import_kp()
         devices = vkinfo.list_devices()
@@ -145,6 +153,12 @@ class VulkanDevice(base.Device):
             float_controls = bool(float_controls and self.info.inf_nan_preserve)
             exts = [vkinfo.ATOMIC_FLOAT_EXTENSION] if float_atomics else []
             exts += [vkinfo.FLOAT_CONTROLS_EXTENSION] if float_controls else []
+            if buffer_robustness is None:
+                buffer_robustness = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "") in ("", "0")
+            has_robustness_ext = vkinfo.PIPELINE_ROBUSTNESS_EXTENSION in self.info.extensions
+            buffer_robustness = bool(buffer_robustness or not has_robustness_ext)
+            # kp's patch enables the extension's feature and compiles every pipeline without buffer robustness
+            exts += [] if buffer_robustness else [vkinfo.PIPELINE_ROBUSTNESS_EXTENSION]
             try:
                 self.mgr = kp.Manager(index, [], exts)
             except Exception as exc:
@@ -156,6 +170,7 @@ class VulkanDevice(base.Device):
             # A borrowed manager's enabled features are unknown unless stated.
             float_atomics = bool(float_atomics)
             float_controls = bool(float_controls)
+            buffer_robustness = True  # the host program's pipelines are compiled as it chose
         # A borrowed manager stays the host program's: nothing here destroys it
         # (close() frees Spirula's buffers only), and it outlives this device.
         self.owns_manager = manager is None
@@ -164,6 +179,7 @@ class VulkanDevice(base.Device):
             pipeline_cache.attach(self, self.mgr, self.info)
         self.float_atomics = float_atomics
         self.float_controls = float_controls
+        self.buffer_robustness = buffer_robustness
         if spin_wait is None:
             spin_wait = os.environ.get("SPIRULA_SPIN_WAIT", "") not in ("", "0")
         self.spin_wait = bool(spin_wait and hasattr(kp.Sequence, "is_finished"))

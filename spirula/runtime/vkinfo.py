@@ -301,6 +301,7 @@ _VK_API_1_1 = (1 << 22) | (1 << 12)
 
 ATOMIC_FLOAT_EXTENSION = "VK_EXT_shader_atomic_float"
 FLOAT_CONTROLS_EXTENSION = "VK_KHR_shader_float_controls"
+PIPELINE_ROBUSTNESS_EXTENSION = "VK_EXT_pipeline_robustness"
 
 
 def _version(v: int) -> str:
