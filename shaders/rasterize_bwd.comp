@@ -48,8 +48,35 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_vote : require
+// SHUFFLE_SUMS=1 (SPIRULA_SHUFFLE_SUMS=1, an experiment): the per-Gaussian sums as explicit
+// subgroupShuffleXor butterflies and lane 0 as the adding lane. Every lane is active where they
+// run, which subgroupAdd and subgroupElect cannot assume: NVIDIA's driver tests for inactive
+// lanes around each subgroupAdd at run time (docs/performance.md, "What NVIDIA's driver compiled")
+#ifndef SHUFFLE_SUMS
+#define SHUFFLE_SUMS 0
+#endif
+#if SHUFFLE_SUMS
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #include "common.glsl"
 #include "raster.glsl"
+
+#if SHUFFLE_SUMS
+#define LANE_SUM(T)                                        \
+    T lane_sum(T v) {                                      \
+        for (uint m = 1u; m < gl_SubgroupSize; m <<= 1u) { \
+            v += subgroupShuffleXor(v, m);                 \
+        }                                                  \
+        return v;                                          \
+    }
+LANE_SUM(float)
+LANE_SUM(vec2)
+LANE_SUM(vec3)
+#define ADDING_LANE (gl_SubgroupInvocationID == 0u)
+#else
+#define lane_sum subgroupAdd
+#define ADDING_LANE subgroupElect()
+#endif
 
 layout(local_size_x = 16, local_size_y = 16) in;
 layout(constant_id = 0) const bool ABSGRAD = false;
@@ -252,18 +279,18 @@ void main() {
                 }
             }
             if (subgroupAny(valid)) {
-                vec2 v_abs = ABSGRAD ? subgroupAdd(abs(v_xy)) : vec2(0.0);
-                v_xy = subgroupAdd(v_xy);
-                v_con = subgroupAdd(v_con);
-                v_rgb = subgroupAdd(v_rgb);
-                v_op = subgroupAdd(v_op);
+                vec2 v_abs = ABSGRAD ? lane_sum(abs(v_xy)) : vec2(0.0);
+                v_xy = lane_sum(v_xy);
+                v_con = lane_sum(v_con);
+                v_rgb = lane_sum(v_rgb);
+                v_op = lane_sum(v_op);
                 if (DEPTH_GRAD) {
-                    v_z = subgroupAdd(v_z);
+                    v_z = lane_sum(v_z);
                 }
                 if (NORMALS) {
-                    v_n = subgroupAdd(v_n);
+                    v_n = lane_sum(v_n);
                 }
-                if (subgroupElect()) {
+                if (ADDING_LANE) {
                     uint id = s_id[k];
                     ATOMIC_ADD(grad_xy, 2u * id, v_xy.x);
                     ATOMIC_ADD(grad_xy, 2u * id + 1u, v_xy.y);

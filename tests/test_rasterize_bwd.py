@@ -22,12 +22,20 @@ def assert_grad_close(got, ref, name):
 
 
 @pytest.mark.parametrize("sh_degree", [0, 3])
-@pytest.mark.parametrize("float_atomics", [True, False], ids=["native-atomics", "cas-atomics"])
-def test_gradients_of_every_input_match_reference(sh_degree, float_atomics):
+@pytest.mark.parametrize(
+    "float_atomics,shuffle_sums",
+    [(True, False), (False, False), (True, True)],
+    ids=["native-atomics", "cas-atomics", "shuffle-sums"],
+)
+def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, shuffle_sums):
     from spirula.backends import open_device
+    from spirula.runtime import vkinfo
 
-    device = open_device("vulkan", float_atomics=float_atomics)
+    device = open_device("vulkan", float_atomics=float_atomics, shuffle_sums=shuffle_sums)
     assert device.float_atomics == (float_atomics and device.info.atomic_float_add)
+    if shuffle_sums and not device.shuffle_sums:
+        assert not device.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE
+        pytest.skip("%s has no subgroup shuffles" % device.info.name)
     scene = random_scene(n=200, sh_degree=sh_degree, seed=10 + sh_degree)
     bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)
     colors, alphas, _, meta = gpu_render(scene, backgrounds=bg, device=device)

@@ -124,6 +124,12 @@ class VulkanDevice(base.Device):
             told not to (docs/performance.md, "What NVIDIA's driver
             compiled"). An experiment, unmeasured on a GPU yet; the default
             keeps the driver's checks.
+        shuffle_sums: rasterize_bwd sums each Gaussian's gradients over a
+            subgroup with explicit subgroupShuffleXor butterflies and adds
+            them from lane 0 (``SPIRULA_SHUFFLE_SUMS=1``; define
+            SHUFFLE_SUMS=1), where the device has subgroup shuffles: every
+            lane is active there, which subgroupAdd cannot assume. An
+            experiment as ``buffer_robustness``; off by default.
     """
 
     backend = "vulkan"
@@ -138,6 +144,7 @@ class VulkanDevice(base.Device):
         spin_wait: bool | None = None,
         host_barriers: bool | None = None,
         buffer_robustness: bool | None = None,
+        shuffle_sums: bool | None = None,
     ):
         self.kp = kp = _import_kp()
         devices = vkinfo.list_devices()
@@ -187,6 +194,11 @@ class VulkanDevice(base.Device):
             host_barriers = os.environ.get("SPIRULA_HOST_BARRIERS", "") not in ("", "0")
         self.host_barriers = bool(host_barriers)
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
+        if shuffle_sums is None:
+            shuffle_sums = os.environ.get("SPIRULA_SHUFFLE_SUMS", "") not in ("", "0")
+        self.shuffle_sums = bool(shuffle_sums and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
+        if self.shuffle_sums:
+            self.defines["SHUFFLE_SUMS"] = 1  # only then: the other kernels' SPIR-V cache keys stay as they were
         self.kernels = KernelRegistry()
         self._init_device()
         self._algorithms = {}

@@ -59,6 +59,8 @@ SUBGROUP_OPERATIONS = {
     "arithmetic": (0x4, "loss_fwd, loss_bwd, rasterize_bwd"),
     "ballot": (0x8, "radix_sort_scatter"),
 }
+# optional: rasterize_bwd's SHUFFLE_SUMS=1 (SPIRULA_SHUFFLE_SUMS=1) only where the device has it
+SUBGROUP_SHUFFLE = 0x10
 # radix_sort_scatter keeps per-subgroup digit counts for SORT_WG / 4 subgroups in
 # 8-bit fields (a subgroup of at least 4 lanes, at most 128); loss_fwd/bwd keep one
 # sum per subgroup of a 256-thread workgroup in s_sum[64] (at least 4 lanes)
