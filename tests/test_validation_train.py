@@ -43,23 +43,39 @@ def test_validation_reports_a_hazard_in_a_training_step_without_barriers(validat
     assert any("SYNC-HAZARD" in m for m in validation_messages(proc)), proc.stdout[-2000:]
 
 
-def test_training_without_buffer_robustness_is_clean_under_validation(validation_layer_available):
-    """SPIRULA_NO_BUFFER_ROBUSTNESS=1 asks for VK_EXT_pipeline_robustness and kp's
-    patch compiles every pipeline with buffer robustness disabled: the training
-    steps still run clean and finite (the device must list the extension; Debian
-    12's lavapipe does not)."""
+@pytest.mark.parametrize(
+    "switch,attribute,offered",
+    [
+        ("SPIRULA_NO_BUFFER_ROBUSTNESS", "buffer_robustness", "pipeline_robustness"),
+        ("SPIRULA_SHUFFLE_SUMS", "shuffle_sums", "subgroup_shuffle"),
+    ],
+)
+def test_training_with_an_experimental_switch_is_clean_under_sync_validation(
+    validation_layer_available, switch, attribute, offered
+):
+    """SPIRULA_NO_BUFFER_ROBUSTNESS=1 (kp's patch compiles every pipeline with
+    VK_EXT_pipeline_robustness's buffer robustness disabled) and
+    SPIRULA_SHUFFLE_SUMS=1 (rasterize_bwd's sums as subgroupShuffleXor
+    butterflies) leave the training steps clean and finite, where the device
+    offers what they need (Debian 12's lavapipe lists no pipeline robustness)."""
     from spirula.runtime import vkinfo
 
     devices = vkinfo.list_devices()
-    if vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in devices[vkinfo.default_index(devices)].extensions:
-        pytest.skip("the device has no VK_EXT_pipeline_robustness")
+    info = devices[vkinfo.default_index(devices)]
+    has = {
+        "pipeline_robustness": vkinfo.PIPELINE_ROBUSTNESS_EXTENSION in info.extensions,
+        "subgroup_shuffle": bool(info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE),
+    }
+    if not has[offered]:
+        pytest.skip("%s offers no %s" % (info.name, offered))
     script = (
         "import tests.workloads as w\n"
         "w.train('mcmc')\n"
         "from spirula.backends import open_device\n"
-        "print('buffer_robustness', open_device('vulkan').buffer_robustness)\n"
+        "print(%r, open_device('vulkan').%s)\n" % (attribute, attribute)
     )
-    proc = run_validated(script, SPIRULA_NO_BUFFER_ROBUSTNESS="1")
+    proc = run_validated(script, **{switch: "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert validation_messages(proc) == []
-    assert "buffer_robustness False" in proc.stdout
+    # robustness switched off reads False, shuffle sums switched on reads True
+    assert "%s %s" % (attribute, attribute == "shuffle_sums") in proc.stdout

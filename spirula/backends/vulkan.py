@@ -162,10 +162,11 @@ class VulkanDevice(base.Device):
             exts += [vkinfo.FLOAT_CONTROLS_EXTENSION] if float_controls else []
             if buffer_robustness is None:
                 buffer_robustness = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "") in ("", "0")
-            has_robustness_ext = vkinfo.PIPELINE_ROBUSTNESS_EXTENSION in self.info.extensions
-            buffer_robustness = bool(buffer_robustness or not has_robustness_ext)
-            # kp's patch enables the extension's feature and compiles every pipeline without buffer robustness
-            exts += [] if buffer_robustness else [vkinfo.PIPELINE_ROBUSTNESS_EXTENSION]
+            buffer_robustness = bool(
+                buffer_robustness or vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in self.info.extensions
+            )
+            if not buffer_robustness:  # kp's patch then compiles every pipeline without buffer robustness
+                exts.append(vkinfo.PIPELINE_ROBUSTNESS_EXTENSION)
             try:
                 self.mgr = kp.Manager(index, [], exts)
             except Exception as exc:
