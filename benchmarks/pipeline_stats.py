@@ -5,7 +5,7 @@ same kernel source runs slower on one backend (docs/performance.md, "The
 Vulkan/CUDA gap in rasterize_bwd").
 
     python benchmarks/pipeline_stats.py [KERNEL ...] [--spec NAME=VALUE ...]
-        [--defines ATOMIC_FLOAT=1,INF_NAN_PRESERVE=1] [--tool PATH] [--ir]
+        [--defines ATOMIC_FLOAT=1,INF_NAN_PRESERVE=1,...] [--tool PATH] [--ir]
         [--cache-dir DIR] [--no-robustness]
 
 The tool is benchmarks/pipeline_stats.c, built with ``cc ... -lvulkan`` when
@@ -17,7 +17,10 @@ NVIDIA's offers none); ``--cache-dir`` writes each kernel's pipeline cache data
 and statistics, from which benchmarks/nvidia_sass.py disassembles NVIDIA's machine
 code; ``--no-robustness`` compiles with the storage buffers' robustness disabled
 (VK_EXT_pipeline_robustness). The kernels get their default specialization
-constants unless ``--spec`` sets one.
+constants unless ``--spec`` sets one, and the defines Spirula's Vulkan device
+compiles with on this machine's default device (``VulkanDevice.defines``: on
+NVIDIA ATOMIC_FLOAT=1,INF_NAN_PRESERVE=1,SHUFFLE_SUMS=1,SUBGROUP_LOG2=5) unless
+``--defines`` names them.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("kernels", nargs="*", default=["rasterize_bwd", "rasterize_fwd", "loss_fwd", "loss_bwd", "fpbo"])
     ap.add_argument("--spec", action="append", default=[], help="NAME=VALUE, a specialization constant")
-    ap.add_argument("--defines", default="ATOMIC_FLOAT=1,INF_NAN_PRESERVE=1")
+    ap.add_argument("--defines", help="NAME=VALUE,... (default: those of Spirula's Vulkan device here)")
     ap.add_argument("--tool", type=Path, help="a built pipeline_stats (default: the one on the PATH, else build one)")
     ap.add_argument("--ir", action="store_true", help="also print the driver's internal representations")
     ap.add_argument(
@@ -65,7 +68,15 @@ def main(argv=None):
         help="compile with the storage buffers' robustness disabled (VK_EXT_pipeline_robustness)",
     )
     args = ap.parse_args(argv)
-    defines = dict(kv.split("=", 1) for kv in args.defines.split(",") if kv)
+    if args.defines is None:
+        from spirula.backends import open_device
+
+        device = open_device("vulkan")
+        defines = {k: str(v) for k, v in device.defines.items()}
+        device.close()
+        print("defines: %s" % ",".join("%s=%s" % kv for kv in defines.items()))
+    else:
+        defines = dict(kv.split("=", 1) for kv in args.defines.split(",") if kv)
     spec = {k: float(v) for k, v in (kv.split("=", 1) for kv in args.spec)}
     reg = KernelRegistry()
     with tempfile.TemporaryDirectory() as tmp:

@@ -49,6 +49,31 @@ def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, shuf
         assert_grad_close(got[name], ref[name], name)
 
 
+def test_shuffle_sums_are_on_by_default_for_nvidia_only(monkeypatch):
+    """The subgroup sums as shuffles are the default where they were measured
+    faster (NVIDIA), and SPIRULA_SHUFFLE_SUMS=1 / 0 overrides the default;
+    the butterfly's step count comes from the device's one subgroup size."""
+    from spirula.backends import open_device
+    from spirula.runtime import vkinfo
+
+    monkeypatch.delenv("SPIRULA_SHUFFLE_SUMS", raising=False)
+    device = open_device("vulkan")
+    info = device.info
+    offered = bool(info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
+    one_size = (info.min_subgroup_size or info.subgroup_size) == (info.max_subgroup_size or info.subgroup_size)
+    assert device.shuffle_sums is (offered and one_size and info.vendor_id == vkinfo.VENDOR_NVIDIA)
+    device.close()
+    for env, on in (("1", True), ("0", False)):
+        monkeypatch.setenv("SPIRULA_SHUFFLE_SUMS", env)
+        device = open_device("vulkan")
+        assert device.shuffle_sums is (on and offered and one_size)
+        if device.shuffle_sums:
+            assert 1 << device.defines["SUBGROUP_LOG2"] == info.subgroup_size
+        else:
+            assert "SHUFFLE_SUMS" not in device.defines
+        device.close()
+
+
 def test_rasterize_bwd_per_camera_outputs_match_reference():
     """The raster stage alone: dL/d(means2d, conics, colours, opacities) per camera."""
     from reference.rasterize import rasterize_bwd

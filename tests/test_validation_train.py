@@ -2,10 +2,11 @@
 validation layer with synchronization validation, profiler off and on: the
 recorded step (projection to fpbo), its re-recording after intersection
 overflow, MCMC relocation and growth, ADC clone/split/prune and opacity
-reset (workload: tests/workloads.py train())."""
+reset (workload: tests/workloads.py train()); and in bounds under its
+GPU-assisted buffer checks."""
 
 import pytest
-from conftest import run_validated, validation_messages
+from conftest import LAYER_SETTINGS, run_validated, validation_messages
 
 
 @pytest.mark.parametrize("profile", ["0", "1"], ids=["profiler-off", "profiler-on"])
@@ -79,3 +80,21 @@ def test_training_with_an_experimental_switch_is_clean_under_sync_validation(
     assert validation_messages(proc) == []
     # robustness switched off reads False, shuffle sums switched on reads True
     assert "%s %s" % (attribute, attribute == "shuffle_sums") in proc.stdout
+
+
+@pytest.mark.slow
+def test_training_kernels_stay_in_bounds_under_gpu_assisted_validation(validation_layer_available):
+    """GPU-assisted validation (tests/vulkan/gpuav: gpuav_buffer_oob) compiles
+    bounds checks into every kernel and reports any access past a buffer's
+    range. A deliberate out-of-range write is reported (the checks are on),
+    and MCMC training steps with relocation, growth and the overflowed first
+    step report nothing: every kernel of the default training path reads and
+    writes only inside its buffers, where robustness would otherwise mask a
+    stray access (SPIRULA_NO_BUFFER_ROBUSTNESS=1 turns the driver's masking
+    off)."""
+    settings = dict(VK_LAYER_SETTINGS_PATH=str(LAYER_SETTINGS / "gpuav"))
+    canary = run_validated("import tests.workloads as w; w.out_of_bounds()", **settings)
+    assert any("out of bounds" in m for m in validation_messages(canary)), canary.stdout[-2000:]
+    proc = run_validated("import tests.workloads as w; w.train('mcmc')", timeout=900, **settings)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validation_messages(proc) == []

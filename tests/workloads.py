@@ -56,6 +56,21 @@ def runtime(steps: int = 3):
     return dev
 
 
+def out_of_bounds():
+    """A deliberate out-of-range write: the test kernel `increment` over 1,000
+    values into a buffer of 256 (the canary of GPU-assisted validation)."""
+    from spirula.backends import open_device
+
+    dev = open_device("vulkan")
+    tk = test_kernels()
+    src = dev.pool.alloc("w.oob.src", (1000,), np.uint32, zero=True)
+    dst = dev.pool.alloc("w.oob.dst", (256,), np.uint32)
+    rec = dev.recorder("out_of_bounds")
+    rec.dispatch(tk.get("increment"), Threads(1000), dict(src=src, dst=dst), push=dict(n=1000))
+    rec.finish().run()
+    return dev
+
+
 def spin(n: int = 1 << 14, iters: int = 20000):
     """One long dispatch of the spin kernel (for timestamp vs wall-clock checks)."""
     from spirula.backends import open_device

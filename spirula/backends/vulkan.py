@@ -122,14 +122,18 @@ class VulkanDevice(base.Device):
             VK_EXT_pipeline_robustness (``SPIRULA_NO_BUFFER_ROBUSTNESS=1``):
             NVIDIA's driver bounds-checks every storage buffer access unless
             told not to (docs/performance.md, "What NVIDIA's driver
-            compiled"). An experiment, unmeasured on a GPU yet; the default
-            keeps the driver's checks.
+            compiled"). On an H100: rasterize_bwd 5% faster, the 1080p step
+            4%, rasterize_fwd 4-10% slower, fpbo's compact rows (5M splats)
+            43% slower (255 registers instead of 107). Off by default: the
+            driver's checks stay.
         shuffle_sums: rasterize_bwd sums each Gaussian's gradients over a
             subgroup with explicit subgroupShuffleXor butterflies and adds
-            them from lane 0 (``SPIRULA_SHUFFLE_SUMS=1``; define
-            SHUFFLE_SUMS=1), where the device has subgroup shuffles: every
-            lane is active there, which subgroupAdd cannot assume. An
-            experiment as ``buffer_robustness``; off by default.
+            them from lane 0 (defines SHUFFLE_SUMS=1, SUBGROUP_LOG2), where
+            the device has subgroup shuffles and runs compute in one
+            subgroup size: every lane is active there, which subgroupAdd
+            cannot assume. None: on for NVIDIA's devices (rasterize_bwd 17%
+            faster on an H100), off elsewhere; ``SPIRULA_SHUFFLE_SUMS=1``
+            or ``0`` overrides that.
     """
 
     backend = "vulkan"
@@ -195,11 +199,16 @@ class VulkanDevice(base.Device):
             host_barriers = os.environ.get("SPIRULA_HOST_BARRIERS", "") not in ("", "0")
         self.host_barriers = bool(host_barriers)
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
+        lo = self.info.min_subgroup_size or self.info.subgroup_size
+        hi = self.info.max_subgroup_size or self.info.subgroup_size
+        one_size = lo == hi and lo & (lo - 1) == 0  # the butterfly's steps are then known at compile time
         if shuffle_sums is None:
-            shuffle_sums = os.environ.get("SPIRULA_SHUFFLE_SUMS", "") not in ("", "0")
-        self.shuffle_sums = bool(shuffle_sums and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
-        if self.shuffle_sums:
-            self.defines["SHUFFLE_SUMS"] = 1  # only then: the other kernels' SPIR-V cache keys stay as they were
+            env = os.environ.get("SPIRULA_SHUFFLE_SUMS", "")
+            # measured faster on NVIDIA only (docs/performance.md, "subgroup sums as shuffles")
+            shuffle_sums = env != "0" if env else one_size and self.info.vendor_id == vkinfo.VENDOR_NVIDIA
+        self.shuffle_sums = bool(shuffle_sums and one_size and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
+        if self.shuffle_sums:  # only then: the other kernels' SPIR-V cache keys stay as they were
+            self.defines.update(SHUFFLE_SUMS=1, SUBGROUP_LOG2=lo.bit_length() - 1)
         self.kernels = KernelRegistry()
         self._init_device()
         self._algorithms = {}

@@ -47,6 +47,11 @@ class VulkanDeviceInfo(DeviceInfo):
     # digits in 8-4-4-4-12 groups), which maps a GPU Ray assigns through
     # CUDA_VISIBLE_DEVICES to its Vulkan index (spirula/partition/ray_run.py)
     device_uuid: str = ""
+    # VkPhysicalDeviceProperties.vendorID (PCI vendor: VENDOR_NVIDIA, ...; Mesa's CPU drivers 0x10005)
+    vendor_id: int = 0
+
+
+VENDOR_NVIDIA = 0x10DE
 
 
 # ---- what Spirula's kernels need (docs/design.md §4.2) ---------------------------------
@@ -59,7 +64,7 @@ SUBGROUP_OPERATIONS = {
     "arithmetic": (0x4, "loss_fwd, loss_bwd, rasterize_bwd"),
     "ballot": (0x8, "radix_sort_scatter"),
 }
-# optional: rasterize_bwd's SHUFFLE_SUMS=1 (SPIRULA_SHUFFLE_SUMS=1) only where the device has it
+# optional: rasterize_bwd's SHUFFLE_SUMS=1 (VulkanDevice's shuffle_sums) only where the device has it
 SUBGROUP_SHUFFLE = 0x10
 # radix_sort_scatter keeps per-subgroup digit counts for SORT_WG / 4 subgroups in
 # 8-bit fields (a subgroup of at least 4 lanes, at most 128); loss_fwd/bwd keep one
@@ -405,6 +410,7 @@ def _device_info(vk, index: int, pdev) -> DeviceInfo:
         max_subgroup_size=int(max_sg),
         inf_nan_preserve=bool(float_controls.flags[1]),  # shaderSignedZeroInfNanPreserveFloat32
         device_uuid=bytes(ids.deviceUUID).hex() if any(ids.deviceUUID) else "",
+        vendor_id=int(p.vendorID),
     )
 
 
