@@ -100,3 +100,39 @@ def test_buffer_robustness_can_be_turned_off_where_the_device_offers_pipeline_ro
     assert open_device("vulkan", device.info.index).buffer_robustness is False
     monkeypatch.setenv("SPIRULA_NO_BUFFER_ROBUSTNESS", "0")
     assert open_device("vulkan", device.info.index).buffer_robustness is True
+    # only the kernels whose shader says so: kp's toggle before each algorithm
+    monkeypatch.setenv("SPIRULA_NO_BUFFER_ROBUSTNESS", "kernels")
+    some = open_device("vulkan", device.info.index)
+    assert some.buffer_robustness == "kernels"
+    buf = some.pool.alloc("test.robustness", x.shape, np.float32)
+    some.upload(buf, x)
+    np.testing.assert_array_equal(some.readback(buf), x)
+    some.close()
+
+
+def test_kp_robustness_toggle_changes_nothing_where_the_feature_is_off(device):
+    """kp's Manager.set_buffer_robustness_disabled (the "kernels" mode's switch
+    before each algorithm) is ignored where VK_EXT_pipeline_robustness was not
+    enabled: algorithms created after it still run."""
+    if device.buffer_robustness is not True:
+        pytest.skip("this session's device compiles without robustness")
+    x = np.arange(777, dtype=np.float32)
+    device.mgr.set_buffer_robustness_disabled(True)
+    try:
+        buf = device.pool.alloc("test.toggle", x.shape, np.float32)
+        device.upload(buf, x)  # a new algorithm of the staging copy kernel
+        np.testing.assert_array_equal(device.readback(buf), x)
+    finally:
+        device.mgr.set_buffer_robustness_disabled(False)
+        device.pool.free(buf)
+
+
+def test_kernels_say_in_their_shader_whether_they_may_run_without_bounds_checks():
+    """`#pragma spirula_no_bounds_checks` (rasterize_bwd: measured faster
+    without the driver's buffer robustness) reaches Kernel.no_bounds_checks;
+    kernels without it keep the checks in buffer_robustness="kernels"."""
+    from spirula.runtime.kernels import KernelRegistry
+
+    reg = KernelRegistry()
+    flagged = {name for name in reg.names() if reg.get(name).no_bounds_checks}
+    assert flagged == {"rasterize_bwd"}

@@ -124,8 +124,11 @@ class VulkanDevice(base.Device):
             told not to (docs/performance.md, "What NVIDIA's driver
             compiled"). On an H100: rasterize_bwd 5% faster, the 1080p step
             4%, rasterize_fwd 4-10% slower, fpbo's compact rows (5M splats)
-            43% slower (255 registers instead of 107). Off by default: the
-            driver's checks stay.
+            43% slower (255 registers instead of 107). ``"kernels"``
+            (``SPIRULA_NO_BUFFER_ROBUSTNESS=kernels``) disables it only for
+            the kernels whose shader says ``#pragma spirula_no_bounds_checks``
+            (``Kernel.no_bounds_checks``: rasterize_bwd). True (the default)
+            keeps the driver's checks everywhere.
         shuffle_sums: rasterize_bwd sums each Gaussian's gradients over a
             subgroup with explicit subgroupShuffleXor butterflies and adds
             them from lane 0 (defines SHUFFLE_SUMS=1, SUBGROUP_LOG2), where
@@ -147,7 +150,7 @@ class VulkanDevice(base.Device):
         float_controls: bool | None = None,
         spin_wait: bool | None = None,
         host_barriers: bool | None = None,
-        buffer_robustness: bool | None = None,
+        buffer_robustness: bool | str | None = None,
         shuffle_sums: bool | None = None,
     ):
         self.kp = kp = _import_kp()
@@ -165,11 +168,13 @@ class VulkanDevice(base.Device):
             exts = [vkinfo.ATOMIC_FLOAT_EXTENSION] if float_atomics else []
             exts += [vkinfo.FLOAT_CONTROLS_EXTENSION] if float_controls else []
             if buffer_robustness is None:
-                buffer_robustness = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "") in ("", "0")
-            buffer_robustness = bool(
-                buffer_robustness or vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in self.info.extensions
-            )
-            if not buffer_robustness:  # kp's patch then compiles every pipeline without buffer robustness
+                env = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "")
+                buffer_robustness = "kernels" if env == "kernels" else env in ("", "0")
+            if buffer_robustness not in (True, False, "kernels"):
+                raise ValueError("buffer_robustness: True, False or 'kernels', not %r" % (buffer_robustness,))
+            if vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in self.info.extensions:
+                buffer_robustness = True
+            if buffer_robustness is not True:  # kp's patch then compiles pipelines without buffer robustness
                 exts.append(vkinfo.PIPELINE_ROBUSTNESS_EXTENSION)
             try:
                 self.mgr = kp.Manager(index, [], exts)
@@ -234,6 +239,8 @@ class VulkanDevice(base.Device):
         algo = self._algorithms.get(key)
         if algo is None:
             push0 = np.zeros(len(kernel.push), np.uint32).view(np.float32)
+            if self.buffer_robustness == "kernels":  # for the algorithm created next (kp's patch)
+                self.mgr.set_buffer_robustness_disabled(kernel.no_bounds_checks)
             algo = self.mgr.algorithm(list(tensors), kernel.spirv, list(groups), spec_words, push0)
             self._algorithms[key] = (algo, tuple(tensors))
             for t in tensors:

@@ -98,6 +98,10 @@ class Kernel:
     push: tuple  # Constant, in block order
     spec: tuple  # Constant, by constant_id
     local_size: tuple  # (x, y, z); 0 where set by a spec constant
+    # `#pragma spirula_no_bounds_checks` in the shader: every access is in range by
+    # construction and the kernel was measured faster without the driver's buffer
+    # robustness; VulkanDevice(buffer_robustness="kernels") compiles it without
+    no_bounds_checks: bool = False
 
     def __post_init__(self):
         self.key = (self.name, self.defines)
@@ -147,6 +151,7 @@ _RE_BUFFER = re.compile(
     re.S,
 )
 _RE_MEMBER = re.compile(r"(?:\w+\s+)*?(\w+)\s+(\w+)\s*(\[[^\]]*\])?\s*;")
+_RE_NO_BOUNDS_CHECKS = re.compile(r"^\s*#\s*pragma\s+spirula_no_bounds_checks\s*$", re.M)
 _RE_PUSH = re.compile(r"layout\s*\(\s*push_constant\s*\)\s*uniform\s+\w+\s*\{([^}]*)\}", re.S)
 _RE_SPEC = re.compile(
     r"layout\s*\(\s*constant_id\s*=\s*(\d+)\s*\)\s*const\s+(uint|int|float|bool)\s+(\w+)\s*=\s*([^;]+);"
@@ -298,11 +303,12 @@ class KernelRegistry:
         pre_path = self.cache / ("%s-%s.glsl" % (name, h))
         if not (spv_path.is_file() and pre_path.is_file()):
             self._run_compiler(src, defines, spv_path, pre_path)
-        bindings, push, spec, local = parse_contract(name, pre_path.read_text())
+        pre = pre_path.read_text()
+        bindings, push, spec, local = parse_contract(name, pre)
         spirv = spv_path.read_bytes()
         if dict(defines).get("INF_NAN_PRESERVE") == "1" and PRESERVE_INF_NAN in text:
             spirv = preserve_inf_nan(spirv)  # glslang has no option for it
-        return Kernel(name, defines, spirv, bindings, push, spec, local)
+        return Kernel(name, defines, spirv, bindings, push, spec, local, bool(_RE_NO_BOUNDS_CHECKS.search(pre)))
 
     def _run_compiler(self, src: Path, defines: tuple, spv_path: Path, pre_path: Path):
         self.cache.mkdir(parents=True, exist_ok=True)
