@@ -69,6 +69,8 @@ def _metrics_line(m: dict) -> dict:
         ms_mean=m.get("ms_per_step_mean"),
         splats=m.get("n_splats"),
         psnr=m.get("psnr"),
+        # where a mean above the median comes from: the five slowest [step, ms] (Spirula only)
+        slowest=(m.get("slowest_steps") or [])[:5] or None,
     )
 
 
