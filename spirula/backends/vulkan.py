@@ -204,8 +204,7 @@ class VulkanDevice(base.Device):
             host_barriers = os.environ.get("SPIRULA_HOST_BARRIERS", "") not in ("", "0")
         self.host_barriers = bool(host_barriers)
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
-        lo = self.info.min_subgroup_size or self.info.subgroup_size
-        hi = self.info.max_subgroup_size or self.info.subgroup_size
+        lo, hi = self.info.subgroup_size_range
         one_size = lo == hi and lo & (lo - 1) == 0  # the butterfly's steps are then known at compile time
         if shuffle_sums is None:
             env = os.environ.get("SPIRULA_SHUFFLE_SUMS", "")

@@ -50,6 +50,11 @@ class VulkanDeviceInfo(DeviceInfo):
     # VkPhysicalDeviceProperties.vendorID (PCI vendor: VENDOR_NVIDIA, ...; Mesa's CPU drivers 0x10005)
     vendor_id: int = 0
 
+    @property
+    def subgroup_size_range(self) -> tuple:
+        """(smallest, largest) subgroup size a compute shader may run with."""
+        return (self.min_subgroup_size or self.subgroup_size, self.max_subgroup_size or self.subgroup_size)
+
 
 VENDOR_NVIDIA = 0x10DE
 
@@ -91,8 +96,7 @@ def missing_requirements(info) -> list:
         for op, (bit, kernels) in SUBGROUP_OPERATIONS.items():
             if not info.subgroup_operations & bit:
                 missing.append("subgroup %s operations (%s)" % (op, kernels))
-    lo = info.min_subgroup_size or info.subgroup_size
-    hi = info.max_subgroup_size or info.subgroup_size
+    lo, hi = info.subgroup_size_range
     if lo < MIN_SUBGROUP_SIZE or hi > MAX_SUBGROUP_SIZE:
         missing.append(
             "a subgroup size within %d..%d (radix_sort_scatter, loss_fwd, loss_bwd; it runs %s)"
