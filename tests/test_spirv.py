@@ -85,9 +85,14 @@ def test_buffer_robustness_can_be_turned_off_where_the_device_offers_pipeline_ro
     from spirula.backends import open_device
     from spirula.runtime import vkinfo
 
-    # the session's device follows SPIRULA_NO_BUFFER_ROBUSTNESS (the whole suite may run with it set)
-    assert device.buffer_robustness is (os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "") in ("", "0"))
-    if vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in device.info.extensions:
+    offered = vkinfo.PIPELINE_ROBUSTNESS_EXTENSION in device.info.extensions
+    # the session's device follows SPIRULA_NO_BUFFER_ROBUSTNESS (the whole suite may run with it
+    # set), else its vendor's default: per kernel on NVIDIA, the driver's checks elsewhere
+    env = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "")
+    nvidia = device.info.vendor_id == vkinfo.VENDOR_NVIDIA
+    expected = "kernels" if env == "kernels" or (not env and nvidia) else env in ("", "0")
+    assert device.buffer_robustness == (expected if offered else True)
+    if not offered:
         pytest.skip("%s has no VK_EXT_pipeline_robustness" % device.info.name)
     off = open_device("vulkan", device.info.index, buffer_robustness=False)
     assert off.buffer_robustness is False
@@ -108,6 +113,21 @@ def test_buffer_robustness_can_be_turned_off_where_the_device_offers_pipeline_ro
     some.upload(buf, x)
     np.testing.assert_array_equal(some.readback(buf), x)
     some.close()
+
+
+def test_default_buffer_robustness_is_per_kernel_on_nvidia_and_the_switch_overrides_it(monkeypatch):
+    from types import SimpleNamespace
+
+    from spirula.backends.vulkan import default_buffer_robustness
+    from spirula.runtime import vkinfo
+
+    nvidia, other = SimpleNamespace(vendor_id=vkinfo.VENDOR_NVIDIA), SimpleNamespace(vendor_id=0x1002)
+    monkeypatch.delenv("SPIRULA_NO_BUFFER_ROBUSTNESS", raising=False)
+    assert default_buffer_robustness(nvidia) == "kernels"
+    assert default_buffer_robustness(other) is True
+    for env, want in (("0", True), ("1", False), ("kernels", "kernels")):
+        monkeypatch.setenv("SPIRULA_NO_BUFFER_ROBUSTNESS", env)
+        assert default_buffer_robustness(nvidia) == want and default_buffer_robustness(other) == want
 
 
 def test_kp_robustness_toggle_changes_nothing_where_the_feature_is_off(device):

@@ -39,40 +39,30 @@ FN uint storage_bits(uint seed, uint row, uint element) {
     return pcg_hash(seed ^ pcg_hash(row ^ pcg_hash(element + 2654435769u)));
 }
 
-// fp16 (low 16 bits of h) to f32, exact (subnormals included)
+// fp16 (low 16 bits of h) to f32, exact (subnormals included); selects, no branches
 FN float half_to_float(uint h) {
     uint s = (h & 32768u) << 16u;
     uint e = (h >> 10u) & 31u;
     uint m = h & 1023u;
-    if (e == 0u) {
-        float v = float(m) * (1.0f / 16777216.0f);
-        return s != 0u ? -v : v;
-    }
-    if (e == 31u) {
-        return uintBitsToFloat(s | 2139095040u | (m << 13u));
-    }
-    return uintBitsToFloat(s | ((e + 112u) << 23u) | (m << 13u));
+    float sub = float(m) * (1.0f / 16777216.0f);
+    sub = s != 0u ? -sub : sub;
+    uint bits = s | (e == 31u ? 2139095040u : (e + 112u) << 23u) | (m << 13u);
+    return e == 0u ? sub : uintBitsToFloat(bits);
 }
 
 // f32 to fp16, rounded stochastically: up with probability (distance to the
 // value below) / ulp, using r's low bits as the uniform. Past 65504 rounds to
-// Inf; NaN stays NaN; magnitudes below 2^-32 go to (signed) zero.
+// Inf; NaN stays NaN; magnitudes below 2^-32 go to (signed) zero. Selects, no branches.
 FN uint float_to_half_sr(float x, uint r) {
     uint b = floatBitsToUint(x);
     uint s = (b >> 16u) & 32768u;
     uint mag = b & 2147483647u;
-    if (mag >= 2139095040u) {
-        return s | (mag > 2139095040u ? 32256u : 31744u);
-    }
-    if (mag >= 947912704u) {  // >= 2^-14: a normal fp16; 13 bits drop, the carry may raise the exponent
-        return s | min((mag - 939524096u + (r & 8191u)) >> 13u, 31744u);
-    }
-    uint shift = 126u - (mag >> 23u);  // fp16 subnormal: M * 2^(e - 126) units of 2^-24
-    if (shift > 31u) {
-        return s;
-    }
+    uint special = mag > 2139095040u ? 32256u : 31744u;
+    uint normal = min((mag - 939524096u + (r & 8191u)) >> 13u, 31744u);  // >= 2^-14: 13 bits drop
+    uint shift = min(126u - min(mag >> 23u, 126u), 31u);  // fp16 subnormal: M * 2^(e - 126) units of 2^-24
     uint mant = (mag & 8388607u) | 8388608u;
-    return s | ((mant + (r & ((1u << shift) - 1u))) >> shift);
+    uint sub = (mag >> 23u) < 95u ? 0u : (mant + (r & ((1u << shift) - 1u))) >> shift;
+    return s | (mag >= 2139095040u ? special : (mag >= 947912704u ? normal : sub));
 }
 
 // bf16 (low 16 bits of h) to f32, exact
