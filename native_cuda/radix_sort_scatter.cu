@@ -1,10 +1,11 @@
-// radix_sort_scatter: stable scatter of one 8-bit digit pass. Twin of
-// shaders/radix_sort_scatter.comp, with subgroups as 32-lane warps. Each
-// workgroup re-reads its block in chunks of SORT_WG keys, in order; a key's
-// output position is its (digit, block) offset from the scanned histogram,
-// plus the keys with the same digit before it in the block: inside a warp
-// from ballots over the digit's bits, across warps from per-warp digit
-// counts in shared memory. One workgroup per block (folded).
+// radix_sort_scatter: stable scatter of one 8-bit digit pass over blocks of
+// SORT_BLOCK keys. Twin of shaders/radix_sort_scatter.comp, with subgroups as
+// 32-lane warps: each warp ranks a contiguous slice of its block (SORT_CHUNKS
+// chunks of 32 keys, in order) with ballots over the digit's bits and its own
+// per-digit counts in shared memory; then the block's digit totals are
+// scanned, the keys (then the values) placed in digit order in shared memory
+// and written out from there, each digit's run to consecutive addresses. One
+// workgroup per block (folded).
 // Contract: build/contracts/radix_sort_scatter.h, generated from shaders/radix_sort_scatter.comp.
 #include "common/launch.cuh"
 #include "common/radix.cuh"
@@ -17,19 +18,26 @@ using namespace spirula;
 using namespace contract;
 
 static_assert(LOCAL_THREADS == SORT_WG, "radix.cuh's workgroup is the shader's");
+static_assert(RADIX == 2u * SORT_WG, "two digits a thread in the scan of the totals");
 
 constexpr uint32_t N_WARPS = SORT_WG / WARP;
-constexpr uint32_t COUNT_WORDS = RADIX / 4u;  // 8-bit counts, 4 per word (a count is at most 32)
+// a slice holds at most 32 * SORT_CHUNKS = 512 keys: 16-bit counts, 2 per word (the shader's COUNT_BITS)
+constexpr uint32_t COUNT_BITS = 16u, COUNTS_PER_WORD = 2u, COUNT_MASK = 0xffffu;
+constexpr uint32_t ROW_WORDS = RADIX / COUNTS_PER_WORD;
 
-__device__ __forceinline__ uint32_t sg_count(const uint32_t* s_count, uint32_t s, uint32_t d) {
-    return (s_count[s * COUNT_WORDS + (d >> 2u)] >> (8u * (d & 3u))) & 0xffu;
+__device__ __forceinline__ uint32_t count_word(uint32_t s, uint32_t d) { return s * ROW_WORDS + d / COUNTS_PER_WORD; }
+__device__ __forceinline__ uint32_t count_shift(uint32_t d) { return COUNT_BITS * (d % COUNTS_PER_WORD); }
+__device__ __forceinline__ uint32_t count_of(const uint32_t* s_count, uint32_t s, uint32_t d) {
+    return (s_count[count_word(s, d)] >> count_shift(d)) & COUNT_MASK;
 }
 
 __global__ void __launch_bounds__(LOCAL_THREADS)
     radix_sort_scatter_kernel(const uint32_t* keys_in, const uint32_t* vals_in, const uint32_t* hist,
                               const uint32_t* num_keys, uint32_t* keys_out, uint32_t* vals_out, Push pc) {
-    __shared__ uint32_t s_offset[RADIX];                 // next output position per digit
-    __shared__ uint32_t s_count[N_WARPS * COUNT_WORDS];  // per warp, the count of each digit in this chunk
+    __shared__ uint32_t s_count[N_WARPS * ROW_WORDS];  // per warp, the keys of each digit in its slice
+    __shared__ uint32_t s_start[RADIX];                // per digit, its first position in the block
+    __shared__ uint32_t s_base[RADIX];                 // per digit, output position minus block position
+    __shared__ uint32_t s_buf[SORT_BLOCK];             // the block's keys, then its values, in digit order
     uint32_t block = linear_group_id();
     if (block >= pc.num_blocks) {
         return;
@@ -40,20 +48,25 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
     if (first >= n) {
         return;  // the whole workgroup leaves together
     }
-    for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
-        s_offset[d] = hist[d * pc.num_blocks + block];
+    for (uint32_t w = tid; w < N_WARPS * ROW_WORDS; w += SORT_WG) {
+        s_count[w] = 0u;
     }
     const uint32_t sg = warp_id(), lane = lane_id();
+    const uint32_t slice = first + sg * WARP * SORT_CHUNKS;
+    uint32_t key[SORT_CHUNKS];
+#pragma unroll
     for (uint32_t k = 0u; k < SORT_CHUNKS; ++k) {
-        for (uint32_t w = tid; w < N_WARPS * COUNT_WORDS; w += SORT_WG) {
-            s_count[w] = 0u;
-        }
-        __syncthreads();
-        uint32_t idx = first + k * SORT_WG + tid;
-        bool valid = idx < n;
-        uint32_t key = valid ? keys_in[idx] : 0u;
-        uint32_t digit = (key >> pc.shift) & (RADIX - 1u);
-        // lanes of this warp holding a valid key with the same digit
+        uint32_t idx = slice + k * WARP + lane;
+        key[k] = idx < n ? keys_in[idx] : 0u;
+    }
+    __syncthreads();  // the counts are zero
+
+    // 1. ranks inside the slice: keys of the same digit in earlier chunks, then in lower lanes
+    uint32_t pos[SORT_CHUNKS];
+#pragma unroll
+    for (uint32_t k = 0u; k < SORT_CHUNKS; ++k) {
+        bool valid = slice + k * WARP + lane < n;
+        uint32_t digit = (key[k] >> pc.shift) & (RADIX - 1u);
         unsigned peers = __ballot_sync(FULL_MASK, valid);
 #pragma unroll
         for (uint32_t b = 0u; b < RADIX_BITS; ++b) {
@@ -61,30 +74,82 @@ __global__ void __launch_bounds__(LOCAL_THREADS)
             unsigned vote = __ballot_sync(FULL_MASK, bit);
             peers &= bit ? vote : ~vote;
         }
-        uint32_t rank = __popc(peers & lanes_below());
+        uint32_t earlier = count_of(s_count, sg, digit);
+        __syncwarp();  // every lane has read the count before its digit's first lane adds to it
         if (valid && static_cast<uint32_t>(__ffs(peers) - 1) == lane) {
-            atomicAdd(&s_count[sg * COUNT_WORDS + (digit >> 2u)], static_cast<uint32_t>(__popc(peers))
-                                                                      << (8u * (digit & 3u)));
+            atomicAdd(&s_count[count_word(sg, digit)], static_cast<uint32_t>(__popc(peers)) << count_shift(digit));
         }
-        __syncthreads();
-        if (valid) {
-            uint32_t before = 0u;
+        __syncwarp();
+        pos[k] = earlier + static_cast<uint32_t>(__popc(peers & lanes_below()));
+    }
+    __syncthreads();
+
+    // 2. the block's digit totals, scanned: two digits a thread
+    uint32_t d0 = 2u * tid;
+    uint32_t t0 = 0u, t1 = 0u;
+#pragma unroll
+    for (uint32_t s = 0u; s < N_WARPS; ++s) {
+        t0 += count_of(s_count, s, d0);
+        t1 += count_of(s_count, s, d0 + 1u);
+    }
+    uint32_t inclusive = warp_inclusive_add(t0 + t1);
+    if (lane == WARP - 1u) {
+        s_buf[sg] = inclusive;  // each warp's total (s_buf is free until step 3)
+    }
+    __syncthreads();
+    uint32_t start = inclusive - t0 - t1;
+    for (uint32_t s = 0u; s < sg; ++s) {
+        start += s_buf[s];
+    }
+    s_start[d0] = start;
+    s_start[d0 + 1u] = start + t0;
+    s_base[d0] = hist[d0 * pc.num_blocks + block] - start;
+    s_base[d0 + 1u] = hist[(d0 + 1u) * pc.num_blocks + block] - (start + t0);
+    __syncthreads();
+
+    // 3. the keys in digit order in shared memory: block position = digit start
+    // + the digit's keys in earlier warps' slices + the rank in this slice
+#pragma unroll
+    for (uint32_t k = 0u; k < SORT_CHUNKS; ++k) {
+        if (slice + k * WARP + lane < n) {
+            uint32_t digit = (key[k] >> pc.shift) & (RADIX - 1u);
+            uint32_t p = s_start[digit] + pos[k];
             for (uint32_t s = 0u; s < sg; ++s) {
-                before += sg_count(s_count, s, digit);
+                p += count_of(s_count, s, digit);
             }
-            uint32_t pos = s_offset[digit] + before + rank;
-            keys_out[pos] = key;
-            vals_out[pos] = vals_in[idx];
+            pos[k] = p;
+            s_buf[p] = key[k];
         }
-        __syncthreads();
-        for (uint32_t d = tid; d < RADIX; d += SORT_WG) {
-            uint32_t total = 0u;
-            for (uint32_t s = 0u; s < N_WARPS; ++s) {
-                total += sg_count(s_count, s, d);
-            }
-            s_offset[d] += total;
+    }
+    __syncthreads();
+    // 4. written out in block order: each digit's run to consecutive addresses
+    uint32_t m = min(n - first, SORT_BLOCK);
+    uint32_t out_pos[SORT_CHUNKS];
+#pragma unroll
+    for (uint32_t j = 0u; j < SORT_CHUNKS; ++j) {
+        uint32_t i = j * SORT_WG + tid;
+        if (i < m) {
+            uint32_t k = s_buf[i];
+            out_pos[j] = s_base[(k >> pc.shift) & (RADIX - 1u)] + i;
+            keys_out[out_pos[j]] = k;
         }
-        __syncthreads();
+    }
+    __syncthreads();
+    // 5. the values the same way
+#pragma unroll
+    for (uint32_t k = 0u; k < SORT_CHUNKS; ++k) {
+        uint32_t idx = slice + k * WARP + lane;
+        if (idx < n) {
+            s_buf[pos[k]] = vals_in[idx];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (uint32_t j = 0u; j < SORT_CHUNKS; ++j) {
+        uint32_t i = j * SORT_WG + tid;
+        if (i < m) {
+            vals_out[out_pos[j]] = s_buf[i];
+        }
     }
 }
 

@@ -33,6 +33,7 @@ def test_this_device_has_everything():
         (dict(subgroup_stages=0x10), ["subgroup operations in compute shaders"]),
         (dict(subgroup_size=2, min_subgroup_size=2, max_subgroup_size=2), ["subgroup size within 4..128", "runs 2"]),
         (dict(min_subgroup_size=8, max_subgroup_size=256), ["runs 8..256"]),
+        (dict(subgroup_size=4, min_subgroup_size=4, max_subgroup_size=16), ["radix_sort_scatter", "runs 4..16"]),
         (dict(max_shared_memory=8192), ["shared memory", "it has 8192"]),
         (dict(max_storage_buffer_range=1 << 20), ["storage buffer range", "1048576"]),
     ],

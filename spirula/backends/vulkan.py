@@ -229,6 +229,8 @@ class VulkanDevice(base.Device):
         self.shuffle_sums = bool(shuffle_sums and one_size and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
         if self.shuffle_sums:  # only then: the other kernels' SPIR-V cache keys stay as they were
             self.defines.update(SHUFFLE_SUMS=1, SUBGROUP_LOG2=lo.bit_length() - 1)
+        # radix_sort_scatter sizes its per-subgroup counts from the subgroup sizes it may run with
+        self.defines.update(SUBGROUP_SIZE_MIN=lo, SUBGROUP_SIZE_MAX=hi)
         self.kernels = KernelRegistry()
         self._init_device()
         self._algorithms = {}

@@ -2,7 +2,9 @@
 
 LSD radix sort with 8-bit digits: per pass, ``radix_sort_count`` builds a
 digit-major histogram per block of 2048 keys, ``prefix_sum`` turns it into
-output offsets, and ``radix_sort_scatter`` moves each key stably. Only the
+output offsets, and ``radix_sort_scatter`` moves each key stably (each
+subgroup ranks a slice of the block, the block is put in digit order in
+shared memory and written out in runs of consecutive addresses). Only the
 bits that vary are sorted (``bits``), so the tile sort of the rasterizer
 takes 2 passes and the depth sort 4. The number of keys is read on the GPU
 (from ``count_buf[count_offset]``), so a sequence can be recorded before the

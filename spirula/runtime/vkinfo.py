@@ -66,14 +66,16 @@ STAGE_COMPUTE = 0x20  # VK_SHADER_STAGE_COMPUTE_BIT
 SUBGROUP_OPERATIONS = {
     "basic": (0x1, "radix_sort_scatter, loss_fwd, loss_bwd, rasterize_bwd"),
     "vote": (0x2, "rasterize_bwd"),
-    "arithmetic": (0x4, "loss_fwd, loss_bwd, rasterize_bwd"),
+    "arithmetic": (0x4, "loss_fwd, loss_bwd, rasterize_bwd, radix_sort_scatter"),
     "ballot": (0x8, "radix_sort_scatter"),
 }
 # optional: rasterize_bwd's SHUFFLE_SUMS=1 (VulkanDevice's shuffle_sums) only where the device has it
 SUBGROUP_SHUFFLE = 0x10
-# radix_sort_scatter keeps per-subgroup digit counts for SORT_WG / 4 subgroups in
-# 8-bit fields (a subgroup of at least 4 lanes, at most 128); loss_fwd/bwd keep one
-# sum per subgroup of a 256-thread workgroup in s_sum[64] (at least 4 lanes)
+# radix_sort_scatter keeps per-subgroup digit counts for SORT_WG / min subgroups,
+# in 8-bit fields where a subgroup's slice fits (at most 8 lanes), else 16-bit: a
+# range from 4 lanes to more than 8 would need twice the shared memory of any
+# other (16 KB of counts); loss_fwd/bwd keep one sum per subgroup of a
+# 256-thread workgroup in s_sum[64] (at least 4 lanes)
 MIN_SUBGROUP_SIZE, MAX_SUBGROUP_SIZE = 4, 128
 # the largest `shared` footprint of any kernel: loss_bwd's s_g 26x26 vec3 + s_h
 # 26x16 vec3 + s_sum 64 vec4, a vec3 counted as 16 bytes as drivers pad it
@@ -102,6 +104,9 @@ def missing_requirements(info) -> list:
             "a subgroup size within %d..%d (radix_sort_scatter, loss_fwd, loss_bwd; it runs %s)"
             % (MIN_SUBGROUP_SIZE, MAX_SUBGROUP_SIZE, lo if lo == hi else "%d..%d" % (lo, hi))
         )
+    elif lo < 8 < hi:
+        what = "subgroup sizes all up to 8 lanes or all from 8 (radix_sort_scatter; it runs %d..%d)"
+        missing.append(what % (lo, hi))
     if info.max_shared_memory < SHARED_MEMORY_BYTES:
         missing.append(
             "%d bytes of compute shared memory (%s; it has %d)"
