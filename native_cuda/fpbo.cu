@@ -45,12 +45,6 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
 }
 
 constexpr uint32_t WG = LOCAL_THREADS;
-// words of the compact SH block a thread loads before it computes any (the shader's BLOCK_WORDS)
-// (1 here: on an H100, 4 made this kernel 10% slower where it made the shader 14% faster)
-#ifndef SPIRULA_FPBO_BLOCK_WORDS
-#define SPIRULA_FPBO_BLOCK_WORDS 1
-#endif
-constexpr uint32_t BLOCK_WORDS = SPIRULA_FPBO_BLOCK_WORDS;
 
 // Adam on SH float f of splat g (compact rows, include/storage.glsl) from the
 // values its words hold: the new parameter's bits (f32 for the DC, else fp16)
@@ -101,12 +95,16 @@ __device__ __forceinline__ void sh_compact_dc(const Args& a, const ShAdam& k, ui
 }
 
 // Word j of the higher coefficients of splat g's compact SH row: floats 3 + 2j
-// and (when there is one) 4 + 2j, in sh word 3 + j and moment word 2 + j. Given
-// the row's words (pw: sh, mw, vw: the moments), the words to store.
-__device__ __forceinline__ ShWords sh_compact_pair_words(const ShAdam& k, uint32_t sh_coeffs, uint32_t g, uint32_t j,
-                                                         uint32_t pw, uint32_t mw, uint32_t vw, float grad0,
-                                                         float grad1) {
+// and (when there is one) 4 + 2j, in sh word 3 + j and moment word 2 + j.
+__device__ __forceinline__ void sh_compact_pair(const Args& a, const ShAdam& k, uint32_t sh_coeffs, uint32_t g,
+                                                uint32_t j, float grad0, float grad1) {
+    uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
+    uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
+    uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
     const uint32_t f = 3u + 2u * j;
+    const uint32_t si = g * sh_row_words(true, sh_coeffs) + sh_compact_word(f);
+    const uint32_t mi = g * moment_row_words(true, sh_coeffs) + moment_compact_word(f);
+    const uint32_t pw = sh[si], mw = m_sh[mi], vw = v_sh[mi];
     ShWords w = sh_compact_step(k, g, f, sh_compact_value(pw, f), moment_compact_value(mw, f),
                                 moment_compact_value(vw, f), grad0);
     if (f + 1u < 3u * sh_coeffs) {  // the word's high half
@@ -117,26 +115,11 @@ __device__ __forceinline__ ShWords sh_compact_pair_words(const ShAdam& k, uint32
         w.m |= hi.m << 16u;
         w.v |= hi.v << 16u;
     }
-    return w;
-}
-__device__ __forceinline__ uint32_t sh_compact_pair_sh_index(uint32_t sh_coeffs, uint32_t g, uint32_t j) {
-    return g * sh_row_words(true, sh_coeffs) + sh_compact_word(3u + 2u * j);
-}
-__device__ __forceinline__ uint32_t sh_compact_pair_moment_index(uint32_t sh_coeffs, uint32_t g, uint32_t j) {
-    return g * moment_row_words(true, sh_coeffs) + moment_compact_word(3u + 2u * j);
-}
-
-__device__ __forceinline__ void sh_compact_pair(const Args& a, const ShAdam& k, uint32_t sh_coeffs, uint32_t g,
-                                                uint32_t j, float grad0, float grad1) {
-    uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
-    uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
-    uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
-    const uint32_t si = sh_compact_pair_sh_index(sh_coeffs, g, j), mi = sh_compact_pair_moment_index(sh_coeffs, g, j);
-    const ShWords w = sh_compact_pair_words(k, sh_coeffs, g, j, sh[si], m_sh[mi], v_sh[mi], grad0, grad1);
     sh[si] = w.p;
     m_sh[mi] = w.m;
     v_sh[mi] = w.v;
 }
+
 // Everything of splat g but (ONE_VIEW) the Adam step of its SH row, for which
 // it leaves its basis and v_raw in s_basis (rows of 17) and s_vraw.
 template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
@@ -367,7 +350,8 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
             sh_compact_dc(a, sh_adam_of(params), sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
         }
     } else if (COMPACT) {
-        sh_compact_dc(a, sh_adam_of(params), sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
+        const ShAdam k = sh_adam_of(params);
+        sh_compact_dc(a, k, sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
         // the active words (compile-time f) first, unrolled; the rest have gradient 0
         constexpr uint32_t active_words = (n_active - 2u) / 2u;
         const uint32_t n_words = (n_floats - 2u) / 2u;
@@ -376,10 +360,10 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
             if (j >= n_words) {
                 break;
             }
-            sh_compact_pair(a, sh_adam_of(params), sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
+            sh_compact_pair(a, k, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
         }
         for (uint32_t j = active_words; j < n_words; ++j) {
-            sh_compact_pair(a, sh_adam_of(params), sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
+            sh_compact_pair(a, k, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);
@@ -485,40 +469,13 @@ __device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint3
     };
     if (COMPACT) {
         // the higher coefficients' words (update_splat did the DC): sh word 3 + j, moment word 2 + j of each row
-        // BLOCK_WORDS words a thread at a time, their loads issued before any of their arithmetic
-        uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
-        uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
-        uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+        // one word a thread at a time: loading 4 before their arithmetic, as the shader does
+        // (BLOCK_WORDS), made this kernel 10% slower on an H100 (docs/performance.md, call J)
         const ShAdam k = sh_adam_of(params);
-        const uint32_t R = sh_row_words(true, sp.SH_COEFFS) - 3u, total = count * R;
-        for (uint32_t q0 = l; q0 < total; q0 += BLOCK_WORDS * WG) {
-            uint32_t pw[BLOCK_WORDS], mw[BLOCK_WORDS], vw[BLOCK_WORDS];
-#pragma unroll
-            for (uint32_t u = 0u; u < BLOCK_WORDS; ++u) {
-                const uint32_t q = q0 + u * WG;
-                if (q < total) {
-                    const uint32_t s = q / R, j = q - s * R;
-                    const uint32_t si = sh_compact_pair_sh_index(sp.SH_COEFFS, first + s, j);
-                    const uint32_t mi = sh_compact_pair_moment_index(sp.SH_COEFFS, first + s, j);
-                    pw[u] = sh[si];
-                    mw[u] = m_sh[mi];
-                    vw[u] = v_sh[mi];
-                }
-            }
-#pragma unroll
-            for (uint32_t u = 0u; u < BLOCK_WORDS; ++u) {
-                const uint32_t q = q0 + u * WG;
-                if (q < total) {
-                    const uint32_t s = q / R, j = q - s * R, f = 3u + 2u * j;
-                    const ShWords w = sh_compact_pair_words(k, sp.SH_COEFFS, first + s, j, pw[u], mw[u], vw[u],
-                                                            grad(s, f), grad(s, f + 1u));
-                    const uint32_t si = sh_compact_pair_sh_index(sp.SH_COEFFS, first + s, j);
-                    const uint32_t mi = sh_compact_pair_moment_index(sp.SH_COEFFS, first + s, j);
-                    sh[si] = w.p;
-                    m_sh[mi] = w.m;
-                    v_sh[mi] = w.v;
-                }
-            }
+        const uint32_t R = sh_row_words(true, sp.SH_COEFFS) - 3u;
+        for (uint32_t q = l; q < count * R; q += WG) {
+            const uint32_t s = q / R, j = q - s * R, f = 3u + 2u * j;
+            sh_compact_pair(a, k, sp.SH_COEFFS, first + s, j, grad(s, f), grad(s, f + 1u));
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);

@@ -227,7 +227,7 @@ class VulkanDevice(base.Device):
             # measured faster on NVIDIA only (docs/performance.md, "subgroup sums as shuffles")
             shuffle_sums = env != "0" if env else one_size and self.info.vendor_id == vkinfo.VENDOR_NVIDIA
         self.shuffle_sums = bool(shuffle_sums and one_size and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
-        if self.shuffle_sums:  # only then: the other kernels' SPIR-V cache keys stay as they were
+        if self.shuffle_sums:  # rasterize_bwd's butterflies: SUBGROUP_LOG2 steps
             self.defines.update(SHUFFLE_SUMS=1, SUBGROUP_LOG2=lo.bit_length() - 1)
         # radix_sort_scatter sizes its per-subgroup counts from the subgroup sizes it may run with
         self.defines.update(SUBGROUP_SIZE_MIN=lo, SUBGROUP_SIZE_MAX=hi)
