@@ -45,6 +45,8 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
 }
 
 constexpr uint32_t WG = LOCAL_THREADS;
+// words of the compact SH block a thread loads before it computes any (sh_adam_block)
+constexpr uint32_t BLOCK_WORDS = 1u;
 
 // Adam on SH float f of splat g (compact rows, include/storage.glsl) from the
 // values its words hold: the new parameter's bits (f32 for the DC, else fp16)
@@ -72,19 +74,31 @@ __device__ __forceinline__ ShWords sh_compact_step(const ShAdam& k, uint32_t g, 
 }
 
 // The DC floats 0-2 of splat g's compact SH row: f32 words 0-2; moments in words 0-1.
-__device__ __forceinline__ void sh_compact_dc(const Args& a, const ShAdam& k, uint32_t sh_coeffs, uint32_t g, float g0,
-                                              float g1, float g2) {
+// Loaded apart from their update (sh_compact_dc), so a caller can issue these loads
+// with its others, ahead of its stores: the pointers are not restrict, so nvcc keeps
+// every load after the stores that precede it in the source (a round trip each).
+struct DcWords {
+    uint32_t p0, p1, p2, m0, m1, v0, v1;
+};
+__device__ __forceinline__ DcWords sh_compact_dc_load(const Args& a, uint32_t sh_coeffs, uint32_t g) {
+    const uint32_t* sh = reinterpret_cast<const uint32_t*>(a.sh);
+    const uint32_t* m_sh = reinterpret_cast<const uint32_t*>(a.m_sh);
+    const uint32_t* v_sh = reinterpret_cast<const uint32_t*>(a.v_sh);
+    const uint32_t sb = g * sh_row_words(true, sh_coeffs), mb = g * moment_row_words(true, sh_coeffs);
+    return {sh[sb], sh[sb + 1u], sh[sb + 2u], m_sh[mb], m_sh[mb + 1u], v_sh[mb], v_sh[mb + 1u]};
+}
+__device__ __forceinline__ void sh_compact_dc(const Args& a, const ShAdam& k, uint32_t sh_coeffs, uint32_t g,
+                                              const DcWords& w, float g0, float g1, float g2) {
     uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
     uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
     uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
     const uint32_t sb = g * sh_row_words(true, sh_coeffs), mb = g * moment_row_words(true, sh_coeffs);
-    const uint32_t mw0 = m_sh[mb], mw1 = m_sh[mb + 1u], vw0 = v_sh[mb], vw1 = v_sh[mb + 1u];
-    const ShWords x = sh_compact_step(k, g, 0u, uintBitsToFloat(sh[sb]), moment_compact_value(mw0, 0u),
-                                      moment_compact_value(vw0, 0u), g0);
-    const ShWords y = sh_compact_step(k, g, 1u, uintBitsToFloat(sh[sb + 1u]), moment_compact_value(mw0, 1u),
-                                      moment_compact_value(vw0, 1u), g1);
-    const ShWords z = sh_compact_step(k, g, 2u, uintBitsToFloat(sh[sb + 2u]), moment_compact_value(mw1, 2u),
-                                      moment_compact_value(vw1, 2u), g2);
+    const ShWords x = sh_compact_step(k, g, 0u, uintBitsToFloat(w.p0), moment_compact_value(w.m0, 0u),
+                                      moment_compact_value(w.v0, 0u), g0);
+    const ShWords y = sh_compact_step(k, g, 1u, uintBitsToFloat(w.p1), moment_compact_value(w.m0, 1u),
+                                      moment_compact_value(w.v0, 1u), g1);
+    const ShWords z = sh_compact_step(k, g, 2u, uintBitsToFloat(w.p2), moment_compact_value(w.m1, 2u),
+                                      moment_compact_value(w.v1, 2u), g2);
     sh[sb] = x.p;
     sh[sb + 1u] = y.p;
     sh[sb + 2u] = z.p;
@@ -95,16 +109,12 @@ __device__ __forceinline__ void sh_compact_dc(const Args& a, const ShAdam& k, ui
 }
 
 // Word j of the higher coefficients of splat g's compact SH row: floats 3 + 2j
-// and (when there is one) 4 + 2j, in sh word 3 + j and moment word 2 + j.
-__device__ __forceinline__ void sh_compact_pair(const Args& a, const ShAdam& k, uint32_t sh_coeffs, uint32_t g,
-                                                uint32_t j, float grad0, float grad1) {
-    uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
-    uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
-    uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+// and (when there is one) 4 + 2j, in sh word 3 + j and moment word 2 + j. From
+// the row's words (pw: sh; mw, vw: the moments), the words to store.
+__device__ __forceinline__ ShWords sh_compact_pair_words(const ShAdam& k, uint32_t sh_coeffs, uint32_t g, uint32_t j,
+                                                         uint32_t pw, uint32_t mw, uint32_t vw, float grad0,
+                                                         float grad1) {
     const uint32_t f = 3u + 2u * j;
-    const uint32_t si = g * sh_row_words(true, sh_coeffs) + sh_compact_word(f);
-    const uint32_t mi = g * moment_row_words(true, sh_coeffs) + moment_compact_word(f);
-    const uint32_t pw = sh[si], mw = m_sh[mi], vw = v_sh[mi];
     ShWords w = sh_compact_step(k, g, f, sh_compact_value(pw, f), moment_compact_value(mw, f),
                                 moment_compact_value(vw, f), grad0);
     if (f + 1u < 3u * sh_coeffs) {  // the word's high half
@@ -115,6 +125,21 @@ __device__ __forceinline__ void sh_compact_pair(const Args& a, const ShAdam& k, 
         w.m |= hi.m << 16u;
         w.v |= hi.v << 16u;
     }
+    return w;
+}
+__device__ __forceinline__ uint32_t sh_compact_pair_sh_index(uint32_t sh_coeffs, uint32_t g, uint32_t j) {
+    return g * sh_row_words(true, sh_coeffs) + sh_compact_word(3u + 2u * j);
+}
+__device__ __forceinline__ uint32_t sh_compact_pair_moment_index(uint32_t sh_coeffs, uint32_t g, uint32_t j) {
+    return g * moment_row_words(true, sh_coeffs) + moment_compact_word(3u + 2u * j);
+}
+__device__ __forceinline__ void sh_compact_pair(const Args& a, const ShAdam& k, uint32_t sh_coeffs, uint32_t g,
+                                                uint32_t j, float grad0, float grad1) {
+    uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
+    uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
+    uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+    const uint32_t si = sh_compact_pair_sh_index(sh_coeffs, g, j), mi = sh_compact_pair_moment_index(sh_coeffs, g, j);
+    const ShWords w = sh_compact_pair_words(k, sh_coeffs, g, j, sh[si], m_sh[mi], v_sh[mi], grad0, grad1);
     sh[si] = w.p;
     m_sh[mi] = w.m;
     v_sh[mi] = w.v;
@@ -237,6 +262,14 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
     g_opacity = (g_opacity + params->opacity_reg / n_splats) * opacity * (1.0f - opacity);
 
     float b1 = params->beta1, b2 = params->beta2, c1 = params->bias1, c2 = params->bias2, eps = params->adam_eps;
+    // The loads of everything left to update, issued together before the first store: the
+    // pointers are not restrict, so nvcc keeps each load behind the stores that precede it
+    // in the source, a round trip to memory each (the shader's restrict buffers need not).
+    const float m_opacity = a.m_opacities[g], v_opacity = a.v_opacities[g];
+    const ShAdam sh_k = sh_adam_of(params);
+    const DcWords dc = COMPACT ? sh_compact_dc_load(a, sp.SH_COEFFS, g) : DcWords{};
+    const float lr_opacities = params->lr_opacities;
+    const float noise_scale = sp.MCMC_NOISE ? params->noise_scale : 0.0f;
     if (COMPACT) {
         // bf16 rows of 2 words (storage.glsl): value k in word k / 2, half k % 2
         const uint32_t seed = params->seed;
@@ -315,8 +348,8 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         }
     }
     {
-        float m = a.m_opacities[g], v = a.v_opacities[g];
-        logit = adam_update(logit, g_opacity, m, v, params->lr_opacities, b1, b2, c1, c2, eps);
+        float m = m_opacity, v = v_opacity;
+        logit = adam_update(logit, g_opacity, m, v, lr_opacities, b1, b2, c1, c2, eps);
         a.m_opacities[g] = m;
         a.v_opacities[g] = v;
     }
@@ -347,11 +380,11 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
     };
     if (ONE_VIEW) {
         if (COMPACT) {  // the DC; sh_adam_block does the rest
-            sh_compact_dc(a, sh_adam_of(params), sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
+            sh_compact_dc(a, sh_k, sp.SH_COEFFS, g, dc, sh_grad(0u), sh_grad(1u), sh_grad(2u));
         }
     } else if (COMPACT) {
-        const ShAdam k = sh_adam_of(params);
-        sh_compact_dc(a, k, sp.SH_COEFFS, g, sh_grad(0u), sh_grad(1u), sh_grad(2u));
+        const ShAdam& k = sh_k;
+        sh_compact_dc(a, k, sp.SH_COEFFS, g, dc, sh_grad(0u), sh_grad(1u), sh_grad(2u));
         // the active words (compile-time f) first, unrolled; the rest have gradient 0
         constexpr uint32_t active_words = (n_active - 2u) / 2u;
         const uint32_t n_words = (n_floats - 2u) / 2u;
@@ -426,17 +459,17 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         }
     }
 
-    if (sp.MCMC_NOISE && params->noise_scale > 0.0f) {
+    if (sp.MCMC_NOISE && noise_scale > 0.0f) {
         // gsplat's MCMC: noise ~ Sigma n, gated to nearly transparent splats
         float o = 1.0f / (1.0f + expf(-logit));
         float gate = 1.0f / (1.0f + expf(-100.0f * ((1.0f - o) - 0.995f)));
         vec3 s = make3(expf(log_scale.x), expf(log_scale.y), expf(log_scale.z));
         mat3 R = quat_to_rotmat(quat * inversesqrt(dot(quat, quat)));
         mat3 M = mat3_cols(R.c[0] * s.x, R.c[1] * s.y, R.c[2] * s.z);
-        vec2 n01 = random_normal2(params->seed, g, 0u);
-        vec2 n23 = random_normal2(params->seed, g, 2u);
+        vec2 n01 = random_normal2(sh_k.seed, g, 0u);
+        vec2 n23 = random_normal2(sh_k.seed, g, 2u);
         vec3 noise = (M * transpose(M)) * make3(n01.x, n01.y, n23.x);
-        mean += noise * gate * params->noise_scale;
+        mean += noise * gate * noise_scale;
     }
     a.means[3u * g] = mean.x;
     a.means[3u * g + 1u] = mean.y;
@@ -472,10 +505,36 @@ __device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint3
         // one word a thread at a time: loading 4 before their arithmetic, as the shader does
         // (BLOCK_WORDS), made this kernel 10% slower on an H100 (docs/performance.md, call J)
         const ShAdam k = sh_adam_of(params);
-        const uint32_t R = sh_row_words(true, sp.SH_COEFFS) - 3u;
-        for (uint32_t q = l; q < count * R; q += WG) {
-            const uint32_t s = q / R, j = q - s * R, f = 3u + 2u * j;
-            sh_compact_pair(a, k, sp.SH_COEFFS, first + s, j, grad(s, f), grad(s, f + 1u));
+        const uint32_t R = sh_row_words(true, sp.SH_COEFFS) - 3u, total = count * R;
+        uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
+        uint32_t* m_sh = reinterpret_cast<uint32_t*>(a.m_sh);
+        uint32_t* v_sh = reinterpret_cast<uint32_t*>(a.v_sh);
+        for (uint32_t q0 = l; q0 < total; q0 += BLOCK_WORDS * WG) {
+            uint32_t pw[BLOCK_WORDS], mw[BLOCK_WORDS], vw[BLOCK_WORDS];
+#pragma unroll
+            for (uint32_t u = 0u; u < BLOCK_WORDS; ++u) {
+                const uint32_t q = q0 + u * WG;
+                if (q < total) {
+                    const uint32_t s = q / R, j = q - s * R;
+                    const uint32_t si = sh_compact_pair_sh_index(sp.SH_COEFFS, first + s, j);
+                    const uint32_t mi = sh_compact_pair_moment_index(sp.SH_COEFFS, first + s, j);
+                    pw[u] = sh[si];
+                    mw[u] = m_sh[mi];
+                    vw[u] = v_sh[mi];
+                }
+            }
+#pragma unroll
+            for (uint32_t u = 0u; u < BLOCK_WORDS; ++u) {
+                const uint32_t q = q0 + u * WG;
+                if (q < total) {
+                    const uint32_t s = q / R, j = q - s * R, f = 3u + 2u * j;
+                    const ShWords w = sh_compact_pair_words(k, sp.SH_COEFFS, first + s, j, pw[u], mw[u], vw[u],
+                                                            grad(s, f), grad(s, f + 1u));
+                    sh[sh_compact_pair_sh_index(sp.SH_COEFFS, first + s, j)] = w.p;
+                    m_sh[sh_compact_pair_moment_index(sp.SH_COEFFS, first + s, j)] = w.m;
+                    v_sh[sh_compact_pair_moment_index(sp.SH_COEFFS, first + s, j)] = w.v;
+                }
+            }
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);

@@ -36,10 +36,15 @@ GENCODE=()
 last=""
 for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_$a,code=sm_$a"); last=$a; done
 GENCODE+=(-gencode "arch=compute_$last,code=compute_$last")
-# IEEE arithmetic (no --use_fast_math), so CUDA and Vulkan results stay close.
+# The shaders' arithmetic, so CUDA and Vulkan results stay close: IEEE
+# multiplies and adds, no --use_fast_math (its flush to zero and approximate
+# exp/log), and division and sqrt at SPIR-V's precision (x / y within 2.5 ULP,
+# sqrt as 1 / inversesqrt; -prec-div=false -prec-sqrt=false) instead of nvcc's
+# correctly rounded ones, whose slow paths made fpbo's training variant 1.5x
+# slower (docs/performance.md, issue 16, call N).
 # shaders/include: the maths shared with the shaders (dialect.glsl)
 CONTRACTS=build/contracts
-FLAGS=(-std=c++17 -O3 -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Inative_cuda -I"$CONTRACTS" -Ishaders/include "${GENCODE[@]}")
+FLAGS=(-std=c++17 -O3 -prec-div=false -prec-sqrt=false -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Inative_cuda -I"$CONTRACTS" -Ishaders/include "${GENCODE[@]}")
 
 SOURCES=(native_cuda/*.cu)
 [ -e "${SOURCES[0]}" ] || skip "no sources in native_cuda/"

@@ -200,6 +200,48 @@ def test_stochastic_rounding_is_unbiased():
         assert (np.abs(mean - xd) <= bound).all(), np.abs(mean - xd).max()
 
 
+def test_storage_bits_round_without_bias_over_steps_rows_and_elements():
+    """The bits fpbo rounds with (storage_bits: one hash of the splat and element
+    index mixed with the step's seed) as the uniform of the test above, over R
+    steps' seeds (strategy._seed): the mean of R roundings of a value is within the
+    same 6 sigma of it, for the parameter's fp16 (low bits), m's bf16 (low 16) and
+    v's bf16 (high 16); and the bits of neighbouring elements, of neighbouring rows
+    and the two halves of one word are uncorrelated (|corr| of the bits' sign under
+    6 / sqrt(R * n), the 6-sigma bound of independent bits)."""
+    from types import SimpleNamespace
+
+    from spirula.train.strategy import _seed
+
+    rng = np.random.default_rng(15)
+    R, n = 4096, 240
+    x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 3, n)).astype(np.float32)
+    rows = np.repeat(np.arange(n // 2) + 3_000_000, 2)  # two elements a row: neighbours
+    elements = np.tile([64, 65], n // 2) + 2 * (np.arange(n) // 2 % 20)
+    seeds = [_seed(SimpleNamespace(seed=s % 3), s, 1) for s in range(R)]
+    r = np.stack([storage.storage_bits(sd, rows, elements) for sd in seeds])
+    xs = np.broadcast_to(x, r.shape)
+    xd = x.astype(np.float64)
+    for to, back, spacing, bits in (
+        (storage.float_to_half_sr, storage.half_to_float, ulp16, r),
+        (storage.float_to_bf16_sr, storage.bf16_to_float, ulp_bf16, r),
+        (storage.float_to_bf16_sr, storage.bf16_to_float, ulp_bf16, r >> 16),
+    ):
+        mean = back(to(xs, bits)).astype(np.float64).mean(0)
+        bound = 3 * spacing(xd) / np.sqrt(R) + 2.0**-13 * spacing(xd)
+        assert (np.abs(mean - xd) <= bound).all(), np.abs(mean - xd).max()
+
+    def corr(a, b):
+        sa = np.where(a & 0x8000, 1.0, -1.0)
+        sb = np.where(b & 0x8000, 1.0, -1.0)
+        return float((sa * sb).mean())
+
+    limit = 6 / np.sqrt(R * n / 2)
+    assert abs(corr(r[:, 0::2], r[:, 1::2])) < limit  # neighbouring elements of a row
+    assert abs(corr(r[:, 0:-2:2], r[:, 2::2])) < limit  # neighbouring rows
+    assert abs(corr(r, r >> 16)) < limit  # m's and v's bits of one value
+    assert abs(corr(r[:-1], r[1:])) < limit  # one element, consecutive steps
+
+
 def test_round_to_nearest_would_freeze_adams_second_moment():
     """Why the rounding is stochastic: with no gradient, Adam's v decays by
     beta2 = 0.999 a step, a change of 0.1%, below half a bf16 ulp (2^-9

@@ -151,8 +151,11 @@ SPIRULA_FN uint32_t floatBitsToUint(float v) { return __float_as_uint(v); }
 // GLSL's uintBitsToFloat: the float with IEEE 754 bits v
 SPIRULA_FN float uintBitsToFloat(uint32_t v) { return __uint_as_float(v); }
 
-// GLSL's unpackUnorm4x8(v)[ch]: byte ch of v over 255
-SPIRULA_FN float unpack_unorm8(uint32_t v, int ch) { return float((v >> (8u * uint32_t(ch))) & 0xffu) / 255.0f; }
+// GLSL's unpackUnorm4x8(v)[ch]: byte ch of v over 255, correctly rounded (the build's
+// -prec-div=false would otherwise make it a multiply by 1 / 255)
+SPIRULA_FN float unpack_unorm8(uint32_t v, int ch) {
+    return __fdiv_rn(float((v >> (8u * uint32_t(ch))) & 0xffu), 255.0f);
+}
 
 }  // namespace spirula
 

@@ -233,6 +233,5 @@ def pcg_hash(v) -> np.ndarray:
 
 def storage_bits(seed: int, row, element) -> np.ndarray:
     """The 32 random bits storage.glsl rounds element ``element`` of splat ``row`` with."""
-    inner = pcg_hash((np.asarray(element, np.uint64) + 2654435769) & 0xFFFFFFFF)
-    mid = pcg_hash(np.asarray(row, np.uint64) ^ inner.astype(np.uint64))
-    return pcg_hash(np.uint64(seed & 0xFFFFFFFF) ^ mid.astype(np.uint64))
+    index = (np.asarray(row, np.uint64) * 128 + np.asarray(element, np.uint64)) & 0xFFFFFFFF
+    return pcg_hash(np.uint64(seed & 0xFFFFFFFF) ^ index)
