@@ -45,8 +45,9 @@ __device__ __forceinline__ float& component(float4& v, uint32_t e) {
 }
 
 constexpr uint32_t WG = LOCAL_THREADS;
-// words of the compact SH block a thread loads before it computes any (sh_adam_block)
-constexpr uint32_t BLOCK_WORDS = 1u;
+// words of the compact SH block a thread loads before it computes any (sh_adam_block):
+// fpbo_bench's compact rows on an H100, 1: 3.074 ms, 2: 3.020, 4: 3.041 (the shader: 4)
+constexpr uint32_t BLOCK_WORDS = 2u;
 
 // Adam on SH float f of splat g (compact rows, include/storage.glsl) from the
 // values its words hold: the new parameter's bits (f32 for the DC, else fp16)
@@ -502,8 +503,8 @@ __device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint3
     };
     if (COMPACT) {
         // the higher coefficients' words (update_splat did the DC): sh word 3 + j, moment word 2 + j of each row
-        // one word a thread at a time: loading 4 before their arithmetic, as the shader does
-        // (BLOCK_WORDS), made this kernel 10% slower on an H100 (docs/performance.md, call J)
+        // BLOCK_WORDS words a thread at a time, their loads issued before any of their arithmetic
+        // (nvcc would not hoist a load above the stores of the word before: no restrict here)
         const ShAdam k = sh_adam_of(params);
         const uint32_t R = sh_row_words(true, sp.SH_COEFFS) - 3u, total = count * R;
         uint32_t* sh = reinterpret_cast<uint32_t*>(a.sh);
