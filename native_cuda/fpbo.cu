@@ -384,8 +384,7 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
             sh_compact_dc(a, sh_k, sp.SH_COEFFS, g, dc, sh_grad(0u), sh_grad(1u), sh_grad(2u));
         }
     } else if (COMPACT) {
-        const ShAdam& k = sh_k;
-        sh_compact_dc(a, k, sp.SH_COEFFS, g, dc, sh_grad(0u), sh_grad(1u), sh_grad(2u));
+        sh_compact_dc(a, sh_k, sp.SH_COEFFS, g, dc, sh_grad(0u), sh_grad(1u), sh_grad(2u));
         // the active words (compile-time f) first, unrolled; the rest have gradient 0
         constexpr uint32_t active_words = (n_active - 2u) / 2u;
         const uint32_t n_words = (n_floats - 2u) / 2u;
@@ -394,10 +393,10 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
             if (j >= n_words) {
                 break;
             }
-            sh_compact_pair(a, k, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
+            sh_compact_pair(a, sh_k, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
         }
         for (uint32_t j = active_words; j < n_words; ++j) {
-            sh_compact_pair(a, k, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
+            sh_compact_pair(a, sh_k, sp.SH_COEFFS, g, j, sh_grad(3u + 2u * j), sh_grad(4u + 2u * j));
         }
     } else if (sh_vec4) {
         float4* sh4 = reinterpret_cast<float4*>(a.sh);

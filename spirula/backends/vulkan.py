@@ -142,10 +142,10 @@ class VulkanDevice(base.Device):
             (``SPIRULA_NO_BUFFER_ROBUSTNESS=kernels``) disables it only for
             the kernels whose shader says ``#pragma spirula_no_bounds_checks``
             (``Kernel.no_bounds_checks``: rasterize_bwd). True keeps the
-            driver's checks everywhere. None: ``"kernels"`` on NVIDIA's
-            devices (rasterize_bwd 5% faster on an H100, the 1080p step 4%),
-            True elsewhere; ``SPIRULA_NO_BUFFER_ROBUSTNESS`` overrides that
-            (``0`` checks everywhere, ``1`` nowhere, ``kernels``).
+            driver's checks everywhere. None: ``default_buffer_robustness``
+            (``"kernels"`` on NVIDIA's devices, where rasterize_bwd gains its
+            5% without fpbo's loss; True elsewhere; the environment variable
+            overrides it).
         shuffle_sums: rasterize_bwd sums each Gaussian's gradients over a
             subgroup with explicit subgroupShuffleXor butterflies and adds
             them from lane 0 (defines SHUFFLE_SUMS=1, SUBGROUP_LOG2), where
