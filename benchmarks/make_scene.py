@@ -4,7 +4,7 @@ seed points (points3D.txt, which gsplat_train.py reads, and points3d.ply, which
 Spirula reads): the training benchmark's scene, read identically by Spirula
 and by the gsplat peer.
 
-    python benchmarks/make_scene.py OUT [--width 1920 --height 1080 --views 48 --density 30]
+    python benchmarks/make_scene.py OUT [--width 1920 --height 1080 --views 48 --density 30] [--object]
 """
 
 import argparse
@@ -28,17 +28,24 @@ def main():
     ap.add_argument("--test-every", type=int, default=8)
     ap.add_argument("--density", type=float, default=30.0, help="seed points, x the demo's ~6,000")
     ap.add_argument("--supersample", type=int, default=1)
+    ap.add_argument("--format", choices=["jpg", "png"], default="jpg", help="png: lossless (quality benchmarks)")
     ap.add_argument("--points-only", action="store_true", help="rewrite the seed points only")
+    ap.add_argument(
+        "--object",
+        action="store_true",
+        help="the object-centric variant: a small floor, black background, views from all around",
+    )
     args = ap.parse_args()
-    focal = args.focal or 0.94 * args.width
-    viewmats, K = demo.cameras(args.width, args.height, focal, args.views)
+    focal = args.focal or (0.98 if args.object else 0.94) * args.width
+    viewmats, K = (demo.object_cameras if args.object else demo.cameras)(args.width, args.height, focal, args.views)
     out = args.out
     (out / "images").mkdir(parents=True, exist_ok=True)
     frames = {"train": [], "test": []}
     for v, vm in enumerate([] if args.points_only else viewmats):
-        name = "images/%04d.jpg" % v
-        img = demo.render_view(vm, K, args.width, args.height, args.supersample)
-        Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(out / name, quality=95)
+        name = "images/%04d.%s" % (v, args.format)
+        img = demo.render_view(vm, K, args.width, args.height, args.supersample, args.object)
+        options = {"quality": 95} if args.format == "jpg" else {}
+        Image.fromarray(np.rint(img * 255).astype(np.uint8)).save(out / name, **options)
         c2w = np.linalg.inv(vm) @ np.diag([1.0, -1.0, -1.0, 1.0])  # OpenCV -> OpenGL axes
         split = "test" if v % args.test_every == 0 else "train"
         frames[split].append({"file_path": name, "transform_matrix": c2w.tolist()})
@@ -55,7 +62,7 @@ def main():
             "frames": fr,
         }
         (out / ("transforms_%s.json" % split)).write_text(json.dumps(meta, indent=1))
-    pts, cols = demo.seed_points(np.random.default_rng(7), args.density)
+    pts, cols = demo.seed_points(np.random.default_rng(7), args.density, args.object)
     c8 = np.rint(cols * 255).astype(np.uint8)
     with open(out / "points3D.txt", "w") as f:
         for i, (p, c) in enumerate(zip(pts, c8)):

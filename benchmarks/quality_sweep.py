@@ -8,6 +8,11 @@ time on one GPU (quality does not depend on the runs' speed, so they share it).
 Each run is `spirula train DATASET --iterations 3000 --strategy mcmc --cap-max
 1000000 --background black --seed S --set KEY=VALUE ...` (the training
 benchmark of docs/performance.md); a config is NAME or NAME:KEY=VALUE,KEY=VALUE.
+Items starting with + change how the run starts, not a setting:
++backend=cuda, +env=NAME=VALUE (an environment variable; repeatable) and
++tree=DIR (another checkout's spirula/ and shaders/, e.g. an older commit
+unpacked there). --eval-every N adds the test PSNR every N steps to each row
+("curve"), read from the run's log.
 With --gsplat, the peer trainer runs the same seeds (42 + S) with the same
 strategy (gsplat's MCMCStrategy, or DefaultStrategy for adc) as config "gsplat".
 Prints a line per run as it ends (PSNR, SSIM, splats relocated, the fewest
@@ -18,6 +23,8 @@ standard deviation and range.
 
 import argparse
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,7 +45,43 @@ def parse_config(text):
     return name, [s for s in sets.split(",") if s]
 
 
+def run_options(sets):
+    """(settings, backend, env, tree) of a config's items (see the docstring)."""
+    settings, backend, env, tree = [], None, {}, None
+    for item in sets:
+        if not item.startswith("+"):
+            settings.append(item)
+            continue
+        key, _, value = item[1:].partition("=")
+        if key == "backend":
+            backend = value
+        elif key == "env":
+            name, _, val = value.partition("=")
+            env[name] = val
+        elif key == "tree":
+            tree = value
+        else:
+            raise SystemExit("quality_sweep: unknown run option %r" % item)
+    return settings, backend, env, tree
+
+
+def run_env(sets) -> dict:
+    """The environment of a config's runs: this process's, with its +env and +tree.
+    With +tree the run must not start in a checkout (``python -m`` puts the working
+    directory first on the path): run it with ``cwd=RUN_CWD``."""
+    _, _, env, tree = run_options(sets)
+    out = dict(os.environ, **env)
+    if tree:
+        out["PYTHONPATH"] = os.pathsep.join([tree] + [p for p in [out.get("PYTHONPATH")] if p])
+    return out
+
+
+# where runs start: outside any checkout, so that +tree's PYTHONPATH decides which spirula runs
+RUN_CWD = "/"
+
+
 def spirula_command(args, sets, seed, out):
+    sets, backend, _, _ = run_options(sets)
     cmd = [
         sys.executable,
         "-m",
@@ -60,6 +103,10 @@ def spirula_command(args, sets, seed, out):
         "--output",
         str(out),
     ]
+    if getattr(args, "eval_every", 0):
+        cmd += ["--eval-every", str(args.eval_every)]
+    if backend:
+        cmd += ["--backend", backend]
     for s in sets:
         cmd += ["--set", s]
     return cmd
@@ -81,11 +128,21 @@ def gsplat_command(args, seed, out):
         str(42 + seed),
         "--json",
         str(out / "metrics.json"),
-    ]
+    ] + (["--eval-every", str(args.eval_every)] if getattr(args, "eval_every", 0) else [])
+
+
+# spirula's "step 2500: test PSNR 27.1 ..." and gsplat_train.py's "step   2500  loss ...  test PSNR 27.1"
+EVAL_LINE = re.compile(r"step +(\d+)\b[^\n]*?test PSNR ([0-9.]+)")
 
 
 def summarize(name, seed, out, rc, seconds):
     row = dict(config=name, seed=seed, rc=rc, seconds=round(seconds, 1))
+    try:
+        curve = EVAL_LINE.findall((out / "log.txt").read_text())
+    except OSError:
+        curve = []
+    if curve:
+        row["curve"] = [[int(s), float(p)] for s, p in curve]
     try:
         m = json.loads((out / "metrics.json").read_text())
     except (OSError, ValueError):
@@ -113,6 +170,7 @@ def parse_args(argv=None):
     ap.add_argument("--cap-max", type=int, default=1_000_000, help="MCMC's budget (ADC ignores it)")
     ap.add_argument("--parallel", type=int, default=3, help="runs at a time")
     ap.add_argument("--gsplat", default=None, help="gsplat_train.py: also run the peer")
+    ap.add_argument("--eval-every", type=int, default=0, help="test PSNR every N steps too (the row's curve)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/quality_sweep"))
     ap.add_argument("--json", type=Path, default=None)
     return ap.parse_args(argv)
@@ -120,6 +178,10 @@ def parse_args(argv=None):
 
 def main():
     args = parse_args()
+    args.dataset = str(Path(args.dataset).resolve())
+    args.workdir = args.workdir.resolve()
+    if args.gsplat:
+        args.gsplat = str(Path(args.gsplat).resolve())
     seeds = parse_seeds(args.seeds)
     configs = [parse_config(c) for c in args.config or ["defaults"]]
     # seed-major order: a sweep cut short still has every config at the first seeds
@@ -127,19 +189,18 @@ def main():
     for seed in seeds:
         if args.gsplat:
             out = args.workdir / ("gsplat-%d" % seed)
-            jobs.append(("gsplat", seed, out, gsplat_command(args, seed, out)))
+            jobs.append(("gsplat", seed, out, gsplat_command(args, seed, out), None))
         for name, sets in configs:
             out = args.workdir / ("%s-%d" % (name, seed))
-            jobs.append((name, seed, out, spirula_command(args, sets, seed, out)))
+            jobs.append((name, seed, out, spirula_command(args, sets, seed, out), run_env(sets)))
     rows, running = [], []
     while jobs or running:
         while jobs and len(running) < args.parallel:
-            name, seed, out, cmd = jobs.pop(0)
+            name, seed, out, cmd, env = jobs.pop(0)
             out.mkdir(parents=True, exist_ok=True)
             log = open(out / "log.txt", "w")
-            running.append(
-                (name, seed, out, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time(), log)
-            )
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=RUN_CWD)
+            running.append((name, seed, out, proc, time.time(), log))
         time.sleep(0.5)
         for job in list(running):
             name, seed, out, proc, t0, log = job

@@ -31,6 +31,10 @@ SPHERES = (  # centre, radius, two stripe colours
 LIGHT = np.array([0.4, -0.3, 0.87]) / np.linalg.norm([0.4, -0.3, 0.87])
 FLOOR_RADIUS = 3.0
 SKY_RADIUS = 9.0
+# The object-centric variant (``object_world=True``; benchmarks/make_scene.py --object): the
+# spheres on a small checkered disc before a black background, seen from all around, as a
+# NeRF-synthetic capture: what the long-run quality benchmarks train on (issue #46).
+OBJECT_FLOOR_RADIUS = 1.6
 
 
 def demo_path() -> Path:
@@ -91,13 +95,15 @@ def _shade_floor(p):
     return albedo * (0.35 + 0.65 * LIGHT[2] * lit)[..., None]
 
 
-def trace(o, d) -> np.ndarray:
-    """Colour [...,3] of rays from o [...,3] along unit d [...,3]."""
+def trace(o, d, object_world: bool = False) -> np.ndarray:
+    """Colour [...,3] of rays from o [...,3] along unit d [...,3]; ``object_world``: the
+    object-centric variant (small floor, black background)."""
     t_best = np.full(d.shape[:-1], np.inf)
-    colour = _sky(d)
+    colour = np.zeros(d.shape) if object_world else _sky(d)
+    floor_radius = OBJECT_FLOOR_RADIUS if object_world else FLOOR_RADIUS
     t_floor = np.where(d[..., 2] < -1e-6, -o[..., 2] / np.where(d[..., 2] < -1e-6, d[..., 2], -1), np.inf)
     p = o + d * np.where(np.isfinite(t_floor), t_floor, 0)[..., None]
-    t_floor = np.where((p[..., :2] ** 2).sum(-1) < FLOOR_RADIUS**2, t_floor, np.inf)
+    t_floor = np.where((p[..., :2] ** 2).sum(-1) < floor_radius**2, t_floor, np.inf)
     hit = t_floor < t_best
     colour = np.where(hit[..., None], _shade_floor(p), colour)
     t_best = np.minimum(t_best, t_floor)
@@ -131,7 +137,29 @@ def cameras(width=WIDTH, height=HEIGHT, focal=FOCAL, n_views=N_VIEWS):
     return np.array(views), K
 
 
-def render_view(viewmat, K, width=WIDTH, height=HEIGHT, supersample=2) -> np.ndarray:
+def object_cameras(width=WIDTH, height=HEIGHT, focal=FOCAL, n_views=N_VIEWS):
+    """(viewmats [V,4,4], K [3,3]) of the object-centric views: a spiral over the upper
+    hemisphere (elevation 8 to 72 degrees, golden-angle azimuths), all looking at the spheres."""
+    K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
+    views = []
+    for v in range(n_views):
+        az = v * np.pi * (3 - np.sqrt(5))
+        el = np.radians(8 + 64 * (v + 0.5) / n_views)
+        r = 4.0 + 0.3 * np.cos(3 * az)
+        eye = np.array([r * np.cos(el) * np.cos(az), r * np.cos(el) * np.sin(az), 0.35 + r * np.sin(el)])
+        fwd = np.array([0, 0, 0.35]) - eye
+        fwd /= np.linalg.norm(fwd)
+        right = np.cross(fwd, [0, 0, 1.0])
+        right /= np.linalg.norm(right)
+        R = np.stack([right, np.cross(fwd, right), fwd])
+        vm = np.eye(4)
+        vm[:3, :3] = R
+        vm[:3, 3] = -R @ eye
+        views.append(vm)
+    return np.array(views), K
+
+
+def render_view(viewmat, K, width=WIDTH, height=HEIGHT, supersample=2, object_world: bool = False) -> np.ndarray:
     """[H,W,3] float image of one view, supersample^2 rays per pixel."""
     R, t = viewmat[:3, :3], viewmat[:3, 3]
     eye = -R.T @ t
@@ -143,13 +171,14 @@ def render_view(viewmat, K, width=WIDTH, height=HEIGHT, supersample=2) -> np.nda
             cam = np.stack([(xs + dx - K[0, 2]) / K[0, 0], (ys + dy - K[1, 2]) / K[1, 1], np.ones_like(xs, float)], -1)
             d = cam @ R  # camera -> world: R^T x, applied row-wise
             d /= np.linalg.norm(d, axis=-1, keepdims=True)
-            acc += trace(np.broadcast_to(eye, d.shape), d)
+            acc += trace(np.broadcast_to(eye, d.shape), d, object_world)
     return np.clip(acc / supersample**2, 0, 1)
 
 
-def seed_points(rng, density: float = 1.0) -> tuple:
+def seed_points(rng, density: float = 1.0, object_world: bool = False) -> tuple:
     """Surface points with their shaded colour, plus noise (as SfM gives):
-    on the spheres, the floor and the sky dome (``density`` x the default counts)."""
+    on the spheres, the floor and (not ``object_world``) the sky dome
+    (``density`` x the default counts)."""
     pts, cols = [], []
     for i, (centre, radius, _, _) in enumerate(SPHERES):
         n = rng.standard_normal((int(900 * density), 3))
@@ -158,12 +187,13 @@ def seed_points(rng, density: float = 1.0) -> tuple:
         p = p[p[:, 2] > 0.02]  # under the floor: never seen
         pts.append(p)
         cols.append(_shade_sphere(p, i))
-    r = FLOOR_RADIUS * np.sqrt(rng.random(int(2500 * density)))
+    floor_radius = OBJECT_FLOOR_RADIUS if object_world else FLOOR_RADIUS
+    r = floor_radius * np.sqrt(rng.random(int(2500 * density * (floor_radius / FLOOR_RADIUS) ** 2)))
     a = 2 * np.pi * rng.random(len(r))
     p = np.stack([r * np.cos(a), r * np.sin(a), np.zeros_like(r)], 1)
     pts.append(p)
     cols.append(_shade_floor(p))
-    d = rng.standard_normal((int(1200 * density), 3))
+    d = rng.standard_normal((0 if object_world else int(1200 * density), 3))
     d[:, 2] = np.abs(d[:, 2]) + 0.05
     d /= np.linalg.norm(d, axis=1, keepdims=True)
     pts.append(SKY_RADIUS * d)
