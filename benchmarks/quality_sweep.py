@@ -150,6 +150,7 @@ def summarize(name, seed, out, rc, seconds):
     row.update(
         psnr=m.get("psnr"),
         ssim=m.get("ssim"),
+        train_psnr=m.get("train_psnr"),
         n_splats=m.get("n_splats"),
         relocated=m.get("relocated"),
         nonfinite=m.get("nonfinite_splats"),
@@ -158,6 +159,37 @@ def summarize(name, seed, out, rc, seconds):
     if hist:
         row["fewest_relocated_late"] = min(c for _, c in hist[len(hist) // 2 :])
     return row
+
+
+def run_jobs(jobs, parallel: int, tag: str = "sweep") -> list:
+    """Run ``jobs`` ((name, seed, out, cmd, env), each in its folder ``out`` with
+    its log there), ``parallel`` at a time; print a row per run as it ends (with
+    ``tag``); return the rows (:func:`summarize`'s) in the order they ended."""
+    jobs, rows, running = list(jobs), [], []
+    while jobs or running:
+        while jobs and len(running) < parallel:
+            name, seed, out, cmd, env = jobs.pop(0)
+            out.mkdir(parents=True, exist_ok=True)
+            log = open(out / "log.txt", "w")
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=RUN_CWD)
+            running.append((name, seed, out, proc, time.time(), log))
+        time.sleep(0.5)
+        for job in list(running):
+            name, seed, out, proc, t0, log = job
+            if proc.poll() is None:
+                continue
+            running.remove(job)
+            log.close()
+            row = summarize(name, seed, out, proc.returncode, time.time() - t0)
+            rows.append(row)
+            print("[%s] %s" % (tag, json.dumps(row)), flush=True)
+            if proc.returncode:
+                print(
+                    "[%s] %s seed %d failed; the end of %s:\n%s"
+                    % (tag, name, seed, out / "log.txt", (out / "log.txt").read_text()[-1500:]),
+                    flush=True,
+                )
+    return rows
 
 
 def parse_args(argv=None):
@@ -193,30 +225,7 @@ def main():
         for name, sets in configs:
             out = args.workdir / ("%s-%d" % (name, seed))
             jobs.append((name, seed, out, spirula_command(args, sets, seed, out), run_env(sets)))
-    rows, running = [], []
-    while jobs or running:
-        while jobs and len(running) < args.parallel:
-            name, seed, out, cmd, env = jobs.pop(0)
-            out.mkdir(parents=True, exist_ok=True)
-            log = open(out / "log.txt", "w")
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=RUN_CWD)
-            running.append((name, seed, out, proc, time.time(), log))
-        time.sleep(0.5)
-        for job in list(running):
-            name, seed, out, proc, t0, log = job
-            if proc.poll() is None:
-                continue
-            running.remove(job)
-            log.close()
-            row = summarize(name, seed, out, proc.returncode, time.time() - t0)
-            rows.append(row)
-            print("[sweep] " + json.dumps(row), flush=True)
-            if proc.returncode:
-                print(
-                    "[sweep] %s seed %d failed; the end of %s:\n%s"
-                    % (name, seed, out / "log.txt", (out / "log.txt").read_text()[-1500:]),
-                    flush=True,
-                )
+    rows = run_jobs(jobs, args.parallel)
     names = (["gsplat"] if args.gsplat else []) + [n for n, _ in configs]
     table = {}
     for name in names:

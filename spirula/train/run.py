@@ -260,6 +260,10 @@ def train_run(
         output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"], arrays["opacities"], arrays["sh"]
     )
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
+    # the fit to the training views beside it: the train-test gap says how hard the model
+    # overfits (issue #46); up to 12 training views, evenly spread, keep it cheap
+    train_views = list(scene.train)[:: max(1, -(-len(scene.train) // 12))]
+    fit = trainer.evaluate(train_views) if train_views else dict(psnr=None, ssim=None)
     pool = device.pool
     process = device.process_memory_used()
     metrics.update(
@@ -279,6 +283,9 @@ def train_run(
         lpips=None,
         **trainer.strategy.metrics(),
         nonfinite_splats=nonfinite,
+        train_psnr=fit["psnr"],
+        train_ssim=fit["ssim"],
+        train_views=len(train_views),
     )
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
     log(
