@@ -1,7 +1,7 @@
 """NVIDIA's machine code for a Vulkan kernel, from the pipeline cache data that
 ``pipeline_stats.py --cache-dir DIR`` wrote, disassembled with nvdisasm: the
 counterpart of ``cuobjdump -sass`` for the CUDA twins, where the driver offers
-no internal representation (docs/performance.md, "What NVIDIA's driver compiled").
+no internal representation (notes/performance-history.md, "What NVIDIA's driver compiled").
 
     python benchmarks/nvidia_sass.py DIR/rasterize_bwd.bin [...] [--arch SM90] [--nvdisasm PATH]
 

@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     // the features the kernels may use: float atomics (ATOMIC_FLOAT=1) and pipeline statistics;
     // PIPELINE_STATS_ROBUSTNESS=0: also VK_EXT_pipeline_robustness, to compile the kernel with
     // its storage buffers' robustness disabled (NVIDIA's driver otherwise bounds-checks every
-    // storage buffer access: docs/performance.md, "What NVIDIA's driver compiled")
+    // storage buffer access: notes/performance-history.md, "What NVIDIA's driver compiled")
     const char* rob_env = getenv("PIPELINE_STATS_ROBUSTNESS");
     int no_robustness = rob_env && strcmp(rob_env, "0") == 0;
     if (no_robustness && !has_extension(pd, VK_EXT_PIPELINE_ROBUSTNESS_EXTENSION_NAME)) {

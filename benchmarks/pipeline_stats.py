@@ -1,8 +1,8 @@
 """What the Vulkan driver compiled each kernel into (registers, shared memory,
 spills, as the driver's VK_KHR_pipeline_executable_properties names them), beside
 what ptxas compiled its CUDA twin into. Occupancy is the first suspect when the
-same kernel source runs slower on one backend (docs/performance.md, "The
-Vulkan/CUDA gap in rasterize_bwd").
+same kernel source runs slower on one backend (notes/performance-history.md,
+"The Vulkan/CUDA gap in rasterize_bwd").
 
     python benchmarks/pipeline_stats.py [KERNEL ...] [--spec NAME=VALUE ...]
         [--defines ATOMIC_FLOAT=1,INF_NAN_PRESERVE=1,...] [--tool PATH] [--ir]

@@ -225,7 +225,7 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         // COMPACT, ONE_VIEW: the coefficients read again (L1), not kept from the pass above: holding
         // all 48 across the clamp took 200 registers, against 103 (SH degree 3). The row's base goes
         // through an asm move the compiler cannot see through, so it does not merge the two passes'
-        // loads. Other variants are better as they are (docs/performance.md).
+        // loads. Other variants are better as they are (notes/performance-history.md, "CUDA fpbo's compact pass").
         uint32_t base2 = sh_base;
         if (COMPACT && ONE_VIEW) {
             asm volatile("mov.b32 %0, %1;" : "=r"(base2) : "r"(sh_base));

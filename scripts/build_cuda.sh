@@ -41,7 +41,7 @@ GENCODE+=(-gencode "arch=compute_$last,code=compute_$last")
 # exp/log), and division and sqrt at SPIR-V's precision (x / y within 2.5 ULP,
 # sqrt as 1 / inversesqrt; -prec-div=false -prec-sqrt=false) instead of nvcc's
 # correctly rounded ones, whose slow paths made fpbo's training variant 1.5x
-# slower (docs/performance.md, issue 16, call N).
+# slower (notes/performance-history.md, "What fpbo's compact rows spent").
 # shaders/include: the maths shared with the shaders (dialect.glsl)
 CONTRACTS=build/contracts
 FLAGS=(-std=c++17 -O3 -prec-div=false -prec-sqrt=false -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Inative_cuda -I"$CONTRACTS" -Ishaders/include "${GENCODE[@]}")

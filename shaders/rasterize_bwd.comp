@@ -46,7 +46,8 @@
 #extension GL_GOOGLE_include_directive : require
 // Every access is in range by construction (tests/test_validation_train.py runs training under
 // GPU-assisted bounds checks), and without the driver's checks this kernel ran 4-5% faster on an
-// H100 (docs/performance.md): VulkanDevice(buffer_robustness="kernels") compiles it without them.
+// H100 (notes/performance-history.md, "Buffer robustness per kernel"): VulkanDevice(buffer_robustness="kernels")
+// compiles it without them.
 #pragma spirula_no_bounds_checks
 #include "atomics.glsl"
 #extension GL_KHR_shader_subgroup_basic : require
@@ -56,7 +57,7 @@
 // explicit subgroupShuffleXor butterflies of SUBGROUP_LOG2 steps (the device's one subgroup size
 // is 2^SUBGROUP_LOG2) and lane 0 as the adding lane. Every lane is active where they run, which
 // subgroupAdd and subgroupElect cannot assume: NVIDIA's driver tests for inactive lanes around
-// each subgroupAdd at run time (docs/performance.md, "What NVIDIA's driver compiled"). A fixed
+// each subgroupAdd at run time (notes/performance-history.md, "What NVIDIA's driver compiled"). A fixed
 // step count, so that the compiler unrolls it: a loop to gl_SubgroupSize stayed a loop there
 // and made rasterize_bwd 15% slower than subgroupAdd on an H100, the unrolled one 17% faster.
 #ifndef SHUFFLE_SUMS

@@ -3,7 +3,7 @@
 
 lavapipe's cache holds its header only, so what a driver that keeps compiled
 pipelines does with the saved data is checked on the GPU machine (the last
-test here, and docs/performance.md's pipeline_trace rows); the file handling
+test here, and notes/performance-history.md, "The pipeline cache"); the file handling
 is checked against a stand-in manager whose cache is plain bytes.
 """
 

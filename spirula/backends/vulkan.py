@@ -75,7 +75,8 @@ def default_buffer_robustness(info) -> bool | str:
     ``SPIRULA_NO_BUFFER_ROBUSTNESS`` (``0``: the driver's checks everywhere,
     ``1``: nowhere, ``kernels``: off for kernels that say
     ``#pragma spirula_no_bounds_checks``), else ``"kernels"`` on NVIDIA's
-    devices (measured faster there: docs/performance.md) and True elsewhere."""
+    devices (measured faster there: notes/performance-history.md, "Buffer
+    robustness per kernel") and True elsewhere."""
     env = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "")
     if env == "kernels":
         return "kernels"
@@ -127,7 +128,7 @@ class VulkanDevice(base.Device):
             (vkGetFenceStatus through kp's ``is_finished``, Spirula's patch)
             instead of blocking in vkWaitForFences; ``SPIRULA_SPIN_WAIT=1``
             turns it on. An experiment on the fixed cost of an eval
-            (docs/performance.md, raster_bench); off by default.
+            (notes/performance-history.md, "Where the Vulkan eval's fixed cost goes"); off by default.
         host_barriers: make every barrier between dispatches host-inclusive,
             as before the barriers named the host only at a sequence's end
             (``SPIRULA_HOST_BARRIERS=1``): for measuring what that costs.
@@ -135,8 +136,8 @@ class VulkanDevice(base.Device):
             buffers' robustness disabled where the device has
             VK_EXT_pipeline_robustness (``SPIRULA_NO_BUFFER_ROBUSTNESS=1``):
             NVIDIA's driver bounds-checks every storage buffer access unless
-            told not to (docs/performance.md, "What NVIDIA's driver
-            compiled"). On an H100: rasterize_bwd 5% faster, the 1080p step
+            told not to (notes/performance-history.md, "What NVIDIA's
+            driver compiled"). On an H100: rasterize_bwd 5% faster, the 1080p step
             4%, rasterize_fwd 4-10% slower, fpbo's compact rows (5M splats)
             43% slower (255 registers instead of 107). ``"kernels"``
             (``SPIRULA_NO_BUFFER_ROBUSTNESS=kernels``) disables it only for
@@ -224,7 +225,7 @@ class VulkanDevice(base.Device):
         one_size = lo == hi and lo & (lo - 1) == 0  # the butterfly's steps are then known at compile time
         if shuffle_sums is None:
             env = os.environ.get("SPIRULA_SHUFFLE_SUMS", "")
-            # measured faster on NVIDIA only (docs/performance.md, "subgroup sums as shuffles")
+            # measured faster on NVIDIA only (notes/performance-history.md, "subgroup sums as shuffles")
             shuffle_sums = env != "0" if env else one_size and self.info.vendor_id == vkinfo.VENDOR_NVIDIA
         self.shuffle_sums = bool(shuffle_sums and one_size and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
         if self.shuffle_sums:  # rasterize_bwd's butterflies: SUBGROUP_LOG2 steps

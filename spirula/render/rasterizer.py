@@ -48,7 +48,7 @@ FAR_PLANE = 1e10
 # rasterize_bwd's chunk: tile-list entries a backward workgroup walks (a multiple of TILE * TILE;
 # docs/design.md §2.4). SPIRULA_RASTER_CHUNK overrides it (benchmark sweeps). 1024: the fastest
 # of 1024/2048/4096 on the H200 (training step at 256x256 with 1M splats 6.7/7.1/8.1 ms, with
-# 100k 1.5/1.9 ms; docs/performance.md); smaller chunks write more boundary state.
+# 100k 1.5/1.9 ms; notes/performance-history.md, "Tile-list splitting"); smaller chunks write more boundary state.
 CHUNK = 1024
 CHUNK_ENV = "SPIRULA_RASTER_CHUNK"
 CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)

@@ -117,7 +117,7 @@ class TrainConfig:
     # cap every opacity at 2 x min_opacity every reset_every steps (3DGS). gsplat 1.5.3's
     # DefaultStrategy never runs its reset (`step % reset_every == 0 & step > 0` chains to
     # `0 > 0`); with it, test PSNR was higher on every seed and scene measured (docs/performance.md,
-    # "ADC: the opacity reset by default")
+    # "Quality"; notes/performance-history.md, "ADC: the opacity reset by default")
     opacity_reset: bool = True
     absgrad: bool = False
     # data
