@@ -2,7 +2,7 @@
 # Builds the CUDA backend, build/libspirula_cuda.so, from native_cuda/*.cu
 # (`make cuda`; `make install` runs it last). First it generates each kernel's
 # contract header from its shader into build/contracts/<kernel>.h
-# (spirula/backends/contract_gen.py), which the .cu files include. Optional:
+# (spirula/contract/headers.py), which the .cu files include. Optional:
 # without nvcc, or when the build fails, it prints one line and exits 0, and
 # the Vulkan backend is unaffected. Skips the build when the sources, the
 # shaders, the flags and nvcc are unchanged.
@@ -55,7 +55,7 @@ mkdir -p build
 PYTHON=${PYTHON:-.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=$(command -v python3 || true)
 [ -n "$PYTHON" ] || skip "no Python to generate the kernel contracts (set PYTHON)"
-if ! gen_err=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m spirula.backends.contract_gen "$CONTRACTS" 2>&1); then
+if ! gen_err=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m spirula.contract.headers "$CONTRACTS" 2>&1); then
   skip "contract generation failed: $(echo "$gen_err" | tail -n1 | cut -c1-200)"
 fi
 

@@ -42,7 +42,8 @@ def device():
 @pytest.fixture(scope="session")
 def test_kernels():
     """Registry of the test-only kernels in tests/shaders (saxpy, increment, spin)."""
-    from spirula.runtime.kernels import KernelRegistry, shader_dir
+    from spirula.contract.kernel import shader_dir
+    from spirula.runtime.kernels import KernelRegistry
 
     return KernelRegistry(source_dir=TEST_SHADERS, include_dirs=[shader_dir() / "include"])
 

@@ -45,7 +45,7 @@ class FakeCudaLib:
     ``copy`` and ``fill`` kernels reading their SpirulaLaunch as launch.cuh does."""
 
     def __init__(self):
-        from spirula.backends.contract import read_kernel
+        from spirula.contract.preprocess import read_kernel
 
         self.calls = []
         self._push = {k: [c.name for c in read_kernel(k, {}).push] for k in ("copy", "fill")}

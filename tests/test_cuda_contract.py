@@ -1,14 +1,15 @@
 """The CUDA backend reads each kernel's contract from its GLSL source without
-glslang (spirula/backends/contract.py); it must equal the Vulkan registry's,
+glslang (spirula/contract/preprocess.py); it must equal the Vulkan registry's,
 for every shader and compile-time variant. The C++ header generated from it
-(spirula/backends/contract_gen.py) is the only place the CUDA twins get it."""
+(spirula/contract/headers.py) is the only place the CUDA twins get it."""
 
 import pytest
 
-from spirula.backends.contract import CUDA_DEFINES, preprocess, read_kernel
-from spirula.backends.contract_gen import SCALARS, generate, main, write_all
+from spirula.contract.headers import CUDA_DEFINES, SCALARS, generate, main, write_all
+from spirula.contract.kernel import shader_dir
+from spirula.contract.preprocess import preprocess, read_kernel
 from spirula.errors import ShaderCompileError
-from spirula.runtime.kernels import KernelRegistry, shader_dir
+from spirula.runtime.kernels import KernelRegistry
 
 NAMES = sorted(p.stem for p in shader_dir().glob("*.comp"))
 

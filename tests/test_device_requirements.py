@@ -9,9 +9,10 @@ import struct
 
 import pytest
 
+from spirula.contract.kernel import shader_dir
 from spirula.errors import NoVulkanError
 from spirula.runtime import vkinfo
-from spirula.runtime.kernels import KernelRegistry, shader_dir
+from spirula.runtime.kernels import KernelRegistry
 
 
 def _lavapipe():

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from spirula.runtime.kernels import shader_dir
+from spirula.contract.kernel import shader_dir
 from spirula.runtime.sequence import Threads
 
 # the words every check must call non-finite: both infinities, the quiet NaN,

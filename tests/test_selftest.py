@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from spirula import selftest
-from spirula.runtime.kernels import shader_dir
+from spirula.contract.kernel import shader_dir
 
 
 def _cli(*args, **env):

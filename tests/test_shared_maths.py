@@ -10,9 +10,9 @@ import re
 import numpy as np
 import pytest
 
+from spirula.contract.kernel import shader_dir
+from spirula.contract.std430 import std430_dtype
 from spirula.errors import ShaderCompileError
-from spirula.runtime.kernels import shader_dir
-from spirula.runtime.structs import std430_dtype
 
 INCLUDE = shader_dir() / "include"
 NATIVE = shader_dir().parent / "native_cuda"

@@ -13,7 +13,7 @@
 //
 // The contract itself (typed Push, Spec and Args structs, the local size and
 // `unpack`, which checks a record and reads it) is generated from the shader
-// into build/contracts/<kernel>.h (spirula/backends/contract_gen.py, run by
+// into build/contracts/<kernel>.h (spirula/contract/headers.py, run by
 // scripts/build_cuda.sh); its checks use the helpers below.
 #ifndef SPIRULA_LAUNCH_CUH
 #define SPIRULA_LAUNCH_CUH
@@ -33,7 +33,7 @@ typedef struct {
     uint32_t n_spec;
     uint32_t spec[16];  // specialization constants by constant_id (bool: 0/1)
     uint32_t flags;     // compile-time variants of the GLSL kernel, a bit per define
-                        // (spirula/backends/contract.py FLAGS; <kernel>.h names each as <DEFINE>::FLAG)
+                        // (spirula/contract/headers.py FLAGS; <kernel>.h names each as <DEFINE>::FLAG)
     void* stream;       // cudaStream_t
 } SpirulaLaunch;
 }

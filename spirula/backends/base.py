@@ -33,10 +33,10 @@ import os
 
 import numpy as np
 
+from spirula.contract.kernel import Kernel
 from spirula.errors import SpirulaError
 from spirula.runtime import profiler as _profiler
 from spirula.runtime.buffers import Buffer, BufferPool
-from spirula.runtime.kernels import Kernel
 from spirula.runtime.sequence import Recorder, Sequence, fill_word
 
 __all__ = ["Device", "DeviceInfo", "Sequence", "check_range", "resolve_index"]

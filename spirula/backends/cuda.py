@@ -6,7 +6,7 @@ function of the same name as its shader, launched with the dispatch the
 render code recorded (workgroups, buffers in binding order, push-constant
 words, specialization constants, compile-time flags:
 ``native_cuda/common/launch.cuh``). The contract of each kernel is read from
-``shaders/<name>.comp`` (:mod:`spirula.backends.contract`), so both backends
+``shaders/<name>.comp`` (:mod:`spirula.contract.preprocess`), so both backends
 check the same buffer names and constants.
 
 Everything runs on one CUDA stream, in recording order, so the barriers a
@@ -25,7 +25,6 @@ import ctypes as C
 import numpy as np
 
 from spirula.backends import base, cudart
-from spirula.backends.contract import CUDA_DEFINES, FLAGS, read_kernel
 from spirula.backends.cudart import (  # noqa: F401
     BUILD_HINT,
     RUNTIME_SYMBOLS,
@@ -39,9 +38,11 @@ from spirula.backends.cudart import (  # noqa: F401
     error_text,
     load_library,
 )
+from spirula.contract.headers import CUDA_DEFINES, FLAGS
+from spirula.contract.kernel import Kernel, shader_dir
+from spirula.contract.preprocess import read_kernel
 from spirula.errors import SpirulaError
 from spirula.runtime.buffers import Buffer
-from spirula.runtime.kernels import Kernel, shader_dir
 from spirula.runtime.sequence import Sequence
 
 _ERR_INVALID_VALUE = 1

@@ -22,10 +22,11 @@ import os
 import numpy as np
 
 from spirula.backends import base
+from spirula.contract.kernel import Kernel
 from spirula.errors import NoVulkanError, SpirulaError
 from spirula.runtime import pipeline_cache, vkinfo
 from spirula.runtime.buffers import Buffer
-from spirula.runtime.kernels import Kernel, KernelRegistry
+from spirula.runtime.kernels import KernelRegistry
 from spirula.runtime.sequence import RecordedSequence, grid_stride_groups
 
 STAGING_MAX_BYTES = 64 << 20  # transfers larger than this go in chunks

@@ -29,8 +29,8 @@ import os
 
 import numpy as np
 
+from spirula.contract.kernel import Kernel
 from spirula.runtime.buffers import Buffer
-from spirula.runtime.kernels import Kernel
 
 GRID_STRIDE_MAX_GROUPS = 16384  # copy/fill workgroups of 256 threads (grid-stride loops; 83% of
 # the H200's bandwidth, against 76% with 1024)

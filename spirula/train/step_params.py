@@ -4,14 +4,14 @@ A recorded step is replayed unchanged every step; what changes (the Adam step,
 learning rates, the image of each view, the random seed) is written by the
 host into host-visible memory before each step, and the step's first dispatch
 copies it into this struct on the GPU. The layout is the struct's, read from
-the GLSL (``spirula.runtime.structs``): nothing here repeats it.
+the GLSL (``spirula.contract.std430``): nothing here repeats it.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from spirula.runtime.structs import include_dtype
+from spirula.contract.std430 import include_dtype
 
 STEP_PARAMS_DTYPE = include_dtype("step_params.glsl", "StepParams")
 STEP_PARAMS_WORDS = STEP_PARAMS_DTYPE.itemsize // 4

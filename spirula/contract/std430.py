@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.contract.kernel import shader_dir
+from spirula.contract.preprocess import Preprocessor
 from spirula.errors import ShaderCompileError
 
 # GLSL type -> (numpy base type, components); std430 aligns a vecN to N * 4
@@ -69,12 +71,10 @@ def std430_dtype(source: str, struct: str, where: str = "shader") -> np.dtype:
 
 def include_dtype(include: str, struct: str, include_dir=None) -> np.dtype:
     """The dtype of ``struct`` defined in ``shaders/include/<include>``."""
-    from spirula.backends.contract import _Preprocessor
-    from spirula.runtime.kernels import shader_dir
 
     inc = Path(include_dir) if include_dir else shader_dir() / "include"
     path = inc / include
     if not path.is_file():
         raise ShaderCompileError("no include file %s" % path)
-    source = "\n".join(_Preprocessor({}, [inc]).run(path))
+    source = "\n".join(Preprocessor({}, [inc]).run(path))
     return std430_dtype(source, struct, "shaders/include/%s" % include)

@@ -2,10 +2,10 @@
 
 The CUDA backend launches ``native_cuda/<name>.cu`` with the same buffers,
 push constants and specialization constants as ``shaders/<name>.comp``, so it
-needs the same :class:`~spirula.runtime.kernels.Kernel` contract the Vulkan
+needs the same :class:`~spirula.contract.kernel.Kernel` contract the Vulkan
 registry builds, on machines that may have no ``glslangValidator``. This
 module preprocesses the shader just enough for
-:func:`spirula.runtime.kernels.parse_contract`: ``#include "x.glsl"`` is
+:func:`spirula.contract.kernel.parse_contract`: ``#include "x.glsl"`` is
 inlined from the include folder, ``#define``/``#undef`` are tracked,
 ``#if``/``#ifdef``/``#ifndef``/``#elif``/``#else``/``#endif`` are evaluated
 with the given defines, and object-like macros are expanded in the code
@@ -19,15 +19,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from spirula.contract.kernel import Kernel, parse_contract, shader_dir
 from spirula.errors import ShaderCompileError
-from spirula.runtime.kernels import Kernel, parse_contract, shader_dir
-
-# The CUDA backend always has native float atomics; the other defines a
-# kernel is compiled with become bits of SpirulaLaunch.flags
-# (native_cuda/common/launch.cuh), and each generated contract header names
-# its variants' bits (spirula/backends/contract_gen.py).
-CUDA_DEFINES = {"ATOMIC_FLOAT": 1}
-FLAGS = {"VEC4": 1, "FLOAT": 2, "SH_VEC4": 4, "COMPACT": 8}
 
 _RE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _RE_DIRECTIVE = re.compile(r"^\s*#\s*(\w+)\s*(.*)$")
@@ -37,7 +30,9 @@ _RE_DEFINED = re.compile(r"\bdefined\s*(?:\(\s*(\w+)\s*\)|(\w+))")
 _RE_INT = re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uU]?\b")
 
 
-class _Preprocessor:
+class Preprocessor:
+    """Just enough of the C preprocessor for a shader's contract (module docstring)."""
+
     def __init__(self, defines: dict, include_dirs):
         # name -> (params or None, body); command-line defines are object-like
         self.macros = {k: (None, str(v)) for k, v in defines.items()}
@@ -145,7 +140,7 @@ def preprocess(name: str, defines: dict | None = None, source_dir=None, include_
     src = source_dir / (name + ".comp")
     if not src.is_file():
         raise ShaderCompileError("no shader %s" % src)
-    return "\n".join(_Preprocessor(defines or {}, include_dirs).run(src))
+    return "\n".join(Preprocessor(defines or {}, include_dirs).run(src))
 
 
 def read_kernel(name: str, defines: dict | None = None, source_dir=None, include_dirs=None) -> Kernel:
