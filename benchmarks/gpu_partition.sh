@@ -26,7 +26,7 @@ if [ -f $L/ray-site-cp312.tar.xz ]; then
 fi
 export RAY_USAGE_STATS_ENABLED=0
 nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader
-python3 -c "from spirula.runtime.vkinfo import list_devices as l; [print('vulkan', d.index, d.name, d.device_uuid) for d in l()]"
+python3 -c "from spirula.backends.vulkan.vkinfo import list_devices as l; [print('vulkan', d.index, d.name, d.device_uuid) for d in l()]"
 stamp whole
 python3 -m spirula train $S --iterations $STEPS --cap-max $CAP --background black --output /tmp/whole 2>&1 | tail -2 | head -1
 stamp blocks

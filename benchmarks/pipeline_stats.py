@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from spirula.runtime.kernels import KernelRegistry
+from spirula.backends.vulkan.kernels import KernelRegistry
 
 HERE = Path(__file__).resolve().parent
 

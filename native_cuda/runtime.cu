@@ -1,5 +1,5 @@
 // The runtime half of libspirula_cuda.so: memory, transfers, streams, events
-// and device queries for spirula/backends/cuda.py. Every function returns a
+// and device queries for spirula/backends/cuda/. Every function returns a
 // cudaError_t (0 = success); spirula_cuda_error_string/name turn one into the
 // driver's message. Transfers are synchronous: they are queued on `stream`
 // (after the work already there) and return once the bytes have arrived.

@@ -42,8 +42,8 @@ def device():
 @pytest.fixture(scope="session")
 def test_kernels():
     """Registry of the test-only kernels in tests/shaders (saxpy, increment, spin)."""
+    from spirula.backends.vulkan.kernels import KernelRegistry
     from spirula.contract.kernel import shader_dir
-    from spirula.runtime.kernels import KernelRegistry
 
     return KernelRegistry(source_dir=TEST_SHADERS, include_dirs=[shader_dir() / "include"])
 
@@ -87,7 +87,7 @@ CANARY_VUID = "VUID-VkApplicationInfo-sType-sType"
 # reports CANARY_VUID (the loader and the driver ignore it).
 _LAYER_PROBE = """
 import ctypes as C
-import spirula.runtime.vkinfo as v
+import spirula.backends.vulkan.vkinfo as v
 print("\\n".join("layer: " + name for name in sorted(v.instance_layers())))
 vk = v._load_loader()
 app = v._AppInfo(sType=1, pApplicationName=b"canary", pEngineName=b"spirula", apiVersion=v._VK_API_1_1)

@@ -1,5 +1,5 @@
 """The backend seam (spirula/backends/): both devices implement the one
-interface of base.py, the code they share (range checks, index resolution,
+interface of spirula/runtime/device.py, the code they share (range checks, index resolution,
 transfer timing) behaves the same on both, and open_device is the one way in.
 
 The CUDA device runs here on a stand-in for libspirula_cuda.so that moves
@@ -15,8 +15,8 @@ import inspect
 import numpy as np
 import pytest
 
-from spirula.backends import base
 from spirula.errors import NoVulkanError, SpirulaError
+from spirula.runtime import device as base
 
 # ---- a CUDA device without a GPU ------------------------------------------------------
 
@@ -89,7 +89,7 @@ class FakeCudaLib:
         return 0
 
     def _kernel(self, name):
-        from spirula.backends.cudart import SpirulaLaunch
+        from spirula.backends.cuda.cudart import SpirulaLaunch
 
         def launch(address):
             s = SpirulaLaunch.from_address(address)
@@ -110,8 +110,8 @@ class FakeCudaLib:
 @pytest.fixture
 def fake_cuda(monkeypatch):
     """A CudaDevice over FakeCudaLib (its __init__ needs a GPU: the fields are set as it sets them)."""
-    from spirula.backends import cuda
-    from spirula.backends.cudart import CudaDeviceInfo
+    from spirula.backends.cuda import device as cuda
+    from spirula.backends.cuda.cudart import CudaDeviceInfo
 
     monkeypatch.setattr(cuda, "CudaMemory", HostMemory)
     monkeypatch.setattr(cuda, "CudaHostMemory", HostMemory)
@@ -153,9 +153,10 @@ def any_device(request):
 
 
 def test_both_devices_implement_the_whole_interface():
-    from spirula.backends.cuda import CudaDevice, CudaSequence
+    from spirula.backends.cuda.device import CudaDevice, CudaSequence
     from spirula.backends.vulkan import VulkanDevice
-    from spirula.runtime.sequence import RecordedSequence, Sequence
+    from spirula.backends.vulkan.sequence import RecordedSequence
+    from spirula.runtime.sequence import Sequence
 
     for cls in (VulkanDevice, CudaDevice):
         assert issubclass(cls, base.Device) and not inspect.isabstract(cls), cls
@@ -171,18 +172,20 @@ def test_both_devices_implement_the_whole_interface():
             assert name not in vars(cls), (cls, name)
 
 
-def test_each_backend_module_has_the_module_functions():
-    from spirula.backends import BACKENDS, backend_module
+def test_each_backend_package_has_the_module_functions_and_one_device_class():
+    from spirula.backends import BACKENDS, backend_module, device_class
 
     for name in BACKENDS:
         module = backend_module(name)
         for fn in ("list_devices", "resolve_index", "unavailable_reason"):
             assert callable(getattr(module, fn)), (name, fn)
+        cls = device_class(name)
+        assert issubclass(cls, base.Device) and cls.backend == name and cls.__module__.startswith(module.__name__)
 
 
 def test_device_info_has_one_shape():
-    from spirula.backends.cudart import CudaDeviceInfo
-    from spirula.runtime import vkinfo
+    from spirula.backends.cuda.cudart import CudaDeviceInfo
+    from spirula.backends.vulkan import vkinfo
 
     assert vkinfo.DeviceInfo is base.DeviceInfo and issubclass(CudaDeviceInfo, base.DeviceInfo)
     assert isinstance(vkinfo.list_devices()[0], base.DeviceInfo)
@@ -318,7 +321,7 @@ def test_resolve_index_argument_environment_default(monkeypatch):
     with pytest.raises(NoVulkanError, match=r"device \(--device / SPIRULA_DEVICE\) 'x' is not a device index"):
         base.resolve_index(None, 3, 2, NoVulkanError, "Vulkan")
     monkeypatch.setenv("SPIRULA_DEVICE", "5")
-    from spirula.backends.cudart import NoCudaError
+    from spirula.backends.cuda.cudart import NoCudaError
 
     with pytest.raises(NoCudaError) as err:
         base.resolve_index(None, 1, 0, NoCudaError, "CUDA", "spirula devices --backend cuda")
@@ -344,7 +347,8 @@ def test_open_device_is_the_one_way_in(device):
 
 
 def test_open_device_cuda_without_the_library_is_one_line(monkeypatch, tmp_path):
-    from spirula.backends import cudart, list_devices, open_device, unavailable_reason
+    from spirula.backends import list_devices, open_device, unavailable_reason
+    from spirula.backends.cuda import cudart
 
     monkeypatch.setattr(cudart, "_lib", None)
     monkeypatch.setenv("SPIRULA_CUDA_LIB", str(tmp_path / "none.so"))
@@ -402,7 +406,7 @@ def test_cuda_commands_run_on_cuda_or_say_why_not(capsys, monkeypatch, argv):
 
 
 def test_devices_with_backend_vulkan_lists_vulkan_only(capsys, monkeypatch):
-    from spirula.backends import cudart
+    from spirula.backends.cuda import cudart
 
     monkeypatch.setattr(cudart, "list_devices", lambda: ["a CUDA GPU"])  # never asked
     code, out, _ = _main(capsys, "devices", "--backend", "vulkan")

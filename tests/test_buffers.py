@@ -44,7 +44,7 @@ def test_upload_and_readback_at_offsets(device):
 
 
 def test_transfer_larger_than_staging_goes_in_chunks(device, monkeypatch):
-    from spirula.backends import vulkan as devmod
+    from spirula.backends.vulkan import device as devmod
 
     monkeypatch.setattr(devmod, "STAGING_MAX_BYTES", 4096)
     data = np.arange(10_000, dtype=np.float32)

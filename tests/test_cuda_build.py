@@ -64,7 +64,7 @@ def test_every_ported_kernel_has_its_shader_and_no_cu_file_drifts_from_its_name(
 
 
 def test_library_exports_every_ported_kernel_and_the_runtime_helpers(built_library):
-    from spirula.backends.cuda import RUNTIME_SYMBOLS
+    from spirula.backends.cuda.cudart import RUNTIME_SYMBOLS
 
     names = _exported(built_library)
     ported = {p.stem for p in NATIVE.glob("*.cu")} - {"runtime"}
@@ -75,7 +75,7 @@ def test_library_exports_every_ported_kernel_and_the_runtime_helpers(built_libra
 def test_library_exports_nothing_else(built_library):
     """cudart is linked statically with its symbols hidden: a kernel named
     like a libc function could not be shadowed, and nothing leaks."""
-    from spirula.backends.cuda import RUNTIME_SYMBOLS
+    from spirula.backends.cuda.cudart import RUNTIME_SYMBOLS
 
     names = _exported(built_library)
     ported = {p.stem for p in NATIVE.glob("*.cu")} - {"runtime"}
@@ -113,7 +113,8 @@ def test_missing_nvcc_is_one_line_and_success():
 
 
 def test_opening_cuda_without_a_gpu_or_library_is_one_line_with_exit_code_2(monkeypatch, tmp_path):
-    from spirula.backends import cudart, open_device, unavailable_reason
+    from spirula.backends import open_device, unavailable_reason
+    from spirula.backends.cuda import cudart
     from spirula.errors import SpirulaError
 
     monkeypatch.setattr(cudart, "_lib", None)
@@ -133,7 +134,7 @@ def test_opening_cuda_without_a_gpu_or_library_is_one_line_with_exit_code_2(monk
 def _devices_output(monkeypatch, cuda_devices):
     from click.testing import CliRunner
 
-    from spirula.backends import cudart
+    from spirula.backends.cuda import cudart
     from spirula.cli import devices as devices_cli
 
     monkeypatch.setattr(cudart, "list_devices", lambda: list(cuda_devices))
@@ -143,7 +144,7 @@ def _devices_output(monkeypatch, cuda_devices):
 
 
 def test_devices_lists_cuda_gpus_in_a_second_table(monkeypatch):
-    from spirula.backends.cudart import CudaDeviceInfo
+    from spirula.backends.cuda.cudart import CudaDeviceInfo
 
     fake = CudaDeviceInfo(
         index=0,
@@ -177,7 +178,7 @@ def test_devices_lists_cuda_gpus_in_a_second_table(monkeypatch):
 def test_devices_is_silent_about_cuda_without_it(monkeypatch, tmp_path):
     out = _devices_output(monkeypatch, [])
     assert "CUDA" not in out and out.strip()
-    from spirula.backends import cudart
+    from spirula.backends.cuda import cudart
 
     monkeypatch.undo()
     monkeypatch.setattr(cudart, "_lib", None)

@@ -5,11 +5,11 @@ for every shader and compile-time variant. The C++ header generated from it
 
 import pytest
 
+from spirula.backends.vulkan.kernels import KernelRegistry
 from spirula.contract.headers import CUDA_DEFINES, SCALARS, generate, main, write_all
 from spirula.contract.kernel import shader_dir
 from spirula.contract.preprocess import preprocess, read_kernel
 from spirula.errors import ShaderCompileError
-from spirula.runtime.kernels import KernelRegistry
 
 NAMES = sorted(p.stem for p in shader_dir().glob("*.comp"))
 
@@ -221,7 +221,7 @@ int main() {
 def test_unpack_checks_a_launch_record_and_the_ctypes_mirror_matches(tmp_path):
     """The generated unpack (host code, no GPU needed) accepts a record that fits
     fpbo's contract and refuses wrong counts and sizes; SpirulaLaunch's ctypes
-    mirror (spirula/backends/cudart.py) has the C layout."""
+    mirror (spirula/backends/cuda/cudart.py) has the C layout."""
     import ctypes
     import os
     import shutil
@@ -230,7 +230,7 @@ def test_unpack_checks_a_launch_record_and_the_ctypes_mirror_matches(tmp_path):
     nvcc = os.environ.get("NVCC") or shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.access(nvcc, os.X_OK):
         pytest.skip("nvcc not found")
-    from spirula.backends.cudart import SpirulaLaunch
+    from spirula.backends.cuda.cudart import SpirulaLaunch
 
     root = shader_dir().parent
     write_all(tmp_path / "contracts", ["fpbo"])

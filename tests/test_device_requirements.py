@@ -1,4 +1,4 @@
-"""Device requirements checked at open (spirula/runtime/vkinfo.py): a Vulkan
+"""Device requirements checked at open (spirula/backends/vulkan/vkinfo.py): a Vulkan
 device without the subgroup operations, subgroup sizes, shared memory or
 storage-buffer range the kernels assume is refused with one line naming
 what it lacks."""
@@ -9,10 +9,10 @@ import struct
 
 import pytest
 
+from spirula.backends.vulkan import vkinfo
+from spirula.backends.vulkan.kernels import KernelRegistry
 from spirula.contract.kernel import shader_dir
 from spirula.errors import NoVulkanError
-from spirula.runtime import vkinfo
-from spirula.runtime.kernels import KernelRegistry
 
 
 def _lavapipe():

@@ -8,9 +8,8 @@ import sys
 import pytest
 from conftest import ROOT
 
-from spirula.backends.vulkan import resolve_index
+from spirula.backends.vulkan import resolve_index, vkinfo
 from spirula.errors import NoVulkanError
-from spirula.runtime import vkinfo
 
 
 def _cli(*args, **env):

@@ -5,9 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from spirula.backends.vulkan.kernels import KernelRegistry
 from spirula.contract.kernel import parse_contract, shader_dir
 from spirula.errors import ShaderCompileError
-from spirula.runtime.kernels import KernelRegistry
 
 
 def test_every_product_shader_compiles_and_declares_a_contract():

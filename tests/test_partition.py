@@ -210,8 +210,8 @@ def test_without_ray_one_line(monkeypatch, tmp_path, capsys):
 
 
 def test_vulkan_device_by_uuid():
+    from spirula.backends.vulkan.vkinfo import list_devices
     from spirula.partition import ray_run
-    from spirula.runtime.vkinfo import list_devices
 
     devices = list_devices()
     for d in devices:

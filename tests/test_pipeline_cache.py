@@ -1,5 +1,5 @@
 """The pipeline cache a manager's algorithms share, and its copy on disk
-(spirula/runtime/pipeline_cache.py, third_party/kompute/'s patch).
+(spirula/backends/vulkan/pipeline_cache.py, third_party/kompute/'s patch).
 
 lavapipe's cache holds its header only, so what a driver that keeps compiled
 pipelines does with the saved data is checked on the GPU machine (the last
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from spirula.runtime import pipeline_cache as pc
+from spirula.backends.vulkan import pipeline_cache as pc
 
 HEADER = struct.pack("<IIII", 32, 1, 0x10DE, 0x2335) + bytes(range(16))
 

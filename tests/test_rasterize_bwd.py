@@ -29,7 +29,7 @@ def assert_grad_close(got, ref, name):
 )
 def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, shuffle_sums):
     from spirula.backends import open_device
-    from spirula.runtime import vkinfo
+    from spirula.backends.vulkan import vkinfo
 
     device = open_device("vulkan", float_atomics=float_atomics, shuffle_sums=shuffle_sums)
     assert device.float_atomics == (float_atomics and device.info.atomic_float_add)
@@ -55,7 +55,7 @@ def test_shuffle_sums_are_on_by_default_for_nvidia_only(monkeypatch):
     faster (NVIDIA), and SPIRULA_SHUFFLE_SUMS=1 / 0 overrides the default;
     the butterfly's step count comes from the device's one subgroup size."""
     from spirula.backends import open_device
-    from spirula.runtime import vkinfo
+    from spirula.backends.vulkan import vkinfo
 
     monkeypatch.delenv("SPIRULA_SHUFFLE_SUMS", raising=False)
     device = open_device("vulkan")

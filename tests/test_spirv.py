@@ -1,4 +1,4 @@
-"""Float controls (spirula/runtime/spirv.py): where the device offers
+"""Float controls (spirula/backends/vulkan/spirv.py): where the device offers
 shaderSignedZeroInfNanPreserveFloat32, every kernel carries the
 SignedZeroInfNanPreserve execution mode for float32, so the driver's compiler
 keeps IEEE's NaN and Inf; the edited module is valid SPIR-V."""
@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from spirula.runtime.spirv import EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, preserve_inf_nan
+from spirula.backends.vulkan.spirv import EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, preserve_inf_nan
 
 OP_EXECUTION_MODE = 16
 
@@ -35,7 +35,7 @@ def _preserves(spirv: bytes) -> bool:
     "name", ["projection_fwd", "densify_mcmc_weights", "rasterize_bwd", "radix_sort_scatter", "loss_fwd"]
 )
 def test_the_edited_kernel_is_valid_spirv_with_the_mode_once(name, tmp_path):
-    from spirula.runtime.kernels import KernelRegistry
+    from spirula.backends.vulkan.kernels import KernelRegistry
 
     plain = KernelRegistry().get(name, ATOMIC_FLOAT=0).spirv
     edited = preserve_inf_nan(plain)
@@ -83,7 +83,7 @@ def test_float_controls_can_be_turned_off(device, monkeypatch):
 
 def test_buffer_robustness_can_be_turned_off_where_the_device_offers_pipeline_robustness(device, monkeypatch):
     from spirula.backends import open_device
-    from spirula.runtime import vkinfo
+    from spirula.backends.vulkan import vkinfo
 
     offered = vkinfo.PIPELINE_ROBUSTNESS_EXTENSION in device.info.extensions
     # the session's device follows SPIRULA_NO_BUFFER_ROBUSTNESS (the whole suite may run with it
@@ -118,8 +118,8 @@ def test_buffer_robustness_can_be_turned_off_where_the_device_offers_pipeline_ro
 def test_default_buffer_robustness_is_per_kernel_on_nvidia_and_the_switch_overrides_it(monkeypatch):
     from types import SimpleNamespace
 
-    from spirula.backends.vulkan import default_buffer_robustness
-    from spirula.runtime import vkinfo
+    from spirula.backends.vulkan import vkinfo
+    from spirula.backends.vulkan.device import default_buffer_robustness
 
     nvidia, other = SimpleNamespace(vendor_id=vkinfo.VENDOR_NVIDIA), SimpleNamespace(vendor_id=0x1002)
     monkeypatch.delenv("SPIRULA_NO_BUFFER_ROBUSTNESS", raising=False)
@@ -151,7 +151,7 @@ def test_kernels_say_in_their_shader_whether_they_may_run_without_bounds_checks(
     """`#pragma spirula_no_bounds_checks` (rasterize_bwd: measured faster
     without the driver's buffer robustness) reaches Kernel.no_bounds_checks;
     kernels without it keep the checks in buffer_robustness="kernels"."""
-    from spirula.runtime.kernels import KernelRegistry
+    from spirula.backends.vulkan.kernels import KernelRegistry
 
     reg = KernelRegistry()
     flagged = {name for name in reg.names() if reg.get(name).no_bounds_checks}

@@ -59,7 +59,7 @@ def test_training_with_an_experimental_switch_is_clean_under_sync_validation(
     SPIRULA_SHUFFLE_SUMS=1 (rasterize_bwd's sums as subgroupShuffleXor
     butterflies) leave the training steps clean and finite, where the device
     offers what they need (Debian 12's lavapipe lists no pipeline robustness)."""
-    from spirula.runtime import vkinfo
+    from spirula.backends.vulkan import vkinfo
 
     devices = vkinfo.list_devices()
     info = devices[vkinfo.default_index(devices)]

@@ -13,8 +13,8 @@ TEST_SHADERS = Path(__file__).resolve().parent / "shaders"
 
 
 def test_kernels():
+    from spirula.backends.vulkan.kernels import KernelRegistry
     from spirula.contract.kernel import shader_dir
-    from spirula.runtime.kernels import KernelRegistry
 
     return KernelRegistry(source_dir=TEST_SHADERS, include_dirs=[shader_dir() / "include"])
 

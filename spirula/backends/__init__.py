@@ -1,11 +1,15 @@
 """GPU backends behind one device interface (docs/design.md §4).
 
-``vulkan``: :class:`spirula.backends.vulkan.VulkanDevice` (Kompute, SPIR-V
-from ``shaders/*.comp``); ``cuda``: :class:`spirula.backends.cuda.CudaDevice`
-(``native_cuda/*.cu`` built into ``build/libspirula_cuda.so`` by ``make cuda``).
-Both implement :class:`spirula.backends.base.Device` and run the same kernel
-names over the same buffer layouts, so the render and training code take
-either device. :func:`open_device` is the one way to open one.
+Each backend is a package here: ``vulkan`` (:class:`spirula.backends.vulkan.VulkanDevice`:
+Kompute, SPIR-V from ``shaders/*.comp``) and ``cuda``
+(:class:`spirula.backends.cuda.CudaDevice`: ``native_cuda/*.cu`` built into
+``build/libspirula_cuda.so`` by ``make cuda``). Both implement
+:class:`spirula.runtime.device.Device` and run the same kernel names over the
+same buffer layouts, so the render and training code take either device.
+:func:`open_device` is the one way to open one; it imports a backend's
+package only when that backend is asked for, and finds its device class there
+(the :class:`~spirula.runtime.device.Device` subclass whose ``backend`` is the
+package's name), so a new backend is a package and its name in :data:`BACKENDS`.
 """
 
 from __future__ import annotations
@@ -32,10 +36,22 @@ def check_backend(backend: str) -> str:
 
 
 def backend_module(backend: str):
-    """The module of ``backend`` (``list_devices``, ``resolve_index``,
+    """The package of ``backend`` (``list_devices``, ``resolve_index``,
     ``unavailable_reason`` and its Device class); imported on first use, so
     the CUDA one is never loaded by a Vulkan run."""
     return importlib.import_module("spirula.backends." + check_backend(backend))
+
+
+def device_class(backend: str):
+    """The :class:`~spirula.runtime.device.Device` subclass that ``backend``'s
+    package exports (the one whose ``backend`` attribute is its name)."""
+    from spirula.runtime.device import Device
+
+    module = backend_module(backend)
+    found = [c for c in vars(module).values() if isinstance(c, type) and issubclass(c, Device) and c.backend == backend]
+    if len(found) != 1:
+        raise TypeError("spirula.backends.%s exports %d Device classes, not one" % (backend, len(found)))
+    return found[0]
 
 
 def open_device(backend: str = DEFAULT_BACKEND, index: int | None = None, **options):
@@ -50,14 +66,11 @@ def open_device(backend: str = DEFAULT_BACKEND, index: int | None = None, **opti
     Raises :class:`spirula.errors.SpirulaError` (exit code 2) with one line
     when the backend is unknown or cannot run here.
     """
-    module = backend_module(backend)
-    if backend == "vulkan":
-        return module.VulkanDevice(index, **options)
-    return module.CudaDevice(index, **options)
+    return device_class(backend)(index, **options)
 
 
 def list_devices(backend: str = DEFAULT_BACKEND) -> tuple:
-    """The :class:`~spirula.backends.base.DeviceInfo` of every GPU of
+    """The :class:`~spirula.runtime.device.DeviceInfo` of every GPU of
     ``backend``; a one-line SpirulaError where the backend cannot run here."""
     return tuple(backend_module(backend).list_devices())
 

@@ -22,7 +22,7 @@ def _cuda_devices() -> list:
     """The CUDA backend's GPUs; empty (and silent) without its library, a
     driver or a GPU, or when the backend is not installed at all."""
     try:
-        from spirula.backends import cudart
+        from spirula.backends.cuda import cudart
     except Exception:
         return []
     try:

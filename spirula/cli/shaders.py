@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
+from spirula.backends.vulkan.kernels import KernelRegistry
 from spirula.cli.main import chosen_backend, cli, common_options
 from spirula.errors import SpirulaError
-from spirula.runtime.kernels import KernelRegistry
 
 
 @cli.command(hidden=True)
@@ -19,9 +19,9 @@ def shaders(define):
     reg = KernelRegistry()
     names = reg.names()
     if chosen_backend() == "cuda":
-        from spirula.backends import cuda, cudart
+        from spirula.backends.cuda import cudart, device
 
-        ported = cuda.ported_kernels(cudart.load_library())
+        ported = device.ported_kernels(cudart.load_library())
         missing = [n for n in names if n not in ported]
         if missing:
             raise SpirulaError(

@@ -28,7 +28,7 @@ class TSDFVolume:
     """A [X,Y,Z] truncated signed distance volume with colour, resident on ``device``.
 
     Args:
-        device: a :class:`~spirula.backends.base.Device` (either backend).
+        device: a :class:`~spirula.runtime.device.Device` (either backend).
         origin: [3] world position of the volume's corner (voxel (0,0,0)'s lower corner).
         voxel_size: edge of a voxel, world units.
         dims: (X, Y, Z) voxels.

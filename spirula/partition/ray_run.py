@@ -123,7 +123,7 @@ def nvidia_smi_uuid(gpu_id) -> str | None:
 
 
 def vulkan_index_for_uuid(uuid: str) -> int | None:
-    from spirula.runtime.vkinfo import list_devices
+    from spirula.backends.vulkan.vkinfo import list_devices
 
     for d in list_devices():
         if d.device_uuid and d.device_uuid == uuid:

@@ -101,7 +101,7 @@ def rasterization(
             sum_i n_i w_i, each splat's camera-space normal n_i, the rotation's axis of its
             smallest scale turned to the camera, alpha-blended as the colour without
             background, so not normalized: its length is at most the alpha).
-        device: a :class:`~spirula.backends.base.Device` of either backend
+        device: a :class:`~spirula.runtime.device.Device` of either backend
             (default: the process's, :func:`spirula.backends.get_device`).
 
     Returns:

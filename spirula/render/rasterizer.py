@@ -168,7 +168,7 @@ class Rasterizer:
     """Buffers and recorded kernels to render and back-propagate C cameras.
 
     Args:
-        device: a :class:`~spirula.backends.base.Device` (either backend).
+        device: a :class:`~spirula.runtime.device.Device` (either backend).
         width, height: image size (all cameras).
         n_cameras: C, cameras rendered together.
         capacity: Gaussians to reserve room for (grows with :meth:`reserve`).

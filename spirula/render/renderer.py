@@ -114,7 +114,7 @@ class Renderer:
         manager: a host program's ``kp.Manager`` to render with (Vulkan). It
             stays the host's: the renderer never destroys it, and the host
             may keep using it after the renderer is closed or dropped.
-        device: a :class:`~spirula.backends.base.Device` to use; or, with
+        device: a :class:`~spirula.runtime.device.Device` to use; or, with
             ``manager``, the physical device index the manager was created
             with (needed only where several GPUs share a name); or, alone,
             the index of the device to open. Default: the process's
@@ -142,7 +142,7 @@ class Renderer:
         background=None,
     ):
         from spirula.backends import check_backend, get_device, open_device
-        from spirula.backends.base import Device
+        from spirula.runtime.device import Device
 
         check_backend(backend)
         self._owns_device = False

@@ -6,7 +6,7 @@ the high-water mark the profiler reports. Buffers grow by reallocation with
 headroom (Kompute tensors cannot grow): the contents are copied on the GPU,
 ``version`` increments, and every Kompute algorithm bound to the old memory is
 dropped, so a recorded sequence that used it must be recorded again
-(:attr:`spirula.runtime.sequence.RecordedSequence.stale`).
+(:attr:`spirula.runtime.sequence.Sequence.stale`).
 
 On the GPU a buffer is a Kompute ``storage`` tensor of 32-bit words (no host
 copy); shaders see it as whatever array type they declare.

@@ -18,8 +18,9 @@ With the profiler on, the sequence gets a timestamp after every operation and
 each dispatch's GPU time is the difference of the pair around it.
 
 The recording, its checks and the barrier plan serve both backends: ``finish``
-asks the device for its :class:`Sequence` (here :class:`RecordedSequence`;
-CUDA's is :class:`spirula.backends.cuda.CudaSequence`).
+asks the device for its :class:`Sequence` (Vulkan's is
+:class:`spirula.backends.vulkan.sequence.RecordedSequence`, CUDA's
+:class:`spirula.backends.cuda.device.CudaSequence`).
 """
 
 from __future__ import annotations
@@ -323,57 +324,3 @@ class Sequence:
         gaps between dispatches included (barriers, launches); None when it
         was recorded without the profiler."""
         raise NotImplementedError
-
-
-class RecordedSequence(Sequence):
-    """A recorded Kompute sequence (the Vulkan backend's :class:`Sequence`)."""
-
-    def __init__(self, device, plan: list, buffers: list, label: str = ""):
-        super().__init__(device, plan, buffers, label)
-        kp = device.kp
-        prof = device.profiler
-        timed = prof is not None and device.info.timestamps
-        self._seq = device.mgr.sequence(0, len(plan) if timed else 0)
-        self._timed = []  # (op index, _Dispatch)
-        self._ops = []  # keep the kp ops alive with the sequence
-        for i, op in enumerate(plan):
-            if op == "barrier":
-                # the host reads after the fence, so only the last barrier names it
-                kop = kp.OpBarrier(i == len(plan) - 1 or device.host_barriers)
-            else:
-                kop = kp.OpAlgoDispatch(op.algorithm, op.push)
-                if timed:
-                    self._timed.append((i, op))
-            self._ops.append(kop)
-            self._seq.record(kop)
-
-    def _eval(self):
-        if self.device.spin_wait:
-            self._seq.eval_async()
-            self._await()
-        else:
-            self._seq.eval()
-
-    def _eval_async(self):
-        self._seq.eval_async()
-
-    def _await(self):
-        if self.device.spin_wait:
-            while not self._seq.is_finished():  # the GPU is done when the fence is: no sleep, no wake-up
-                pass
-        self._seq.eval_await()
-
-    def _account(self, prof, wall_ns: int, waited: bool = True):
-        if not self._timed:
-            prof.device_wait(wall_ns, 0, 0, waited)
-            return
-        ts = self._seq.get_timestamps()
-        period = self.device.info.timestamp_period_ns
-        mask = self.device.timestamp_mask
-        prof.sequence(wall_ns, ((op, int(((ts[i + 1] - ts[i]) & mask) * period)) for i, op in self._timed), waited)
-
-    def gpu_span_ns(self):
-        if not self._timed:
-            return None
-        ts = self._seq.get_timestamps()  # one at the start, then one after each operation
-        return int(((ts[-1] - ts[0]) & self.device.timestamp_mask) * self.device.info.timestamp_period_ns)

@@ -1,6 +1,6 @@
 """The CUDA backend: ``build/libspirula_cuda.so`` (native_cuda/*.cu) through ctypes.
 
-:class:`CudaDevice` implements :class:`spirula.backends.base.Device`, so the
+:class:`CudaDevice` implements :class:`spirula.runtime.device.Device`, so the
 render and training code drive it as the Vulkan device. Each kernel is a C
 function of the same name as its shader, launched with the dispatch the
 render code recorded (workgroups, buffers in binding order, push-constant
@@ -24,10 +24,9 @@ import ctypes as C
 
 import numpy as np
 
-from spirula.backends import base, cudart
-from spirula.backends.cudart import (  # noqa: F401
+from spirula.backends.cuda import cudart
+from spirula.backends.cuda.cudart import (
     BUILD_HINT,
-    RUNTIME_SYMBOLS,
     CudaError,
     CudaHostMemory,
     CudaMemory,
@@ -42,6 +41,7 @@ from spirula.contract.headers import CUDA_DEFINES, FLAGS
 from spirula.contract.kernel import Kernel, shader_dir
 from spirula.contract.preprocess import read_kernel
 from spirula.errors import SpirulaError
+from spirula.runtime import device as shared
 from spirula.runtime.buffers import Buffer
 from spirula.runtime.sequence import Sequence
 
@@ -95,7 +95,7 @@ class _Launch:
 
 
 def list_devices() -> list:
-    """Every CUDA GPU (:class:`~spirula.backends.cudart.CudaDeviceInfo`), in
+    """Every CUDA GPU (:class:`~spirula.backends.cuda.cudart.CudaDeviceInfo`), in
     CUDA's order; NoCudaError with one line where CUDA cannot run."""
     cudart.available_count()
     return cudart.list_devices()
@@ -104,7 +104,8 @@ def list_devices() -> list:
 def resolve_index(index=None) -> int:
     """The device index to use: the argument, else $SPIRULA_DEVICE, else 0
     (NoCudaError with one line where CUDA cannot run or it does not exist)."""
-    return base.resolve_index(index, cudart.available_count(), 0, NoCudaError, "CUDA", "spirula devices --backend cuda")
+    count = cudart.available_count()
+    return shared.resolve_index(index, count, 0, NoCudaError, "CUDA", "spirula devices --backend cuda")
 
 
 def unavailable_reason(index=None):
@@ -116,7 +117,7 @@ def unavailable_reason(index=None):
     return None
 
 
-class CudaDevice(base.Device):
+class CudaDevice(shared.Device):
     """One CUDA GPU and everything Spirula allocates on it.
 
     Args:

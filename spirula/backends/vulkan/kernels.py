@@ -18,15 +18,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from spirula.backends.vulkan.spirv import preserve_inf_nan
 from spirula.cache import cache_home
 from spirula.contract.kernel import Kernel, no_bounds_checks, parse_contract, shader_dir
 from spirula.errors import ShaderCompileError
-from spirula.runtime.spirv import preserve_inf_nan
 
 GLSLANG = "glslangValidator"
 # A shader that decides from whether values are finite declares this line; on a
 # device with float controls it is compiled with SignedZeroInfNanPreserve
-# (spirula/runtime/spirv.py)
+# (spirula/backends/vulkan/spirv.py)
 PRESERVE_INF_NAN = b"#define SPIRULA_PRESERVE_INF_NAN"
 TARGET_ENV = "vulkan1.1"  # SPIR-V 1.3: subgroup operations are core
 

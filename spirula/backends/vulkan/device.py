@@ -4,14 +4,15 @@
 hands over), the kernel registry, the cache of Kompute algorithms (one per
 kernel x bound buffers x workgroups x specialization) and the host staging
 memory; the buffer pool, the range checks and the transfer timing are the
-shared :class:`spirula.backends.base.Device`'s. Each transfer (:meth:`upload`
+shared :class:`spirula.runtime.device.Device`'s. Each transfer (:meth:`upload`
 H2D, :meth:`readback` D2H, :meth:`copy` D2D, :meth:`fill` memset) is a
 ``copy``/``fill`` kernel between evals.
 
 Device selection: ``open_device("vulkan", index)``, else ``SPIRULA_DEVICE``,
 else a discrete GPU before an integrated one before the CPU driver (lavapipe).
-The Vulkan runtime pieces it builds on stay in :mod:`spirula.runtime`
-(vkinfo, kernels, buffers, sequence, profiler).
+It builds on the Vulkan pieces beside it (vkinfo, kernels, spirv,
+pipeline_cache, sequence) and on what both backends share
+(:mod:`spirula.runtime`: device, buffers, sequence, profiler).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ import os
 
 import numpy as np
 
-from spirula.backends import base
+from spirula.backends.vulkan import pipeline_cache, vkinfo
+from spirula.backends.vulkan.kernels import KernelRegistry
+from spirula.backends.vulkan.sequence import RecordedSequence
 from spirula.contract.kernel import Kernel
 from spirula.errors import NoVulkanError, SpirulaError
-from spirula.runtime import pipeline_cache, vkinfo
+from spirula.runtime import device as shared
 from spirula.runtime.buffers import Buffer
-from spirula.runtime.kernels import KernelRegistry
-from spirula.runtime.sequence import RecordedSequence, grid_stride_groups
+from spirula.runtime.sequence import grid_stride_groups
 
 STAGING_MAX_BYTES = 64 << 20  # transfers larger than this go in chunks
 
@@ -50,7 +52,7 @@ def _import_kp():
 
 
 def list_devices() -> tuple:
-    """Every Vulkan device (:class:`~spirula.runtime.vkinfo.DeviceInfo`), in the
+    """Every Vulkan device (:class:`~spirula.backends.vulkan.vkinfo.VulkanDeviceInfo`), in the
     loader's order; NoVulkanError with one line where there is none."""
     return vkinfo.list_devices()
 
@@ -58,7 +60,7 @@ def list_devices() -> tuple:
 def resolve_index(index=None, devices=None) -> int:
     """The device index to use: the argument, else $SPIRULA_DEVICE, else the default."""
     devices = devices if devices is not None else vkinfo.list_devices()
-    return base.resolve_index(index, len(devices), vkinfo.default_index(devices), NoVulkanError, "Vulkan")
+    return shared.resolve_index(index, len(devices), vkinfo.default_index(devices), NoVulkanError, "Vulkan")
 
 
 def unavailable_reason(index=None):
@@ -110,7 +112,7 @@ def _borrowed_index(manager, index, devices) -> int:
     return same[0]
 
 
-class VulkanDevice(base.Device):
+class VulkanDevice(shared.Device):
     """One Vulkan device and everything Spirula allocates on it.
 
     Args:
@@ -122,7 +124,7 @@ class VulkanDevice(base.Device):
         float_controls: compile the kernels that test finiteness (their shader
             defines SPIRULA_PRESERVE_INF_NAN) with SignedZeroInfNanPreserve for
             float32 where the device offers it (VK_KHR_shader_float_controls),
-            so its compiler keeps IEEE's NaN and Inf (spirula/runtime/spirv.py;
+            so its compiler keeps IEEE's NaN and Inf (spirula/backends/vulkan/spirv.py;
             ``SPIRULA_NO_FLOAT_CONTROLS=1`` turns it off). The finiteness
             tests do not depend on it (they read bits: finite.glsl).
         spin_wait: wait for a recorded sequence's run by polling its fence
@@ -210,7 +212,7 @@ class VulkanDevice(base.Device):
         # (close() frees Spirula's buffers only), and it outlives this device.
         self.owns_manager = manager is None
         if self.owns_manager:
-            # the pipelines compiled by earlier runs on this driver (spirula/runtime/pipeline_cache.py)
+            # the pipelines compiled by earlier runs on this driver (spirula/backends/vulkan/pipeline_cache.py)
             pipeline_cache.attach(self, self.mgr, self.info)
         self.float_atomics = float_atomics
         self.float_controls = float_controls

@@ -17,8 +17,8 @@ import ctypes as C
 import dataclasses
 import functools
 
-from spirula.backends.base import DeviceInfo
 from spirula.errors import NoVulkanError
+from spirula.runtime.device import DeviceInfo
 
 INSTALL_HINT = (
     "install a Vulkan driver: your GPU vendor's, or Mesa's CPU driver "
@@ -28,14 +28,14 @@ INSTALL_HINT = (
 
 @dataclasses.dataclass(frozen=True)
 class VulkanDeviceInfo(DeviceInfo):
-    """:class:`spirula.backends.base.DeviceInfo` of a Vulkan device, with what
+    """:class:`spirula.runtime.device.DeviceInfo` of a Vulkan device, with what
     :func:`missing_requirements` checks: the subgroup operations and shader
     stages (``VkPhysicalDeviceSubgroupProperties`` bit masks) and the range of
     subgroup sizes a compute shader may run with (VK_EXT_subgroup_size_control;
     without it, ``subgroup_size`` alone); and whether kernels may be compiled
     to keep IEEE's NaN and Inf (``inf_nan_preserve``:
     shaderSignedZeroInfNanPreserveFloat32 of VK_KHR_shader_float_controls;
-    spirula/runtime/spirv.py)."""
+    spirula/backends/vulkan/spirv.py)."""
 
     subgroup_operations: int = 0
     subgroup_stages: int = 0

@@ -1,8 +1,9 @@
 """The device interface every backend implements, and the code they share.
 
-A backend is a module of this package (:mod:`spirula.backends.vulkan`,
-:mod:`spirula.backends.cuda`) with a :class:`Device` subclass and three
-functions: ``list_devices()`` (their :class:`DeviceInfo`, raising a one-line
+A backend is a package of :mod:`spirula.backends` (:mod:`spirula.backends.vulkan`,
+:mod:`spirula.backends.cuda`) whose ``__init__`` gives its :class:`Device`
+subclass (``backend`` set to the package's name) and three functions:
+``list_devices()`` (their :class:`DeviceInfo`, raising a one-line
 :class:`~spirula.errors.SpirulaError` where the backend cannot run),
 ``resolve_index(index)`` and ``unavailable_reason(index)``.
 :func:`spirula.backends.open_device` is the one way to open a device.

@@ -5,7 +5,7 @@ when the library is loaded; every call returns a ``cudaError_t``, and
 :func:`check` raises :class:`CudaError` with the driver's message for any that
 is not 0 (tinygrad's ``ops_cuda.py`` style). Also here: the ctypes mirrors of
 the C structs (``SpirulaLaunch``, the device properties), device discovery,
-device memory, mapped host memory and events. :mod:`spirula.backends.cuda`
+device memory, mapped host memory and events. :mod:`spirula.backends.cuda.device`
 builds the device on top.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spirula.backends.base import DeviceInfo
 from spirula.errors import SpirulaError
+from spirula.runtime.device import DeviceInfo
 
 LIB_NAME = "libspirula_cuda.so"
 BUILD_HINT = "build it with `make cuda` (needs nvcc)"
@@ -116,7 +116,7 @@ def library_path() -> Path:
     env = os.environ.get("SPIRULA_CUDA_LIB")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent.parent / "build" / LIB_NAME
+    return Path(__file__).resolve().parents[3] / "build" / LIB_NAME
 
 
 def load_library():
@@ -164,7 +164,7 @@ def check(code: int, what: str):
 
 @dataclasses.dataclass(frozen=True)
 class CudaDeviceInfo(DeviceInfo):
-    """:class:`spirula.backends.base.DeviceInfo` of a CUDA device, with its SMs
+    """:class:`spirula.runtime.device.DeviceInfo` of a CUDA device, with its SMs
     and compute capability."""
 
     sm_count: int = 0
