@@ -699,7 +699,7 @@ def check_tsdf(dev):
 
 def check_pack(dev):
     """pack_rgba8: an image with every rounding tie, NaN and infinities, against
-    to_uint8 (spirula/reference/pack.py), exactly."""
+    its reference (spirula/reference/pack.py), exactly."""
     from spirula.reference.pack import pack_rgba8, rgb8_case
     from spirula.render.pack import record_pack_rgba8
 

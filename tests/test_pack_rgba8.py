@@ -6,6 +6,7 @@ import numpy as np
 from view_cases import activated, blob_params
 
 from spirula.reference.pack import pack_rgba8, rgb8_case
+from spirula.reference.pack import to_uint8 as reference_to_uint8
 from spirula.render.pack import record_pack_rgba8, rgb8_view
 from spirula.render.renderer import Renderer
 from spirula.render.video import to_uint8
@@ -61,3 +62,9 @@ def test_render_result_rgb8_equals_to_uint8_of_numpy(device):
             assert np.array_equal(got, to_uint8(out.numpy()))
     finally:
         r.close()
+
+
+def test_the_references_rounding_is_the_videos_to_uint8():
+    rgb = rgb8_case(37, 61, seed=4)
+    finite = np.isfinite(rgb)
+    assert np.array_equal(reference_to_uint8(rgb[finite]), to_uint8(rgb[finite]))

@@ -131,7 +131,8 @@ def test_mask_keeps_features_out_of_blanked_half(scene, tmp_path):
         m[:, 160:] = 255  # keep the right half
         # both naming conventions: the image's own name, and COLMAP's name.png
         Image.fromarray(m).save(masks / (name if i % 2 else name + ".png"))
-    from spirula.sfm.masks import find_masks, write_colmap_masks
+    from spirula.data.masks import find_masks
+    from spirula.sfm.masks import write_colmap_masks
 
     assert len(find_masks(images, names[:3])) == 3
     write_colmap_masks(find_masks(images, names[:3]), images, tmp_path / "cm")

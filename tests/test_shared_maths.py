@@ -98,3 +98,18 @@ def test_std430_alignment_of_vectors_and_arrays():
         std430_dtype("struct S { vec3 a; };", "S")
     with pytest.raises(ShaderCompileError, match="no struct T"):
         std430_dtype("struct S { float a; };", "T")
+
+
+@pytest.mark.parametrize(
+    "name,include", [("ALPHA_THRESHOLD", "projection.glsl"), ("RADIUS_SIGMAS", "projection.glsl"), ("SH_C0", "sh.glsl")]
+)
+def test_the_rasterizers_host_constants_are_the_shaders(name, include):
+    """The host code that must agree with what the kernels draw (the mesh's bounds
+    and colours) reads these from spirula/render/rasterizer.py, never from the reference."""
+    from spirula.render import rasterizer
+
+    m = re.search(r"const float %s = ([^;]+);" % name, _code(INCLUDE / include))
+    assert m, (name, include)
+    parts = [np.float32(t.strip().rstrip("f")) for t in m.group(1).split("/")]
+    glsl = parts[0] / parts[1] if len(parts) == 2 else parts[0]
+    assert np.float32(getattr(rasterizer, name)) == glsl, (name, m.group(1))

@@ -262,8 +262,8 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
 
 def _resume(scene, cfg, device, path):
     """A fresh Trainer from a checkpoint, as train_run does for --resume."""
+    from spirula.data.world import WorldTransform
     from spirula.train.run import find_checkpoint, load_checkpoint
-    from spirula.train.world import WorldTransform
 
     state = load_checkpoint(find_checkpoint(path))
     world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
@@ -522,8 +522,8 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     and a trainer that does not learn stays near 10 dB."""
     from spirula.data import load_dataset, read_splat_ply
     from spirula.data.demo import ensure_demo_scene
+    from spirula.data.world import WorldTransform
     from spirula.train.run import evaluate_run, load_checkpoint, train_run
-    from spirula.train.world import WorldTransform
 
     scene = load_dataset(ensure_demo_scene())
     cfg = TrainConfig(iterations=120, cap_max=30_000, init_scale=1.0, save_every=50, log_every=1000)

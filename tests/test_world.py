@@ -1,4 +1,4 @@
-"""Training coordinates (spirula/train/world.py): the dataset translated and
+"""Training coordinates (spirula/data/world.py): the dataset translated and
 uniformly scaled so the cameras sit about one unit from their centre, without
 changing a single pixel of any view: the projection of every point, and the
 2D footprint of every Gaussian, are the same in both coordinate systems."""
@@ -8,7 +8,7 @@ import pytest
 from data_fixtures import look_at
 from reference.projection import projection_fwd
 
-from spirula.train.world import WorldTransform
+from spirula.data.world import WorldTransform
 
 
 def _cameras(seed=0, n=9):

@@ -19,6 +19,7 @@ from PIL import Image
 from spirula.data.blender import RANDOM_BOX, RANDOM_POINTS, load_blender, read_json
 from spirula.data.colmap import find_model_dir, load_colmap
 from spirula.data.images import check_decodes, downscale_dir, note, rel, resolve_images
+from spirula.data.masks import find_masks
 from spirula.data.nerfstudio import load_nerfstudio
 from spirula.data.ply import read_points_ply
 from spirula.data.scene import Frame, Scene, random_points, scene_extent
@@ -102,12 +103,10 @@ def _find_loss_masks(fmt, image_dir, views, root) -> dict:
     """``{image name: mask path}`` (white = keep): a view's own ``mask_path``
     (nerfstudio's per-frame key), else ``masks/`` beside a COLMAP or
     nerfstudio dataset's image folder, or in a Blender scene's folder
-    (``masks/train/r_0.png``), by spirula.sfm.masks' names (``<stem>.png``,
+    (``masks/train/r_0.png``), by spirula.data.masks' names (``<stem>.png``,
     ``<name>``, ``<name>.png``). Each is checked against its image's original
     size; masks of distorted cameras are refused (``spirula sfm`` writes
     undistorted ones)."""
-    from spirula.sfm.masks import find_masks
-
     mask_dir = Path(root) / "masks" if fmt == "blender" else None
     found = find_masks(Path(image_dir), [v.name for v in views], mask_dir)
     found.update({v.name: v.mask_path for v in views if v.mask_path is not None})

@@ -177,6 +177,29 @@ def qvec_to_rotmat(q) -> np.ndarray:
     )
 
 
+def quats_to_rotmats(quats) -> np.ndarray:
+    """``[...,3,3] float64`` rotations of quaternions ``[...,4]`` given wxyz (any
+    norm, normalized here; :func:`qvec_to_rotmat` for many): a splat's axes are the columns."""
+    q = np.asarray(quats, dtype=np.float64)
+    q = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    w, x, y, z = np.moveaxis(q, -1, 0)
+    R = np.stack(
+        [
+            1 - 2 * (y * y + z * z),
+            2 * (x * y - w * z),
+            2 * (x * z + w * y),
+            2 * (x * y + w * z),
+            1 - 2 * (x * x + z * z),
+            2 * (y * z - w * x),
+            2 * (x * z - w * y),
+            2 * (y * z + w * x),
+            1 - 2 * (x * x + y * y),
+        ],
+        -1,
+    )
+    return R.reshape(q.shape[:-1] + (3, 3))
+
+
 def opengl_c2w_to_viewmat(c2w: np.ndarray) -> np.ndarray:
     """World->camera (OpenCV) ``[4,4]`` from a camera->world ``[4,4]`` in the
     OpenGL/Blender camera convention (x right, y up, +z backward)."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from spirula.errors import SpirulaError
 from spirula.mesh.fusion_config import DEFAULT
-from spirula.reference.projection import ALPHA_THRESHOLD, MAX_EXTEND  # the rasterizer's cut-off
+from spirula.render.rasterizer import ALPHA_THRESHOLD, RADIUS_SIGMAS  # the rasterizer's cut-off
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ def splat_support(scales, opacities) -> np.ndarray:
     off the disc's plane). A transparent splat (o < 1/255) is never drawn: radius 0."""
     scales = np.asarray(scales, np.float64).reshape(-1, 3)
     o = np.asarray(opacities, np.float64).reshape(-1)
-    k = np.minimum(MAX_EXTEND, np.sqrt(2.0 * np.log(np.maximum(o / ALPHA_THRESHOLD, 1.0))))
+    k = np.minimum(RADIUS_SIGMAS, np.sqrt(2.0 * np.log(np.maximum(o / ALPHA_THRESHOLD, 1.0))))
     r = k * np.abs(scales).max(axis=1)
     return np.where(np.isfinite(r), r, 0.0)
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from spirula.reference.projection import SH_C0, quat_to_rotmat  # base colour = 0.5 + SH_C0 * f_dc
+from spirula.data.scene import quats_to_rotmats
+from spirula.render.rasterizer import SH_C0  # base colour = 0.5 + SH_C0 * f_dc
 
 TEXEL_CHUNK = 1 << 22  # texel candidates per batch in bake_texture (bounds memory at ~200 MB)
 # Texels up to RING texels outside a triangle take the colour of its nearest point,
@@ -226,7 +227,7 @@ def splat_colour_fn(splats: dict, k: int = 16):
     means = np.asarray(splats["means"], np.float64)
     base = np.clip(0.5 + SH_C0 * np.asarray(splats["sh_coeffs"], np.float64)[:, 0, :], 0.0, 1.0)
     alpha = 1.0 / (1.0 + np.exp(-np.asarray(splats["opacity_logits"], np.float64)))
-    rot = quat_to_rotmat(splats["quats"])  # [N,3,3], columns are the splat's axes
+    rot = quats_to_rotmats(splats["quats"])  # [N,3,3], columns are the splat's axes
     inv_scale = np.exp(-np.asarray(splats["log_scales"], np.float64))
     tree = cKDTree(means)
     k = min(int(k), len(means))

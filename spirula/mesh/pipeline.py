@@ -153,7 +153,7 @@ def check_splats(splats: dict, path) -> None:
         raise DatasetError(
             "%s: %d of %d splats have non-finite parameters (the first: vertex %d)" % (path, len(bad), n, bad[0])
         )
-    from spirula.reference.projection import ALPHA_THRESHOLD  # the rasterizer skips fainter splats
+    from spirula.render.rasterizer import ALPHA_THRESHOLD  # the rasterizer skips fainter splats
 
     opacity = 1.0 / (1.0 + np.exp(-np.asarray(splats["opacity_logits"], np.float64).reshape(n)))
     if not (opacity >= ALPHA_THRESHOLD).any():

@@ -1,14 +1,19 @@
 """The viewers' RGBA8 frame (reference of shaders/pack_rgba8.comp).
 
-Not float64: the kernel is defined as :func:`spirula.render.video.to_uint8` (float32 clip
-to [0, 1], one float32 multiply by 255, round half to even), bit for bit, so the
-reference is that function, packed. NaN channels become 0 (``to_uint8`` leaves NaN's
-cast to numpy; the kernel defines it).
+Not float64: the kernel is defined as float32 clip to [0, 1], one float32
+multiply by 255, round half to even, bit for bit, so the reference is that
+rounding, packed: the numbers of :func:`spirula.render.video.to_uint8`, which
+the videos and PNGs use (tests/test_pack_rgba8.py holds the kernel to both).
+NaN channels become 0 (``to_uint8`` leaves NaN's cast to numpy; the kernel
+defines it).
 """
 
 import numpy as np
 
-from spirula.render.video import to_uint8
+
+def to_uint8(rgb) -> np.ndarray:
+    """float RGB -> uint8: float32 clip to [0, 1], times 255 in float32, rounded half to even."""
+    return np.rint(np.clip(np.asarray(rgb, np.float32), 0, 1) * 255).astype(np.uint8)
 
 
 def pack_rgba8(rgb) -> np.ndarray:

@@ -81,7 +81,7 @@ def orbit_around_cameras(viewmats, frames: int) -> np.ndarray:
     centre where their axes do not meet), with their average up vector, at
     their median distance from it and their mean height along up; the first
     frame lies towards the first camera."""
-    from spirula.train.world import WorldTransform
+    from spirula.data.world import WorldTransform
 
     vm = np.asarray(viewmats, np.float64)
     centres = camera_centers(vm)

@@ -52,6 +52,11 @@ FAR_PLANE = 1e10
 CHUNK = 1024
 CHUNK_ENV = "SPIRULA_RASTER_CHUNK"
 CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)
+# The kernels' own constants, for host code that must agree with what they draw (the
+# mesh's bounds and colours): shaders/include/projection.glsl and sh.glsl
+ALPHA_THRESHOLD = 1.0 / 255.0  # a splat fainter than this is not drawn, nor a fainter pixel of one
+RADIUS_SIGMAS = 3.33  # a splat's extent cap, in standard deviations (opacity_extent)
+SH_C0 = 0.2820947917738781  # the degree-0 SH basis: base colour = 0.5 + SH_C0 * f_dc
 
 
 @dataclasses.dataclass

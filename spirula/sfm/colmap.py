@@ -34,6 +34,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from spirula.data.masks import find_masks
 from spirula.errors import DatasetError, SpirulaError
 from spirula.sfm import gate as gate_mod
 from spirula.sfm import masks as masks_mod
@@ -169,7 +170,7 @@ def run_sfm(
         single_camera = is_frame_sequence(names)
     if masks is not None and not Path(masks).is_dir():
         raise DatasetError("%s: mask folder does not exist" % masks)
-    mask_files = masks_mod.find_masks(images, names, masks)
+    mask_files = find_masks(images, names, masks)
     _prepare_out(out)
     work = out / "colmap"
     work.mkdir()

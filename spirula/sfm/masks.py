@@ -3,10 +3,12 @@
 A ``masks/`` folder beside the images holds one mask per image, white = keep,
 black = ignore, named like the image (``masks/frame_00001.png`` or the same
 name with another extension) or in COLMAP's own convention (the image's full
-name plus ``.png``: ``masks/IMG_1.jpg.png``). :func:`find_masks` pairs them;
-:func:`write_colmap_masks` writes them where pycolmap's ``mask_path`` expects
-them; :func:`undistort_masks` carries them into the output dataset next to the
-undistorted images, warped with each image's own camera (docs/sfm.md, "Masks").
+name plus ``.png``: ``masks/IMG_1.jpg.png``).
+:func:`spirula.data.masks.find_masks` pairs them (for the dataset loaders
+as for ``spirula sfm``); :func:`write_colmap_masks` writes them where
+pycolmap's ``mask_path`` expects them; :func:`undistort_masks` carries them
+into the output dataset next to the undistorted images, warped with each
+image's own camera (docs/sfm.md, "Masks").
 
 Automatic masking (for example SAM, as Spirula Studio uses) needs model weights
 that are not shipped: :class:`Masker` is the interface such a masker implements.
@@ -22,8 +24,6 @@ from PIL import Image
 
 from spirula.errors import DatasetError
 
-MASK_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
-
 
 class Masker(Protocol):
     """The extension point for automatic masks (none is shipped: each needs model weights).
@@ -33,33 +33,10 @@ class Masker(Protocol):
     is ``[H,W]`` bool or uint8, True / 255 where the pixel belongs to what is
     reconstructed (keep), False / 0 where it must be ignored (a moving person,
     the sky, the capture rig). Write its output with :func:`save_mask` into
-    ``<images>/../masks/`` and :func:`find_masks` picks it up.
+    ``<images>/../masks/`` and :func:`~spirula.data.masks.find_masks` picks it up.
     """
 
     def __call__(self, image: np.ndarray, name: str) -> np.ndarray: ...
-
-
-def masks_folder(image_dir: Path) -> Path:
-    """Where the masks of ``image_dir`` live: ``masks/`` beside it."""
-    return Path(image_dir).parent / "masks"
-
-
-def find_masks(image_dir: Path, names, mask_dir: Path | None = None) -> dict:
-    """``{image name: mask path}`` for the images that have one (``mask_dir``
-    defaults to :func:`masks_folder`); an empty dict when there is no folder."""
-    mask_dir = Path(mask_dir) if mask_dir is not None else masks_folder(image_dir)
-    if not mask_dir.is_dir():
-        return {}
-    found = {}
-    for name in names:
-        stem = Path(name).with_suffix("")
-        candidates = [mask_dir / (name + ".png"), mask_dir / name]
-        candidates += [mask_dir / stem.with_suffix(ext) for ext in MASK_EXTENSIONS]
-        for c in candidates:
-            if c.is_file():
-                found[name] = c
-                break
-    return found
 
 
 def read_mask(path: Path, size: tuple) -> np.ndarray:

@@ -32,7 +32,7 @@ STRATEGY_DEFAULTS = {
 
 
 # --geometry's distortion weight. Spirula's depths are camera z in a world normalized to the
-# cameras' extent (train/world.py), so |z_i - z_j| is O(0.01..1) where 2DGS's NDC depth differences
+# cameras' extent (data/world.py), so |z_i - z_j| is O(0.01..1) where 2DGS's NDC depth differences
 # are ~near/z^2 smaller: 2DGS's 100 (unbounded scenes) on NDC depth is ~0.1..1 here. Measured on
 # the synthetic sphere (tests/geometry_cases.py, 400 steps, lavapipe): 0.5 lowered the distortion
 # 14%, the median and expected depth errors 2% and 6%, and raised test PSNR 0.06 dB; 5 lowered the

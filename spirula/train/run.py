@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula.data.world import WorldTransform
 from spirula.errors import SpirulaError
 from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
@@ -28,7 +29,6 @@ from spirula.train.config import TrainConfig
 from spirula.train.schedule import sh_degree_at
 from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
-from spirula.train.world import WorldTransform
 
 
 def default_output_dir(dataset: Path) -> Path:

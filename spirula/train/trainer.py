@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spirula.data.world import WorldTransform
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
@@ -55,7 +56,6 @@ from spirula.train.step_params import (
     STEP_PARAMS_WORDS,
     step_params,
 )
-from spirula.train.world import WorldTransform
 
 # Intersection buffers hold ISECT_HEADROOM x the most intersections a view has
 # needed: the count differs from view to view, and a view past the capacity
@@ -179,7 +179,7 @@ class Trainer:
     ``step`` counts completed steps. Use :meth:`train_step` to run,
     :meth:`evaluate` for test metrics, :meth:`state_dict` /
     :meth:`load_state_dict` for checkpoints and :meth:`splat_arrays` for
-    export. Training happens in normalized coordinates (:mod:`spirula.train.world`);
+    export. Training happens in normalized coordinates (:mod:`spirula.data.world`);
     ``init`` and :meth:`splat_arrays` are in the dataset's.
     """
 

@@ -81,7 +81,7 @@ class LiveHook:
     """The training loop's side of the live views: ``viewers`` (LiveView
     objects) and the one renderer they share, on the training ``device``.
 
-    ``world``: the trainer's :class:`~spirula.train.world.WorldTransform`;
+    ``world``: the trainer's :class:`~spirula.data.world.WorldTransform`;
     ``background`` [3] and ``max_alpha``: the run's. The renderer's
     rasterizer is made at the first frame a view asks for. ``budget``: the
     share of wall time the views may take (module docstring); ``clock``:

@@ -37,7 +37,7 @@ class ViewRenderer:
     Args:
         renderer: the :class:`~spirula.render.renderer.Renderer` holding the
             splats (``set_splats`` / ``load_ply`` / ``use_splats`` done).
-        world: a :class:`~spirula.train.world.WorldTransform` when the splats
+        world: a :class:`~spirula.data.world.WorldTransform` when the splats
             are in training coordinates (a trainer's), else None.
     """
 
