@@ -4,7 +4,7 @@
 
 Trains DATASET (default: the built-in demo scene with its TrainConfig.demo())
 from the same seed once without a view, then once per case of each
-``--view``, through ``train_run(viewers=...)`` and its one shared renderer
+``--view``, through ``train_run(live_hook=live_hook(viewers))`` and its one shared renderer
 (spirula/view/live.py):
 
 - ``window``: the window's render path without a window (no display on the
@@ -117,6 +117,7 @@ def main(argv=None):
     from spirula.data import load_dataset
     from spirula.train.config import TrainConfig
     from spirula.train.run import train_run
+    from spirula.view.live import live_hook
 
     device = open_device(args.backend)
     set_device(device)
@@ -138,7 +139,7 @@ def main(argv=None):
         viewers, counter = make()
         c = dataclasses.replace(cfg, iterations=iterations)
         with tempfile.TemporaryDirectory() as out:
-            m = train_run(scene, c, device, Path(out), log=lambda *x: None, viewers=viewers)
+            m = train_run(scene, c, device, Path(out), log=lambda *x: None, live_hook=live_hook(viewers))
         return iterations / m["training_time_s"], counter.frames if counter else 0
 
     # a first run compiles the pipelines and warms the caches; then the cases take turns,

@@ -198,6 +198,7 @@ def train(
     """
     from spirula.data import load_dataset
     from spirula.train.run import default_output_dir, train_run
+    from spirula.view.live import live_hook
 
     explicit = _explicit_options(
         dict(
@@ -292,7 +293,7 @@ def train(
 
         viewers.append(live_view(scene, viewer_port, viewer_host, log=_log))
     try:
-        train_run(scene, cfg, device, output, resume=resume, log=_log, viewers=viewers)
+        train_run(scene, cfg, device, output, resume=resume, log=_log, live_hook=live_hook(viewers))
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the

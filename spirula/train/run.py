@@ -18,6 +18,7 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -133,6 +134,18 @@ def find_checkpoint(path: Path) -> Path:
     raise SpirulaError("%s: no checkpoint (ckpt/step-*.npz) found" % path)
 
 
+class StepHook(Protocol):
+    """What :func:`train_run` calls between steps: the live views
+    (spirula/view/live.py's ``LiveHook``), handed in by its caller."""
+
+    def on_step(self, step: int, iterations: int, loss: float, splats, sh_degree: int) -> None:
+        """After step ``step``: its loss, the trainer's
+        :class:`~spirula.render.rasterizer.Splats` and the SH degree it trained."""
+
+    def close(self) -> None:
+        """Training ended (normally, on Ctrl-C or on an error)."""
+
+
 def train_run(
     scene,
     cfg: TrainConfig,
@@ -140,15 +153,18 @@ def train_run(
     output: Path,
     resume: Path | None = None,
     log=print,
-    viewers=(),
+    live_hook=None,
     init: dict | None = None,
 ) -> dict:
     """Train, write the outputs, return the metrics dict.
 
-    ``viewers``: :class:`~spirula.view.live.LiveView` objects (the native
-    window, the web viewer); each gets ``on_step(step, state)`` after every
-    step and ``close()`` when training ends, all rendering through one shared
-    renderer (spirula/view/live.py). ``init``: raw splat parameters in dataset
+    ``live_hook``: None, or ``live_hook(device, world, background, max_alpha,
+    budget)`` -> a :class:`StepHook`, called once the trainer exists (``world``
+    its WorldTransform; ``background``, ``max_alpha`` and ``budget``, the
+    views' share of wall time, the run's); the hook gets ``on_step`` after
+    every step and ``close()`` when training ends. The live views (the native
+    window, the web viewer) come as ``spirula.view.live.live_hook(viewers)``:
+    training never imports the viewers. ``init``: raw splat parameters in dataset
     coordinates to start from (PARAM_NAMES arrays, as
     :meth:`Trainer.splat_arrays` gives; the merged blocks of spirula/partition/)
     instead of the seed points."""
@@ -185,10 +201,8 @@ def train_run(
 
     progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
     live = None
-    if viewers:
-        from spirula.view.live import LiveHook
-
-        live = LiveHook(viewers, device, trainer.world, scene.background, cfg.max_alpha, cfg.live_view_budget)
+    if live_hook is not None:
+        live = live_hook(device, trainer.world, scene.background, cfg.max_alpha, cfg.live_view_budget)
     t_start = time.perf_counter()
     step_ms = []
     first_step = trainer.step + 1  # step_ms[i] times step first_step + i

@@ -1,9 +1,11 @@
 """Watching training: the one hook the training loop calls between steps.
 
-``spirula train`` hands ``train_run(..., viewers=[...])`` a list of
+``spirula train`` hands ``train_run(..., live_hook=live_hook(viewers))`` its
 :class:`LiveView` objects (the native window of spirula/view/window.py, the
-web viewer of spirula/view/web.py, or both). ``train_run`` wraps them in a
-:class:`LiveHook`, which owns the one :class:`~spirula.view.session.ViewRenderer`
+web viewer of spirula/view/web.py, or both). ``train_run`` makes their
+:class:`LiveHook` once its trainer exists (the hook is the
+:class:`spirula.train.run.StepHook` the loop calls: training imports no
+viewer). The hook owns the one :class:`~spirula.view.session.ViewRenderer`
 every live view renders through (one set of rasterizer buffers, resized only
 when a view asks for another size; one recorded sequence, replayed while only
 the camera changes). After every optimization step the hook binds the
@@ -30,6 +32,7 @@ Rules for an implementation:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Protocol, runtime_checkable
 
@@ -120,3 +123,10 @@ class LiveHook:
                 viewer.close()
         finally:
             self.view.close()
+
+
+def live_hook(viewers):
+    """What ``train_run(..., live_hook=...)`` takes for ``viewers`` (LiveView
+    objects): the maker of their :class:`LiveHook`; None without viewers."""
+    viewers = list(viewers)
+    return functools.partial(LiveHook, viewers) if viewers else None
