@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from spirula.cli.main import chosen_backend, cli, common_options
+from spirula.cli.common import chosen_backend, common_options
 
 
 def _gib(n: int) -> str:
@@ -73,7 +73,7 @@ def _cuda_table(devs, chosen=None):
     _table(rows)
 
 
-@cli.command()
+@click.command()
 @common_options
 def devices():
     """List the GPUs: name, type, driver, subgroup size, memory, timestamps.

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options
+from spirula.cli.common import common_options
 from spirula.sfm.frames import DEFAULT_FPS, DEFAULT_MAX_FRAMES
 
 
@@ -14,7 +14,7 @@ def _log(msg):
     click.echo(msg, err=True)
 
 
-@cli.command()
+@click.command()
 @common_options  # every command takes them (tests/test_backends.py); frames runs on the CPU
 @click.argument("video", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))

@@ -3,7 +3,8 @@
 Every subcommand takes ``--backend {vulkan,cuda}`` (default vulkan),
 ``--device N`` (that backend's device N; same as ``SPIRULA_DEVICE=N``) and
 ``--profile`` (same as ``SS_PROFILE=1``); all three also work before the
-subcommand. A command opens its device with :func:`open_cli_device`. A
+subcommand (spirula/cli/common.py). A command opens its device with
+:func:`spirula.cli.common.open_cli_device`. A
 :class:`~spirula.errors.SpirulaError` ends the command with one line on
 stderr (``spirula: error: ...``) and its exit code, never a traceback.
 Ctrl-C, SIGTERM and SIGHUP exit with 128 + the signal's number (130, 143,
@@ -12,98 +13,13 @@ Ctrl-C, SIGTERM and SIGHUP exit with 128 + the signal's number (130, 143,
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
 import click
 
+from spirula.cli.common import common_options
 from spirula.errors import SpirulaError
-
-
-def _set_profile(ctx, param, value):
-    # Before any GPU object exists: the profiler is chosen when a Device opens.
-    if value:
-        os.environ["SS_PROFILE"] = "1"
-
-
-def _set_device(ctx, param, value):
-    if value is not None:
-        os.environ["SPIRULA_DEVICE"] = str(value)
-
-
-_BACKEND = "spirula.backend"  # ctx.meta key: shared by the group's context and the command's
-
-
-def _set_backend(ctx, param, value):
-    if value is not None:
-        from spirula.backends import check_backend
-
-        ctx.meta[_BACKEND] = check_backend(value)
-
-
-def chosen_backend(default: str | None = "vulkan"):
-    """The --backend given (after the subcommand wins over before it), else ``default``."""
-    ctx = click.get_current_context(silent=True)
-    return ctx.meta.get(_BACKEND, default) if ctx is not None else default
-
-
-def open_cli_device():
-    """The device of the chosen backend (--device / SPIRULA_DEVICE index that
-    backend's devices), made the process default for the command."""
-    from spirula.backends import open_device, set_device
-
-    device = open_device(chosen_backend())
-    set_device(device)
-    return device
-
-
-def web_viewer_options(port_name: str, port_help: str):
-    """The web viewer's port (``port_name``: ``--port`` or ``--viewer-port``,
-    default: none, no web viewer) and ``--viewer-host`` on a command."""
-
-    def add(fn):
-        fn = click.option(
-            "--viewer-host",
-            default="127.0.0.1",
-            show_default=True,
-            help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
-        )(fn)
-        return click.option(port_name, type=click.IntRange(0, 65535), default=None, help=port_help)(fn)
-
-    return add
-
-
-def common_options(fn):
-    """--backend, --device and --profile on a command (they act as soon as they are parsed)."""
-    fn = click.option(
-        "--profile",
-        is_flag=True,
-        expose_value=False,
-        is_eager=True,
-        callback=_set_profile,
-        help="Print the [spirula-profile] reports on stderr at exit (SS_PROFILE=1).",
-    )(fn)
-    fn = click.option(
-        "--device",
-        "device",
-        type=int,
-        default=None,
-        expose_value=False,
-        is_eager=True,
-        callback=_set_device,
-        help="Device index within the backend (see `spirula devices`).",
-    )(fn)
-    fn = click.option(
-        "--backend",
-        metavar="[vulkan|cuda]",
-        default=None,
-        expose_value=False,
-        is_eager=True,
-        callback=_set_backend,
-        help="GPU backend: vulkan (the default) or cuda (NVIDIA, `make cuda`).",
-    )(fn)
-    return fn
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -114,7 +30,23 @@ def cli():
 
 
 def _register():
-    from spirula.cli import devices, frames, mesh, partition, render, selftest, sfm, shaders, train, view  # noqa: F401  (commands attach to cli)
+    """Attach every command to :func:`cli` (on first use: importing this module stays cheap)."""
+    from spirula.cli import devices, frames, mesh, partition, render, selftest, sfm, shaders, train, view
+
+    for command in (
+        devices.devices,
+        frames.frames,
+        mesh.mesh,
+        partition.partition,
+        render.render_command,
+        selftest.selftest,
+        sfm.sfm,
+        shaders.shaders,
+        train.train,
+        train.eval_command,
+        view.view_command,
+    ):
+        cli.add_command(command)
 
 
 def main(argv=None):

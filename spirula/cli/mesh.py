@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.common import common_options, open_cli_device
 from spirula.mesh.pipeline import COLOUR_SOURCES, COLOURS, FORMATS, MeshConfig
 
 _D = MeshConfig()
 
 
-@cli.command()
+@click.command()
 @common_options
 @click.argument("run_or_ply", type=click.Path(path_type=Path))
 @click.option(

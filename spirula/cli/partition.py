@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.common import common_options, open_cli_device
 
 
 def _log(msg):
@@ -28,7 +28,7 @@ class _SplitByDefault(click.Group):
         return super().parse_args(ctx, args)
 
 
-@cli.group("partition", cls=_SplitByDefault)
+@click.group("partition", cls=_SplitByDefault)
 @common_options
 def partition():
     """Split a large scene into spatial blocks that train separately, and merge

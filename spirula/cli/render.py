@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.common import common_options, open_cli_device, open_run
 from spirula.errors import UsageError
 
 DEFAULT_SIZE = (1280, 720)  # a path's image size without a dataset
@@ -22,7 +22,7 @@ def _positive(name, value):
         raise UsageError("%s %s: must be positive" % (name, value))
 
 
-@cli.command("render")
+@click.command("render")
 @common_options
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option(
@@ -92,9 +92,7 @@ def _load_source(source: Path, dataset, need_scene: bool):
         if need_scene and scene is None:
             raise UsageError("%s: dataset views need the splats' dataset (--dataset DIR)" % source)
         return activate_splats(ply), ply["sh_degree"], scene, MAX_ALPHA, source.parent
-    from spirula.cli.train import _open_run
-
-    cfg, params, ckpt, scene = _open_run(source)
+    cfg, params, ckpt, scene = open_run(source)
     if dataset is not None:
         scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, seed=cfg.seed)
     sh_degree = int(round(np.sqrt(params["sh"].shape[1]))) - 1

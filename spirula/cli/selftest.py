@@ -6,11 +6,11 @@ import time
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device
+from spirula.cli.common import common_options, open_cli_device
 from spirula.errors import SpirulaError
 
 
-@cli.command()
+@click.command()
 @common_options
 @click.option("--size", default=1 << 16, show_default=True, help="Values in the transfer and prefix-sum check.")
 def selftest(size):

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options
+from spirula.cli.common import common_options
 from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, cores
 
 
-@cli.command()
+@click.command()
 @common_options  # accepted like every command's; SfM runs on the CPU (pycolmap's CPU wheel)
 @click.argument("images", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))

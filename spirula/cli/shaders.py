@@ -5,11 +5,11 @@ from __future__ import annotations
 import click
 
 from spirula.backends.vulkan.kernels import KernelRegistry
-from spirula.cli.main import chosen_backend, cli, common_options
+from spirula.cli.common import chosen_backend, common_options
 from spirula.errors import SpirulaError
 
 
-@cli.command(hidden=True)
+@click.command(hidden=True)
 @common_options
 @click.option("--define", "-D", multiple=True, help="NAME=VALUE, as glslang -D (repeatable).")
 def shaders(define):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
+from spirula.cli.common import common_options, open_cli_device, open_run, saved_config, web_viewer_options
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig
 
@@ -49,7 +49,7 @@ def _default(field: str) -> str:
     return "[default: %s%s]" % (fmt(value), "; demo: %s" % fmt(demo) if demo != value else "")
 
 
-@cli.command()
+@click.command()
 @common_options
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--iterations", type=int, default=None, help="Training steps %s." % _default("iterations"))
@@ -225,7 +225,7 @@ def train(
     try:  # a setting TrainConfig refuses (--set strategy=bad): one line, exit status 2
         if resume is not None:
             # a resumed run keeps its own configuration; options given now override it
-            saved = _saved_config(resume)
+            saved = saved_config(resume)
             dataset = dataset or Path(saved["dataset"])
             cfg = TrainConfig.from_dict({**saved, **explicit})
         elif dataset is None:
@@ -348,32 +348,7 @@ def _parse_overrides(items) -> dict:
     return out
 
 
-def _saved_config(run) -> dict:
-    run = Path(run)
-    folder = run if run.is_dir() else run.parent.parent
-    try:
-        return json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise SpirulaError("%s: no readable config.json (%s)" % (folder, exc)) from None
-
-
-def _open_run(run: Path):
-    from spirula.data import load_dataset
-    from spirula.train.run import load_run
-
-    cfg, params, ckpt, state = load_run(run)
-    saved = _saved_config(run if Path(run).is_dir() else ckpt)
-    scene = load_dataset(
-        saved["dataset"],
-        downscale=cfg.downscale,
-        eval_split=cfg.eval_split,
-        background=cfg.background or "auto",
-        seed=cfg.seed,
-    )
-    return cfg, params, ckpt, scene
-
-
-@cli.command("eval")
+@click.command("eval")
 @common_options
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
 def eval_command(run):
@@ -381,7 +356,7 @@ def eval_command(run):
     image and mean, written to RUN/metrics-eval.json."""
     from spirula.train.run import evaluate_run
 
-    cfg, params, ckpt, scene = _open_run(run)
+    cfg, params, ckpt, scene = open_run(run)
     if not scene.test:
         raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
     device = open_cli_device()

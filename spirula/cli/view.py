@@ -7,11 +7,11 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.main import cli, common_options, open_cli_device, web_viewer_options
+from spirula.cli.common import common_options, open_cli_device, web_viewer_options
 from spirula.errors import UsageError
 
 
-@cli.command("view")
+@click.command("view")
 @common_options
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--width", type=click.IntRange(1), default=1280, show_default=True, help="Window width in pixels.")

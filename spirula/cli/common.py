@@ -1,0 +1,129 @@
+"""What every ``spirula`` command shares: ``--backend``, ``--device`` and
+``--profile`` (:func:`common_options`), the device a command opens
+(:func:`open_cli_device`), the web viewer's options and a trained run opened
+with its dataset (:func:`open_run`). Imports no command module: the commands
+import it, and spirula/cli/main.py attaches them to the ``spirula`` group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from spirula.errors import SpirulaError
+
+
+def _set_profile(ctx, param, value):
+    # Before any GPU object exists: the profiler is chosen when a Device opens.
+    if value:
+        os.environ["SS_PROFILE"] = "1"
+
+
+def _set_device(ctx, param, value):
+    if value is not None:
+        os.environ["SPIRULA_DEVICE"] = str(value)
+
+
+_BACKEND = "spirula.backend"  # ctx.meta key: shared by the group's context and the command's
+
+
+def _set_backend(ctx, param, value):
+    if value is not None:
+        from spirula.backends import check_backend
+
+        ctx.meta[_BACKEND] = check_backend(value)
+
+
+def chosen_backend(default: str | None = "vulkan"):
+    """The --backend given (after the subcommand wins over before it), else ``default``."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_BACKEND, default) if ctx is not None else default
+
+
+def open_cli_device():
+    """The device of the chosen backend (--device / SPIRULA_DEVICE index that
+    backend's devices), made the process default for the command."""
+    from spirula.backends import open_device, set_device
+
+    device = open_device(chosen_backend())
+    set_device(device)
+    return device
+
+
+def web_viewer_options(port_name: str, port_help: str):
+    """The web viewer's port (``port_name``: ``--port`` or ``--viewer-port``,
+    default: none, no web viewer) and ``--viewer-host`` on a command."""
+
+    def add(fn):
+        fn = click.option(
+            "--viewer-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address the web viewer listens on (0.0.0.0: every interface; prefer an ssh -L tunnel).",
+        )(fn)
+        return click.option(port_name, type=click.IntRange(0, 65535), default=None, help=port_help)(fn)
+
+    return add
+
+
+def common_options(fn):
+    """--backend, --device and --profile on a command (they act as soon as they are parsed)."""
+    fn = click.option(
+        "--profile",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_profile,
+        help="Print the [spirula-profile] reports on stderr at exit (SS_PROFILE=1).",
+    )(fn)
+    fn = click.option(
+        "--device",
+        "device",
+        type=int,
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_device,
+        help="Device index within the backend (see `spirula devices`).",
+    )(fn)
+    fn = click.option(
+        "--backend",
+        metavar="[vulkan|cuda]",
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_backend,
+        help="GPU backend: vulkan (the default) or cuda (NVIDIA, `make cuda`).",
+    )(fn)
+    return fn
+
+
+def saved_config(run) -> dict:
+    """The ``config.json`` of a run folder (or of a checkpoint's run folder) as saved."""
+    run = Path(run)
+    folder = run if run.is_dir() else run.parent.parent
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise SpirulaError("%s: no readable config.json (%s)" % (folder, exc)) from None
+
+
+def open_run(run: Path):
+    """(config, raw splat arrays, checkpoint path, dataset) of a run folder or
+    checkpoint, its dataset loaded as it was trained (``spirula eval``, ``spirula render``)."""
+    from spirula.data import load_dataset
+    from spirula.train.run import load_run
+
+    cfg, params, ckpt, state = load_run(run)
+    saved = saved_config(run if Path(run).is_dir() else ckpt)
+    scene = load_dataset(
+        saved["dataset"],
+        downscale=cfg.downscale,
+        eval_split=cfg.eval_split,
+        background=cfg.background or "auto",
+        seed=cfg.seed,
+    )
+    return cfg, params, ckpt, scene
