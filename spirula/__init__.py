@@ -14,10 +14,12 @@ Public API:
 - :func:`load_dataset`: COLMAP, Blender/NeRF-synthetic and nerfstudio scenes;
 - :class:`TrainConfig` / :class:`Trainer`: training on the GPU.
 
-The layers below are :mod:`spirula.backends` (the device interface, the
-Vulkan and CUDA devices), :mod:`spirula.runtime` (buffers, kernels, recorded
-sequences, the profiler), :mod:`spirula.render` (projection, sort,
-rasterization), :mod:`spirula.train` and :mod:`spirula.data`.
+The layers below, lowest first (docs/architecture.md, "Layers"):
+:mod:`spirula.contract` (each kernel's contract, read from its shader),
+:mod:`spirula.runtime` (the device interface, buffers, recorded sequences,
+the profiler), :mod:`spirula.backends` (the Vulkan and CUDA devices),
+:mod:`spirula.data`, :mod:`spirula.render` (projection, sort,
+rasterization) and :mod:`spirula.train`.
 """
 
 __version__ = "0.1.0"

@@ -92,6 +92,57 @@ def test_relative_links_in_markdown_docs_resolve():
     assert not bad, bad
 
 
+ARCHITECTURE_MD = ROOT / "docs" / "architecture.md"
+# a line of the tree that names a file or folder: its indent, then the name (no spaces, no slash inside)
+TREE_ENTRY = re.compile(r"^( *)([A-Za-z_][\w.]*(?:\.py|/))(?:\s|$)")
+
+
+def _tree_paths() -> set:
+    """The paths the tree of docs/architecture.md (its first fenced block) names
+    under spirula/, as ``spirula/backends/vulkan/device.py``; folders end in /."""
+    text = ARCHITECTURE_MD.read_text(encoding="utf-8")
+    block = re.search(r"^```\n(spirula/\n.*?)^```", text, re.M | re.S)
+    assert block, "docs/architecture.md: no tree starting with spirula/"
+    paths, stack = set(), []  # stack: (indent, folder path) of the open folders
+    for line in block.group(1).splitlines():
+        m = TREE_ENTRY.match(line)
+        if m is None:
+            continue  # a description running on
+        indent, name = len(m.group(1)), m.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = (stack[-1][1] if stack else "") + name
+        paths.add(path)
+        if name.endswith("/"):
+            stack.append((indent, path))
+    return {p for p in paths if p.startswith("spirula/")}
+
+
+def test_the_architecture_tree_names_every_module_of_spirula():
+    """Every module of spirula/ (a package's __init__.py may go unnamed) has its line
+    in the tree of docs/architecture.md, and the tree names nothing that is not there."""
+    named = _tree_paths()
+    files = {p.relative_to(ROOT).as_posix() for p in (ROOT / "spirula").rglob("*.py")}
+    folders = {p.relative_to(ROOT).as_posix() + "/" for p in (ROOT / "spirula").rglob("*") if p.is_dir()}
+    folders -= {f for f in folders if "__pycache__" in f}
+    wanted = {f for f in files if not f.endswith("/__init__.py")} | {f for f in folders}
+    missing = sorted(wanted - named)
+    assert not missing, "not in docs/architecture.md's tree: %s" % missing
+    stale = sorted(named - files - folders - {"spirula/"})
+    assert not stale, "in docs/architecture.md's tree, not in spirula/: %s" % stale
+
+
+def test_the_kernel_count_in_the_design_is_the_shaders():
+    """docs/design.md §3.3 says how many kernels there are and lists each: one per shaders/*.comp."""
+    text = DESIGN_MD.read_text(encoding="utf-8")
+    start = text.index("### 3.3 The kernel list")
+    section = text[start : text.index("\n## ", start)]
+    shaders = sorted(p.stem for p in (ROOT / "shaders").glob("*.comp"))
+    count = re.search(r"^(\d+) kernels\.", section, re.M)
+    assert count and int(count.group(1)) == len(shaders), (count and count.group(0), len(shaders))
+    assert sorted(re.findall(r"^\| `(\w+)` \|", section, re.M)) == shaders
+
+
 def test_readme_and_architecture_link_the_design():
     assert "(docs/design.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "(design.md)" in (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
