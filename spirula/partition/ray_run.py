@@ -32,8 +32,9 @@ from spirula.partition.blocks import PartitionError
 
 RAY_HINT = "training with --partition needs Ray: pip install 'spirula[ray]' (or pip install ray)"
 MAX_RETRIES = 3  # per block: a worker lost or a task failed this many times ends the run
-# testing aid: the name of a block whose first attempt kills its worker (os._exit) once
-FAIL_ONCE_ENV = "SPIRULA_PARTITION_FAIL_ONCE"
+# a test hook: the name of a block whose first attempt kills its worker (os._exit) once
+# (tests/test_partition.py sets it; train_blocks hands it to the tasks)
+FAIL_ONCE: str | None = None
 LOCAL_OBJECT_STORE = 256 << 20  # bytes: results travel as files, not objects
 
 
@@ -163,7 +164,7 @@ def train_block(dataset: str, run_dir: str, cfg_json: str, fail_once: str | None
     if fail_once is not None and fail_once == run.name:
         marker = run / ".killed-once"
         if not marker.exists():
-            marker.write_text("the first attempt of this block killed its worker (%s)\n" % FAIL_ONCE_ENV)
+            marker.write_text("the first attempt of this block killed its worker (ray_run.FAIL_ONCE)\n")
             os._exit(1)
     try:
         import ray
@@ -213,13 +214,12 @@ def train_blocks(ray, manifest: dict, partition_dir: Path, runs_dir: Path, cfg, 
         num_gpus=1 if gpus > 0 else 0, num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=True
     )
     block_cfg = dataclasses.replace(cfg, eval_split="none", eval_every=0, downscale=None)
-    fail_once = os.environ.get(FAIL_ONCE_ENV) or None
     refs = [
         task.remote(
             str(Path(partition_dir).resolve() / e["path"]),
             str(Path(runs_dir).resolve() / e["name"]),
             block_cfg.to_json(),
-            fail_once,
+            FAIL_ONCE,
         )
         for e in manifest["blocks"]
     ]
