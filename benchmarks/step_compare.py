@@ -3,7 +3,7 @@ element by element: where two code paths (a backend, a driver-specific shader
 variant, an older tree) should compute the same step, their parameters and
 Adam moments afterwards differ by float rounding only (issue #46's bisection).
 
-    python benchmarks/step_compare.py RUN --config a --config "b:+env=SPIRULA_SHUFFLE_SUMS=0" \\
+    python benchmarks/step_compare.py RUN --config a --config "b:+env=SPIRULA_NO_FLOAT_ATOMICS=1" \\
         [--config "old:+tree=/tmp/before"] [--steps 1] [--inflate 5]
 
 RUN is a run folder with a checkpoint; each config (quality_sweep.py's syntax:

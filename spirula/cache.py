@@ -5,12 +5,10 @@ compiled pipelines), ``captures/`` (frames and SfM), the demo scene."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from spirula import settings
 
 
 def cache_home() -> Path:
-    env = os.environ.get("SPIRULA_CACHE_DIR")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spirula"
+    return settings.cache_dir() or settings.xdg_cache_home() / "spirula"

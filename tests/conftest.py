@@ -16,6 +16,7 @@ import pytest
 
 os.environ.setdefault("SPIRULA_POISON_BUFFERS", "1")
 os.environ.pop("SS_PROFILE", None)
+os.environ.pop("SPIRULA_PROFILE", None)  # its other name (spirula/settings.py)
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_SHADERS = Path(__file__).resolve().parent / "shaders"

@@ -30,13 +30,20 @@ def assert_grad_close(got, ref, name):
 def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, shuffle_sums):
     from spirula.backends import open_device
     from spirula.backends.vulkan import vkinfo
+    from spirula.backends.vulkan.device import shuffle_sums_defines
 
-    device = open_device("vulkan", float_atomics=float_atomics, shuffle_sums=shuffle_sums)
+    device = open_device("vulkan", float_atomics=float_atomics)
     assert device.float_atomics == (float_atomics and device.info.atomic_float_add)
-    if shuffle_sums and not device.shuffle_sums:
-        lo, hi = device.info.subgroup_size_range
-        assert lo != hi or not device.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE
-        pytest.skip("%s has no subgroup shuffles in one subgroup size" % device.info.name)
+    if shuffle_sums:  # the NVIDIA default's variant, compiled on this device too where it can run
+        defines = shuffle_sums_defines(device.info)
+        if not defines:
+            lo, hi = device.info.subgroup_size_range
+            assert lo != hi or not device.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE
+            pytest.skip("%s has no subgroup shuffles in one subgroup size" % device.info.name)
+        device.defines.update(defines)
+        assert device.shuffle_sums
+    elif device.shuffle_sums:  # NVIDIA's default
+        del device.defines["SHUFFLE_SUMS"], device.defines["SUBGROUP_LOG2"]
     scene = random_scene(n=200, sh_degree=sh_degree, seed=10 + sh_degree)
     bg = np.array([[0.3, 0.1, 0.0], [0.0, 0.5, 1.0]], np.float32)
     colors, alphas, _, meta = gpu_render(scene, backgrounds=bg, device=device)
@@ -50,30 +57,35 @@ def test_gradients_of_every_input_match_reference(sh_degree, float_atomics, shuf
         assert_grad_close(got[name], ref[name], name)
 
 
-def test_shuffle_sums_are_on_by_default_for_nvidia_only(monkeypatch):
+def test_shuffle_sums_are_on_by_default_for_nvidia_only():
     """The subgroup sums as shuffles are the default where they were measured
-    faster (NVIDIA), and SPIRULA_SHUFFLE_SUMS=1 / 0 overrides the default;
-    the butterfly's step count comes from the device's one subgroup size."""
+    faster (NVIDIA) and the device can run them (subgroup shuffles, one
+    subgroup size); the butterfly's step count comes from that size."""
+    from types import SimpleNamespace
+
     from spirula.backends import open_device
     from spirula.backends.vulkan import vkinfo
+    from spirula.backends.vulkan.device import shuffle_sums_defines
 
-    monkeypatch.delenv("SPIRULA_SHUFFLE_SUMS", raising=False)
     device = open_device("vulkan")
     info = device.info
     offered = bool(info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
     lo, hi = info.subgroup_size_range
     one_size = lo == hi
     assert device.shuffle_sums is (offered and one_size and info.vendor_id == vkinfo.VENDOR_NVIDIA)
+    if device.shuffle_sums:
+        assert 1 << device.defines["SUBGROUP_LOG2"] == info.subgroup_size
+    else:
+        assert "SHUFFLE_SUMS" not in device.defines
     device.close()
-    for env, on in (("1", True), ("0", False)):
-        monkeypatch.setenv("SPIRULA_SHUFFLE_SUMS", env)
-        device = open_device("vulkan")
-        assert device.shuffle_sums is (on and offered and one_size)
-        if device.shuffle_sums:
-            assert 1 << device.defines["SUBGROUP_LOG2"] == info.subgroup_size
-        else:
-            assert "SHUFFLE_SUMS" not in device.defines
-        device.close()
+    shuffle = vkinfo.SUBGROUP_SHUFFLE
+    for size_range, ops, want in (
+        ((32, 32), shuffle, dict(SHUFFLE_SUMS=1, SUBGROUP_LOG2=5)),
+        ((8, 8), shuffle, dict(SHUFFLE_SUMS=1, SUBGROUP_LOG2=3)),
+        ((32, 32), 0, {}),  # no shuffles
+        ((8, 64), shuffle, {}),  # several sizes: the butterfly's steps are unknown
+    ):
+        assert shuffle_sums_defines(SimpleNamespace(subgroup_size_range=size_range, subgroup_operations=ops)) == want
 
 
 def test_rasterize_bwd_per_camera_outputs_match_reference():

@@ -12,10 +12,9 @@ from conftest import run_validated, validation_messages
 WORKLOAD = "import tests.workloads as w; w.runtime(steps=2)"
 
 
-@pytest.mark.parametrize("spin", ["0", "1"], ids=["fence-wait", "spin-wait"])
 @pytest.mark.parametrize("profile", ["0", "1"], ids=["profiler-off", "profiler-on"])
-def test_runtime_sequences_are_clean_under_sync_validation(validation_layer_available, profile, spin):
-    proc = run_validated(WORKLOAD, SS_PROFILE=profile, SPIRULA_SPIN_WAIT=spin)
+def test_runtime_sequences_are_clean_under_sync_validation(validation_layer_available, profile):
+    proc = run_validated(WORKLOAD, SS_PROFILE=profile)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert validation_messages(proc) == []
     if profile == "1":

@@ -127,14 +127,15 @@ def render():
     assert np.isfinite(dev.readback(grads.means)).all()
 
 
-def train(strategy: str = "mcmc"):
+def train(strategy: str = "mcmc", shuffle_sums: bool = False):
     """Training steps with density control on the tiny COLMAP scene of
     tests/train_cases.py: MCMC steps (position noise on), relocation of dead
     splats and 5% growth, then steps again with the new count; or ADC steps
     (gradient statistics), clone/split/prune, an opacity reset and steps again.
     The intersection buffers start far too small, so the first step overflows,
     grows them and runs again. Then an evaluation render and a checkpoint's
-    readback."""
+    readback. ``shuffle_sums``: rasterize_bwd compiled with the subgroup sums
+    as shuffles (NVIDIA's default) on any device that can run them."""
     import sys
     import tempfile
 
@@ -146,6 +147,11 @@ def train(strategy: str = "mcmc"):
     from spirula.train.trainer import Trainer
 
     dev = open_device("vulkan")
+    if shuffle_sums:
+        from spirula.backends.vulkan.device import shuffle_sums_defines
+
+        dev.defines.update(shuffle_sums_defines(dev.info))
+        assert dev.shuffle_sums
     set_device(dev)
     with tempfile.TemporaryDirectory() as tmp:
         scene = tiny_scene(Path(tmp))

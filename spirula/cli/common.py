@@ -8,23 +8,23 @@ import it, and spirula/cli/main.py attaches them to the ``spirula`` group.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
+from spirula import settings
 from spirula.errors import SpirulaError
 
 
 def _set_profile(ctx, param, value):
     # Before any GPU object exists: the profiler is chosen when a Device opens.
     if value:
-        os.environ["SS_PROFILE"] = "1"
+        settings.set_profile()
 
 
 def _set_device(ctx, param, value):
     if value is not None:
-        os.environ["SPIRULA_DEVICE"] = str(value)
+        settings.set_device(value)
 
 
 _BACKEND = "spirula.backend"  # ctx.meta key: shared by the group's context and the command's

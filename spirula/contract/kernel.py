@@ -18,20 +18,20 @@ source (glslang's ``-E`` on Vulkan, spirula/contract/preprocess.py for CUDA):
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
 
 import numpy as np
 
+from spirula import settings
 from spirula.errors import ShaderCompileError
 
 
 def shader_dir() -> Path:
     """The folder of ``*.comp`` sources (``SPIRULA_SHADER_DIR`` overrides)."""
-    env = os.environ.get("SPIRULA_SHADER_DIR")
-    if env:
-        return Path(env)
+    env = settings.shader_dir()
+    if env is not None:
+        return env
     here = Path(__file__).resolve().parent.parent
     for cand in (here.parent / "shaders", here / "_shaders"):
         if cand.is_dir():

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from spirula import settings
 from spirula.errors import DatasetError
 from spirula.progress import track
 
@@ -123,7 +124,7 @@ def home_cache(root) -> Path:
     """The per-dataset cache folder used when the dataset folder is read-only:
     ``$XDG_CACHE_HOME/spirula/datasets/<name>-<hash of the absolute path>``."""
     root = Path(root).resolve()
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    base = settings.xdg_cache_home()
     h = hashlib.sha1(str(root).encode()).hexdigest()[:10]
     return base / "spirula" / "datasets" / ("%s-%s" % (root.name, h))
 

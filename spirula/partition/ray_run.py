@@ -27,6 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from spirula import settings
 from spirula.errors import SpirulaError
 from spirula.partition.blocks import PartitionError
 
@@ -54,7 +55,7 @@ def init_ray(address: str, log=print):
     cluster this machine is part of, ``HOST:PORT`` (or ``ray://HOST:PORT``) a
     given one. Returns the ray module."""
     ray = import_ray()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    settings.quiet_ray()
     if ray.is_initialized():
         return ray
     if address == "local":

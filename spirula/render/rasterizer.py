@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import numpy as np
 
+from spirula import settings
 from spirula.render.scan import PrefixSum
 from spirula.render.sort import RadixSort
 from spirula.runtime.buffers import Buffer
@@ -50,7 +50,7 @@ FAR_PLANE = 1e10
 # of 1024/2048/4096 on the H200 (training step at 256x256 with 1M splats 6.7/7.1/8.1 ms, with
 # 100k 1.5/1.9 ms; notes/performance-history.md, "Tile-list splitting"); smaller chunks write more boundary state.
 CHUNK = 1024
-CHUNK_ENV = "SPIRULA_RASTER_CHUNK"
+CHUNK_ENV = settings.RASTER_CHUNK.name
 CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)
 # The kernels' own constants, for host code that must agree with what they draw (the
 # mesh's bounds and colours): shaders/include/projection.glsl and sh.glsl
@@ -131,7 +131,7 @@ class Splats:
 
 def default_chunk() -> int:
     """The backward's chunk: ``$SPIRULA_RASTER_CHUNK`` if set, else :data:`CHUNK`."""
-    text = os.environ.get(CHUNK_ENV, "").strip()
+    text = settings.raster_chunk()
     if not text:
         return CHUNK
     try:

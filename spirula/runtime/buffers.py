@@ -15,20 +15,16 @@ copy); shaders see it as whatever array type they declare.
 from __future__ import annotations
 
 import math
-import os
 import re
 
 import numpy as np
 
+from spirula import settings
 from spirula.errors import OutOfMemoryError, SpirulaError
 
 CATEGORIES = ("splat", "splat x img", "image", "appearance", "viewer", "other")
 ALIGN = 16  # bytes: every capacity is a whole number of uvec4s
 NAN_WORD = 0x7FC00000
-
-
-def _poison_default() -> bool:
-    return os.environ.get("SPIRULA_POISON_BUFFERS", "") not in ("", "0")
 
 
 _UNITS = {
@@ -74,10 +70,10 @@ def memory_limit() -> int | None:
     """``SPIRULA_MEMORY_LIMIT`` in bytes (``512MiB``, ``2GiB``, a plain byte
     count), None when unset: a device memory budget smaller than the GPU's,
     to run as a smaller GPU would (the soak test, docs/testing.md)."""
-    text = os.environ.get("SPIRULA_MEMORY_LIMIT", "").strip()
+    text = settings.memory_limit()
     if not text:
         return None
-    return parse_size(text, "SPIRULA_MEMORY_LIMIT=")
+    return parse_size(text, settings.MEMORY_LIMIT.name + "=")
 
 
 class Buffer:
@@ -154,7 +150,7 @@ class BufferPool:
     def __init__(self, device):
         self.device = device
         self.buffers = {}  # id -> Buffer
-        self.poison = _poison_default()
+        self.poison = settings.poison_buffers()
         self.env_limit = memory_limit()  # SPIRULA_MEMORY_LIMIT, the testing override
         self.limit = self.env_limit  # bytes of device memory the pool may hold, None: the device's
         self.budget = None  # the training budget (--vram-budget), see set_budget

@@ -30,10 +30,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-import os
 
 import numpy as np
 
+from spirula import settings
 from spirula.contract.kernel import Kernel
 from spirula.errors import SpirulaError
 from spirula.runtime import profiler as _profiler
@@ -98,8 +98,8 @@ def resolve_index(index, count: int, default: int, error, kind: str, listing: st
     points at ``listing``.
     """
     source = "device"
-    if index is None and os.environ.get("SPIRULA_DEVICE", "") != "":
-        index, source = os.environ["SPIRULA_DEVICE"], "device (--device / SPIRULA_DEVICE)"
+    if index is None and settings.device() is not None:
+        index, source = settings.device(), "device (--device / SPIRULA_DEVICE)"
     if index is None:
         return default
     try:

@@ -1,4 +1,4 @@
-"""The built-in profiler: ``SS_PROFILE=1`` (or ``--profile``).
+"""The built-in profiler: ``SS_PROFILE=1`` (or ``--profile``; spirula/settings.py).
 
 On, it collects three things and prints them on stderr at exit, each framed by
 ``[spirula-profile] ---- ... ----`` lines (formats: docs/design.md §5):
@@ -19,25 +19,20 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import os
 import sys
 import time
 
+from spirula import settings
+
 PREFIX = "[spirula-profile]"
-ENV = "SS_PROFILE"
 
 _active = None
-
-
-def enabled_by_env() -> bool:
-    v = os.environ.get(ENV, "")
-    return v not in ("", "0")
 
 
 def active():
     """The process's Profiler when profiling is on, else None (created on first use)."""
     global _active
-    if _active is None and enabled_by_env():
+    if _active is None and settings.profile():
         _active = Profiler()
         atexit.register(_active.report_at_exit)
     return _active

@@ -26,10 +26,10 @@ asks the device for its :class:`Sequence` (Vulkan's is
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import numpy as np
 
+from spirula import settings
 from spirula.contract.kernel import Kernel
 from spirula.runtime.buffers import Buffer
 
@@ -57,10 +57,6 @@ def fill_word(value) -> int:
     if isinstance(value, (float, np.floating)):
         return int(np.float32(value).view(np.uint32))
     return int(value) & 0xFFFFFFFF
-
-
-# SPIRULA_BARRIER_ALL=1 puts a barrier before every dispatch (for debugging).
-_BARRIER_ALL = os.environ.get("SPIRULA_BARRIER_ALL", "") not in ("", "0")
 
 
 def _check_aliasing(kernel: Kernel, bufs: list):
@@ -205,8 +201,9 @@ class Recorder:
         """The operations in order: each dispatch, with 'barrier' where one is needed."""
         out = ["barrier"]
         read, written = set(), set()
+        every = settings.barrier_all()  # SPIRULA_BARRIER_ALL=1: before every dispatch (debugging)
         for op in self._ops:
-            if _BARRIER_ALL or (op.reads & written) or (op.writes & (written | read)):
+            if every or (op.reads & written) or (op.writes & (written | read)):
                 out.append("barrier")
                 read.clear()
                 written.clear()

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from spirula import settings
 from spirula.cache import cache_home
 from spirula.errors import DatasetError
 from spirula.runtime import profiler
@@ -84,10 +85,7 @@ def cache_root() -> Path:
     """``$SPIRULA_CAPTURE_CACHE`` (frames and SfM results can be large: put
     them on a big disk), else ``$SPIRULA_CACHE_DIR/captures``, else
     ``~/.cache/spirula/captures``."""
-    own = os.environ.get("SPIRULA_CAPTURE_CACHE")
-    if own:
-        return Path(own)
-    return cache_home() / "captures"
+    return settings.capture_cache() or cache_home() / "captures"
 
 
 def _fingerprint(path: Path, kind: str) -> list:

@@ -22,12 +22,12 @@ glfw and moderngl are imported here only: ``spirula train`` without
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import numpy as np
 
+from spirula import settings
 from spirula.errors import SpirulaError
 
 ORBIT_RAD_PER_PIXEL = 0.005
@@ -64,9 +64,7 @@ NO_DISPLAY_HINT = "use `spirula view ... --port 8080` (or `spirula train ... --v
 
 def check_display():
     """Raise :class:`DisplayError` when no X11 or Wayland display is set (Linux, BSD)."""
-    if sys.platform.startswith(("linux", "freebsd", "openbsd")) and not (
-        os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")
-    ):
+    if sys.platform.startswith(("linux", "freebsd", "openbsd")) and not settings.display():
         raise DisplayError("no display ($DISPLAY and $WAYLAND_DISPLAY are unset); " + NO_DISPLAY_HINT)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spirula import settings
 from spirula.errors import SpirulaError
 from spirula.runtime.device import DeviceInfo
 
@@ -113,9 +114,9 @@ _lib = None
 
 def library_path() -> Path:
     """Where the library is: ``$SPIRULA_CUDA_LIB``, else ``build/`` of the checkout."""
-    env = os.environ.get("SPIRULA_CUDA_LIB")
-    if env:
-        return Path(env)
+    env = settings.cuda_lib()
+    if env is not None:
+        return env
     return Path(__file__).resolve().parents[3] / "build" / LIB_NAME
 
 

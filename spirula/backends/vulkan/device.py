@@ -18,10 +18,10 @@ pipeline_cache, sequence) and on what both backends share
 from __future__ import annotations
 
 import collections
-import os
 
 import numpy as np
 
+from spirula import settings
 from spirula.backends.vulkan import pipeline_cache, vkinfo
 from spirula.backends.vulkan.kernels import KernelRegistry
 from spirula.backends.vulkan.sequence import RecordedSequence
@@ -76,16 +76,29 @@ def unavailable_reason(index=None):
 def default_buffer_robustness(info) -> bool | str:
     """The ``buffer_robustness`` a device opens with when none is given:
     ``SPIRULA_NO_BUFFER_ROBUSTNESS`` (``0``: the driver's checks everywhere,
-    ``1``: nowhere, ``kernels``: off for kernels that say
-    ``#pragma spirula_no_bounds_checks``), else ``"kernels"`` on NVIDIA's
-    devices (measured faster there: notes/performance-history.md, "Buffer
-    robustness per kernel") and True elsewhere."""
-    env = os.environ.get("SPIRULA_NO_BUFFER_ROBUSTNESS", "")
-    if env == "kernels":
-        return "kernels"
-    if env:
-        return env == "0"
+    ``kernels``: off for kernels that say ``#pragma spirula_no_bounds_checks``),
+    else ``"kernels"`` on NVIDIA's devices (measured faster there:
+    notes/performance-history.md, "Buffer robustness per kernel") and True
+    elsewhere."""
+    chosen = settings.buffer_robustness()
+    if chosen is not None:
+        return chosen
     return "kernels" if info.vendor_id == vkinfo.VENDOR_NVIDIA else True
+
+
+def shuffle_sums_defines(info) -> dict:
+    """rasterize_bwd's subgroup sums as explicit subgroupShuffleXor
+    butterflies added from lane 0 (``SHUFFLE_SUMS=1`` and the butterfly's
+    step count ``SUBGROUP_LOG2``), where the device has subgroup shuffles and
+    runs compute in one power-of-two subgroup size: every lane is active
+    there, which subgroupAdd cannot assume. {} where it cannot run them.
+    A VulkanDevice compiles with them on NVIDIA's devices (rasterize_bwd 17%
+    faster on an H100); tests add them to ``device.defines`` elsewhere."""
+    lo, hi = info.subgroup_size_range
+    one_size = lo == hi and lo & (lo - 1) == 0  # the butterfly's steps are then known at compile time
+    if not (one_size and info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE):
+        return {}
+    return dict(SHUFFLE_SUMS=1, SUBGROUP_LOG2=lo.bit_length() - 1)
 
 
 def _borrowed_index(manager, index, devices) -> int:
@@ -125,39 +138,21 @@ class VulkanDevice(shared.Device):
             defines SPIRULA_PRESERVE_INF_NAN) with SignedZeroInfNanPreserve for
             float32 where the device offers it (VK_KHR_shader_float_controls),
             so its compiler keeps IEEE's NaN and Inf (spirula/backends/vulkan/spirv.py;
-            ``SPIRULA_NO_FLOAT_CONTROLS=1`` turns it off). The finiteness
-            tests do not depend on it (they read bits: finite.glsl).
-        spin_wait: wait for a recorded sequence's run by polling its fence
-            (vkGetFenceStatus through kp's ``is_finished``, Spirula's patch)
-            instead of blocking in vkWaitForFences; ``SPIRULA_SPIN_WAIT=1``
-            turns it on. An experiment on the fixed cost of an eval
-            (notes/performance-history.md, "Where the Vulkan eval's fixed cost goes"); off by default.
-        host_barriers: make every barrier between dispatches host-inclusive,
-            as before the barriers named the host only at a sequence's end
-            (``SPIRULA_HOST_BARRIERS=1``): for measuring what that costs.
-        buffer_robustness: False compiles every kernel with its storage
-            buffers' robustness disabled where the device has
-            VK_EXT_pipeline_robustness (``SPIRULA_NO_BUFFER_ROBUSTNESS=1``):
-            NVIDIA's driver bounds-checks every storage buffer access unless
-            told not to (notes/performance-history.md, "What NVIDIA's
-            driver compiled"). On an H100: rasterize_bwd 5% faster, the 1080p step
-            4%, rasterize_fwd 4-10% slower, fpbo's compact rows (5M splats)
-            43% slower (255 registers instead of 107). ``"kernels"``
-            (``SPIRULA_NO_BUFFER_ROBUSTNESS=kernels``) disables it only for
-            the kernels whose shader says ``#pragma spirula_no_bounds_checks``
-            (``Kernel.no_bounds_checks``: rasterize_bwd). True keeps the
+            on by default, False turns it off). The finiteness tests do not
+            depend on it (they read bits: finite.glsl).
+        buffer_robustness: ``"kernels"`` compiles the kernels whose shader
+            says ``#pragma spirula_no_bounds_checks`` (``Kernel.no_bounds_checks``:
+            rasterize_bwd) with their storage buffers' robustness disabled,
+            where the device has VK_EXT_pipeline_robustness: NVIDIA's driver
+            bounds-checks every storage buffer access unless told not to
+            (notes/performance-history.md, "What NVIDIA's driver compiled"),
+            and rasterize_bwd is 5% faster on an H100 without. True keeps the
             driver's checks everywhere. None: ``default_buffer_robustness``
-            (``"kernels"`` on NVIDIA's devices, where rasterize_bwd gains its
-            5% without fpbo's loss; True elsewhere; the environment variable
-            overrides it).
-        shuffle_sums: rasterize_bwd sums each Gaussian's gradients over a
-            subgroup with explicit subgroupShuffleXor butterflies and adds
-            them from lane 0 (defines SHUFFLE_SUMS=1, SUBGROUP_LOG2), where
-            the device has subgroup shuffles and runs compute in one
-            subgroup size: every lane is active there, which subgroupAdd
-            cannot assume. None: on for NVIDIA's devices (rasterize_bwd 17%
-            faster on an H100), off elsewhere; ``SPIRULA_SHUFFLE_SUMS=1``
-            or ``0`` overrides that.
+            (``SPIRULA_NO_BUFFER_ROBUSTNESS``, else ``"kernels"`` on NVIDIA's
+            devices and True elsewhere).
+
+    rasterize_bwd's subgroup sums are shuffles on NVIDIA's devices
+    (:func:`shuffle_sums_defines`; ``shuffle_sums`` says whether).
     """
 
     backend = "vulkan"
@@ -169,10 +164,7 @@ class VulkanDevice(shared.Device):
         *,
         float_atomics: bool | None = None,
         float_controls: bool | None = None,
-        spin_wait: bool | None = None,
-        host_barriers: bool | None = None,
         buffer_robustness: bool | str | None = None,
-        shuffle_sums: bool | None = None,
     ):
         self.kp = kp = _import_kp()
         devices = vkinfo.list_devices()
@@ -181,20 +173,20 @@ class VulkanDevice(shared.Device):
             self.info = devices[index]
             vkinfo.check_requirements(self.info)
             if float_atomics is None:
-                float_atomics = os.environ.get("SPIRULA_NO_FLOAT_ATOMICS", "") in ("", "0")
+                float_atomics = settings.float_atomics()
             float_atomics = bool(float_atomics and self.info.atomic_float_add)
             if float_controls is None:
-                float_controls = os.environ.get("SPIRULA_NO_FLOAT_CONTROLS", "") in ("", "0")
+                float_controls = True
             float_controls = bool(float_controls and self.info.inf_nan_preserve)
             exts = [vkinfo.ATOMIC_FLOAT_EXTENSION] if float_atomics else []
             exts += [vkinfo.FLOAT_CONTROLS_EXTENSION] if float_controls else []
             if buffer_robustness is None:
                 buffer_robustness = default_buffer_robustness(self.info)
-            if buffer_robustness not in (True, False, "kernels"):
-                raise ValueError("buffer_robustness: True, False or 'kernels', not %r" % (buffer_robustness,))
+            if buffer_robustness not in (True, "kernels"):
+                raise ValueError("buffer_robustness: True or 'kernels', not %r" % (buffer_robustness,))
             if vkinfo.PIPELINE_ROBUSTNESS_EXTENSION not in self.info.extensions:
                 buffer_robustness = True
-            if buffer_robustness is not True:  # kp's patch then compiles pipelines without buffer robustness
+            if buffer_robustness is not True:  # then kp's patch can compile some pipelines without it
                 exts.append(vkinfo.PIPELINE_ROBUSTNESS_EXTENSION)
             try:
                 self.mgr = kp.Manager(index, [], exts)
@@ -217,22 +209,11 @@ class VulkanDevice(shared.Device):
         self.float_atomics = float_atomics
         self.float_controls = float_controls
         self.buffer_robustness = buffer_robustness
-        if spin_wait is None:
-            spin_wait = os.environ.get("SPIRULA_SPIN_WAIT", "") not in ("", "0")
-        self.spin_wait = bool(spin_wait and hasattr(kp.Sequence, "is_finished"))
-        if host_barriers is None:
-            host_barriers = os.environ.get("SPIRULA_HOST_BARRIERS", "") not in ("", "0")
-        self.host_barriers = bool(host_barriers)
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
-        lo, hi = self.info.subgroup_size_range
-        one_size = lo == hi and lo & (lo - 1) == 0  # the butterfly's steps are then known at compile time
-        if shuffle_sums is None:
-            env = os.environ.get("SPIRULA_SHUFFLE_SUMS", "")
+        if self.info.vendor_id == vkinfo.VENDOR_NVIDIA:
             # measured faster on NVIDIA only (notes/performance-history.md, "subgroup sums as shuffles")
-            shuffle_sums = env != "0" if env else one_size and self.info.vendor_id == vkinfo.VENDOR_NVIDIA
-        self.shuffle_sums = bool(shuffle_sums and one_size and self.info.subgroup_operations & vkinfo.SUBGROUP_SHUFFLE)
-        if self.shuffle_sums:  # rasterize_bwd's butterflies: SUBGROUP_LOG2 steps
-            self.defines.update(SHUFFLE_SUMS=1, SUBGROUP_LOG2=lo.bit_length() - 1)
+            self.defines.update(shuffle_sums_defines(self.info))
+        lo, hi = self.info.subgroup_size_range
         # radix_sort_scatter sizes its per-subgroup counts from the subgroup sizes it may run with
         self.defines.update(SUBGROUP_SIZE_MIN=lo, SUBGROUP_SIZE_MAX=hi)
         self.kernels = KernelRegistry()
@@ -244,6 +225,11 @@ class VulkanDevice(shared.Device):
         self._immediate = None
         bits = self.info.timestamp_valid_bits
         self.timestamp_mask = (1 << bits) - 1 if 0 < bits < 64 else (1 << 64) - 1
+
+    @property
+    def shuffle_sums(self) -> bool:
+        """Whether rasterize_bwd compiles with its subgroup sums as shuffles (:func:`shuffle_sums_defines`)."""
+        return "SHUFFLE_SUMS" in self.defines
 
     # -- kernels and algorithms ---------------------------------------------------
     def kernel(self, name: str, **defines) -> Kernel:
@@ -321,7 +307,7 @@ class VulkanDevice(shared.Device):
             self._immediate = self.mgr.sequence(0, 3 if timed else 0)
         seq = self._immediate
         seq.clear()
-        seq.record(self.kp.OpBarrier(self.host_barriers))
+        seq.record(self.kp.OpBarrier(False))  # after the dispatches before it
         seq.record(self.kp.OpAlgoDispatch(algo, kernel.pack_push(push)))
         seq.record(self.kp.OpBarrier(True))  # the host reads what it wrote
         seq.eval()

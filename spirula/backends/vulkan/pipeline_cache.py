@@ -25,13 +25,14 @@ import os
 import weakref
 from pathlib import Path
 
+from spirula import settings
 from spirula.cache import cache_home
 
 HEADER_BYTES = 32  # VkPipelineCacheHeaderVersionOne
 
 
 def enabled() -> bool:
-    return os.environ.get("SPIRULA_PIPELINE_CACHE", "1") not in ("0", "")
+    return settings.pipeline_cache()
 
 
 def supported(mgr) -> bool:

@@ -25,7 +25,7 @@ class RecordedSequence(Sequence):
         for i, op in enumerate(plan):
             if op == "barrier":
                 # the host reads after the fence, so only the last barrier names it
-                kop = kp.OpBarrier(i == len(plan) - 1 or device.host_barriers)
+                kop = kp.OpBarrier(i == len(plan) - 1)
             else:
                 kop = kp.OpAlgoDispatch(op.algorithm, op.push)
                 if timed:
@@ -34,19 +34,12 @@ class RecordedSequence(Sequence):
             self._seq.record(kop)
 
     def _eval(self):
-        if self.device.spin_wait:
-            self._seq.eval_async()
-            self._await()
-        else:
-            self._seq.eval()
+        self._seq.eval()
 
     def _eval_async(self):
         self._seq.eval_async()
 
     def _await(self):
-        if self.device.spin_wait:
-            while not self._seq.is_finished():  # the GPU is done when the fence is: no sleep, no wake-up
-                pass
         self._seq.eval_await()
 
     def _account(self, prof, wall_ns: int, waited: bool = True):
