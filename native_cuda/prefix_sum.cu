@@ -1,3 +1,4 @@
+// Hand-written for speed: warp-shuffle scans and __shared__ warp totals, the shader's subgroup scans on CUDA.
 // prefix_sum: exclusive prefix sum of n uint32 (float32 with the FLOAT flag)
 // in place, as a multi-level scan (spirula/render/scan.py records the
 // levels). Twin of shaders/prefix_sum.comp. 4 values per thread, one workgroup

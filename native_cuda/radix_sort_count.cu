@@ -1,3 +1,4 @@
+// Hand-written for speed: a __shared__ histogram and shared atomics (docs/performance.md, the sort's rows).
 // radix_sort_count: per block of SORT_BLOCK keys, the histogram of one 8-bit
 // digit ((key >> shift) & 255), stored digit-major so that one exclusive
 // prefix sum over it gives every (digit, block)'s first output position.

@@ -1,3 +1,4 @@
+// Hand-written for speed: warp ballots rank the keys, a __shared__ reorder writes runs (docs/performance.md).
 // radix_sort_scatter: stable scatter of one 8-bit digit pass over blocks of
 // SORT_BLOCK keys. Twin of shaders/radix_sort_scatter.comp, with subgroups as
 // 32-lane warps: each warp ranks a contiguous slice of its block (SORT_CHUNKS

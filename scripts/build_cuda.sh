@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the CUDA backend, build/libspirula_cuda.so, from native_cuda/*.cu
-# (`make cuda`; `make install` runs it last). First it generates each kernel's
-# contract header from its shader into build/contracts/<kernel>.h
-# (spirula/contract/headers.py), which the .cu files include. Optional:
+# Builds the CUDA backend, build/libspirula_cuda.so (`make cuda`; `make install`
+# runs it last). First it generates from the shaders, into build/contracts/,
+# each kernel's contract header <kernel>.h (spirula/contract/headers.py) and
+# each single-source kernel's entry point <kernel>.cu (spirula/contract/cuda_entry.py);
+# then it compiles those and the hand-written twins native_cuda/*.cu. Optional:
 # without nvcc, or when the build fails, it prints one line and exits 0, and
 # the Vulkan backend is unaffected. Skips the build when the sources, the
 # shaders, the flags and nvcc are unchanged.
@@ -46,21 +47,24 @@ GENCODE+=(-gencode "arch=compute_$last,code=compute_$last")
 CONTRACTS=build/contracts
 FLAGS=(-std=c++17 -O3 -prec-div=false -prec-sqrt=false -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Inative_cuda -I"$CONTRACTS" -Ishaders/include "${GENCODE[@]}")
 
-SOURCES=(native_cuda/*.cu)
-[ -e "${SOURCES[0]}" ] || skip "no sources in native_cuda/"
 mkdir -p build
 
-# The contracts come from the shaders: generated with this checkout's spirula
-# (PYTHONPATH), rewritten only where they changed.
+# The contracts and the single-source kernels' entry points come from the
+# shaders: generated with this checkout's spirula (PYTHONPATH), rewritten only
+# where they changed.
 PYTHON=${PYTHON:-.venv/bin/python}
 [ -x "$PYTHON" ] || PYTHON=$(command -v python3 || true)
 [ -n "$PYTHON" ] || skip "no Python to generate the kernel contracts (set PYTHON)"
-if ! gen_err=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m spirula.contract.headers "$CONTRACTS" 2>&1); then
-  skip "contract generation failed: $(echo "$gen_err" | tail -n1 | cut -c1-200)"
-fi
+for gen in headers cuda_entry; do
+  if ! gen_err=$(PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m spirula.contract.$gen "$CONTRACTS" 2>&1); then
+    skip "contract generation failed: $(echo "$gen_err" | tail -n1 | cut -c1-200)"
+  fi
+done
+SOURCES=(native_cuda/*.cu "$CONTRACTS"/*.cu)
+[ -e "${SOURCES[0]}" ] || skip "no sources in native_cuda/"
 
 key=$( { "$NVCC" --version; echo "${FLAGS[*]}"; cat native_cuda/*.cu native_cuda/common/*.cuh shaders/*.comp \
-         shaders/include/*.glsl "$CONTRACTS"/*.h "$0"; } | sha256sum | cut -c1-32)
+         shaders/include/*.glsl "$CONTRACTS"/*.h "$CONTRACTS"/*.cu "$0"; } | sha256sum | cut -c1-32)
 if [ -s "$OUT" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$key" ]; then
   exit 0
 fi

@@ -29,8 +29,10 @@ layout(push_constant) uniform Push {
     uint count;
 } pc;
 
+FN void copy_body(uint i) { dst[pc.dst_offset + i] = src[pc.src_offset + i]; }
+
 void main() {
     for (uint i = global_index(); i < pc.count; i += grid_stride()) {
-        dst[pc.dst_offset + i] = src[pc.src_offset + i];
+        copy_body(i);
     }
 }

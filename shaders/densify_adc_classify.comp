@@ -20,6 +20,7 @@
 // culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
 #define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
+#include "finite.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SH_COEFFS = 1;
@@ -34,8 +35,6 @@ layout(std430, binding = 5) writeonly buffer OutCountsBuf { uint out_counts[]; }
 layout(std430, binding = 6) readonly buffer MeansBuf { float means[]; };
 layout(std430, binding = 7) readonly buffer QuatsBuf { vec4 quats[]; };
 layout(std430, binding = 8) readonly buffer ShBuf { float sh[]; };
-#define SPIRULA_SPLAT_BUFFERS
-#include "finite.glsl"
 
 layout(push_constant) uniform Push {
     uint n;
@@ -47,15 +46,16 @@ layout(push_constant) uniform Push {
     uint grow;
 } pc;
 
-const float SPLIT_SHRINK = 1.6;
+#include "splat_finite.glsl"
 
-void main() {
-    uint i = global_index();
+const float SPLIT_SHRINK = 1.6f;
+
+FN void densify_adc_classify_body(uint i) {
     if (i >= pc.n) {
         return;
     }
     float largest = exp(max(scales[3u * i], max(scales[3u * i + 1u], scales[3u * i + 2u])));
-    float o = 1.0 / (1.0 + exp(-opacities[i]));
+    float o = 1.0f / (1.0f + exp(-opacities[i]));
     float grad = grad2d_sum[i] / float(max(vis_count[i], 1u));
     bool high = pc.grow != 0u && grad > pc.grow_grad2d;
     bool small = largest <= pc.grow_scale3d;
@@ -65,3 +65,5 @@ void main() {
     actions[i] = action;
     out_counts[i] = prune ? 0u : (action == 0u ? 1u : 2u);
 }
+
+void main() { densify_adc_classify_body(global_index()); }

@@ -19,12 +19,13 @@ layout(push_constant) uniform Push {
     float ceiling_logit;
 } pc;
 
-void main() {
-    uint i = global_index();
+FN void densify_adc_reset_body(uint i) {
     if (i >= pc.n) {
         return;
     }
     opacities[i] = min(opacities[i], pc.ceiling_logit);
-    m_opacities[i] = 0.0;
-    v_opacities[i] = 0.0;
+    m_opacities[i] = 0.0f;
+    v_opacities[i] = 0.0f;
 }
+
+void main() { densify_adc_reset_body(global_index()); }

@@ -44,49 +44,48 @@ layout(push_constant) uniform Push {
     uint seed;
 } pc;
 
-const float LOG_SPLIT_SHRINK = 0.47000362924573558;  // log(1.6)
+const float LOG_SPLIT_SHRINK = 0.47000362924573558f;  // log(1.6)
 
-void write_row(uint dst, uint src, bool zero, vec3 mean_offset, float scale_offset) {
+FN void write_row(uint dst, uint src, bool zero, vec3 mean_offset, float scale_offset) {
     if (GROUP != 0u && COMPACT_ROWS) {
         // bf16 moment rows of 2 words (means, scales; quats: half of vec4 i / 2), copied as words
         for (uint k = 0u; k < 2u; ++k) {
-            dst_means[2u * dst + k] = zero ? 0.0 : src_means[2u * src + k];
-            dst_scales[2u * dst + k] = zero ? 0.0 : src_scales[2u * src + k];
-            dst_quats[dst >> 1u][2u * (dst & 1u) + k] = zero ? 0.0 : src_quats[src >> 1u][2u * (src & 1u) + k];
+            dst_means[2u * dst + k] = zero ? 0.0f : src_means[2u * src + k];
+            dst_scales[2u * dst + k] = zero ? 0.0f : src_scales[2u * src + k];
+            dst_quats[dst >> 1u][2u * (dst & 1u) + k] = zero ? 0.0f : src_quats[src >> 1u][2u * (src & 1u) + k];
         }
     } else {
         for (uint k = 0u; k < 3u; ++k) {
-            dst_means[3u * dst + k] = zero ? 0.0 : src_means[3u * src + k] + mean_offset[k];
-            dst_scales[3u * dst + k] = zero ? 0.0 : src_scales[3u * src + k] + scale_offset;
+            dst_means[3u * dst + k] = zero ? 0.0f : src_means[3u * src + k] + mean_offset[k];
+            dst_scales[3u * dst + k] = zero ? 0.0f : src_scales[3u * src + k] + scale_offset;
         }
-        dst_quats[dst] = zero ? vec4(0.0) : src_quats[src];
+        dst_quats[dst] = zero ? vec4(0.0f) : src_quats[src];
     }
-    dst_opacities[dst] = zero ? 0.0 : src_opacities[src];
+    dst_opacities[dst] = zero ? 0.0f : src_opacities[src];
     // GROUP 0: the parameters' rows; 1, 2: the moments'
     uint sh_words = GROUP == 0u ? sh_row_words(COMPACT_ROWS, SH_COEFFS) : moment_row_words(COMPACT_ROWS, SH_COEFFS);
     for (uint k = 0u; k < sh_words; ++k) {
-        dst_sh[sh_words * dst + k] = zero ? 0.0 : src_sh[sh_words * src + k];
+        dst_sh[sh_words * dst + k] = zero ? 0.0f : src_sh[sh_words * src + k];
     }
 }
 
-void main() {
-    uint i = global_index();
+FN void densify_adc_write_body(uint i) {
     if (i >= pc.n || out_counts[i] == 0u) {
         return;
     }
     uint action = actions[i];
     uint o = offsets[i];
     if (GROUP != 0u) {  // Adam moments
-        write_row(o, i, action == 2u, vec3(0.0), 0.0);
+        write_row(o, i, action == 2u, vec3(0.0f), 0.0f);
         if (action != 0u) {
-            write_row(o + 1u, i, true, vec3(0.0), 0.0);
+            write_row(o + 1u, i, true, vec3(0.0f), 0.0f);
         }
         return;
     }
     if (action != 2u) {
-        write_row(o, i, false, vec3(0.0), 0.0);
+        write_row(o, i, false, vec3(0.0f), 0.0f);
         if (action == 1u) {
-            write_row(o + 1u, i, false, vec3(0.0), 0.0);
+            write_row(o + 1u, i, false, vec3(0.0f), 0.0f);
         }
         return;
     }
@@ -96,6 +95,8 @@ void main() {
     for (uint c = 0u; c < 2u; ++c) {
         vec2 z01 = random_normal2(pc.seed, i, 4u * c);
         vec2 z23 = random_normal2(pc.seed, i, 4u * c + 2u);
-        write_row(o + c, i, false, R * (s * vec3(z01, z23.x)), -LOG_SPLIT_SHRINK);
+        write_row(o + c, i, false, R * (s * vec3(z01.x, z01.y, z23.x)), -LOG_SPLIT_SHRINK);
     }
 }
+
+void main() { densify_adc_write_body(global_index()); }

@@ -24,6 +24,7 @@
 // culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
 #define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
+#include "finite.glsl"
 #include "storage.glsl"
 
 layout(local_size_x = 256) in;
@@ -51,8 +52,6 @@ layout(std430, binding = 15) readonly buffer DeadOffsetsBuf { uint dead_offsets[
 layout(std430, binding = 16) readonly buffer TotalsBuf { uint totals[]; };
 layout(std430, binding = 17) readonly buffer SampleSrcBuf { uint sample_src[]; };
 layout(std430, binding = 18) readonly buffer WeightTotalsBuf { float weight_totals[]; };
-#define SPIRULA_SPLAT_BUFFERS
-#include "finite.glsl"
 
 layout(push_constant) uniform Push {
     uint n;                  // splats before this step
@@ -61,8 +60,11 @@ layout(push_constant) uniform Push {
     uint weight_total_offset;
 } pc;
 
-void main() {
-    uint t = global_index();
+#include "splat_finite.glsl"
+#include "zero_moments.glsl"
+
+// t: a splat (relocation) or a draw (APPEND)
+FN void densify_mcmc_copy_body(uint t) {
     uint dst, src;
     if (APPEND) {
         if (t >= pc.count) {
@@ -81,7 +83,7 @@ void main() {
         dst = t;
         src = sample_src[dead_offsets[t]];
     }
-    if (!(weight_totals[pc.weight_total_offset] > 0.0)) {
+    if (!(weight_totals[pc.weight_total_offset] > 0.0f)) {
         return;
     }
     bool reset = APPEND || RESET_MOMENTS || !splat_finite(dst);
@@ -91,33 +93,13 @@ void main() {
     }
     quats[dst] = quats[src];
     opacities[dst] = opacities[src];
-    uint sh_words = sh_row_words(COMPACT_ROWS, SH_COEFFS);
+    uint sh_words = sh_row_words(COMPACT_ROWS, SH_COEFFS);  // whole words: a copy is a copy
     for (uint k = 0u; k < sh_words; ++k) {
         sh[sh_words * dst + k] = sh[sh_words * src + k];
     }
     if (reset) {
-        uint w3 = geom_moment_words(COMPACT_ROWS, 3u);  // COMPACT_ROWS: bf16 rows of 2 words
-        for (uint k = 0u; k < w3; ++k) {
-            m_means[w3 * dst + k] = 0.0;
-            v_means[w3 * dst + k] = 0.0;
-            m_scales[w3 * dst + k] = 0.0;
-            v_scales[w3 * dst + k] = 0.0;
-        }
-        if (COMPACT_ROWS) {  // words 2i, 2i + 1: half of vec4 i / 2
-            for (uint k = 0u; k < 2u; ++k) {
-                m_quats[dst >> 1u][2u * (dst & 1u) + k] = 0.0;
-                v_quats[dst >> 1u][2u * (dst & 1u) + k] = 0.0;
-            }
-        } else {
-            m_quats[dst] = vec4(0.0);
-            v_quats[dst] = vec4(0.0);
-        }
-        m_opacities[dst] = 0.0;
-        v_opacities[dst] = 0.0;
-        uint moment_words = moment_row_words(COMPACT_ROWS, SH_COEFFS);
-        for (uint k = 0u; k < moment_words; ++k) {
-            m_sh[moment_words * dst + k] = 0.0;
-            v_sh[moment_words * dst + k] = 0.0;
-        }
+        zero_moments(dst);
     }
 }
+
+void main() { densify_mcmc_copy_body(global_index()); }

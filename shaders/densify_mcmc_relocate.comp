@@ -42,55 +42,36 @@ layout(push_constant) uniform Push {
     float min_opacity;
 } pc;
 
+#include "zero_moments.glsl"
+
 const uint MAX_SHARE = 51u;
 
-void main() {
-    uint i = global_index();
+FN void densify_mcmc_relocate_body(uint i) {
     if (i >= pc.n || copies[i] == 0u) {
         return;
     }
     uint n_share = min(copies[i] + 1u, MAX_SHARE);
     copies[i] = 0u;
-    float o = 1.0 / (1.0 + exp(-opacities[i]));
-    float o_new = 1.0 - pow(1.0 - o, 1.0 / float(n_share));
-    float denom = 0.0;
+    float o = 1.0f / (1.0f + exp(-opacities[i]));
+    float o_new = 1.0f - pow(1.0f - o, 1.0f / float(n_share));
+    float denom = 0.0f;
     for (uint a = 1u; a <= n_share; ++a) {
-        float binom = 1.0;  // C(a - 1, k), updated along k
+        float binom = 1.0f;  // C(a - 1, k), updated along k
         for (uint k = 0u; k < a; ++k) {
-            float sign = (k & 1u) == 0u ? 1.0 : -1.0;
+            float sign = (k & 1u) == 0u ? 1.0f : -1.0f;
             denom += binom * sign / sqrt(float(k + 1u)) * pow(o_new, float(k + 1u));
             binom = binom * float(a - 1u - k) / float(k + 1u);
         }
     }
     float coeff = o / denom;
-    o_new = clamp(o_new, pc.min_opacity, 1.0 - 1.1920929e-07);
-    opacities[i] = log(o_new / (1.0 - o_new));
+    o_new = clamp(o_new, pc.min_opacity, 1.0f - 1.1920929e-07f);
+    opacities[i] = log(o_new / (1.0f - o_new));
     for (uint k = 0u; k < 3u; ++k) {
         scales[3u * i + k] += log(coeff);
     }
     if (RESET_SOURCE) {
-        uint w3 = geom_moment_words(COMPACT_ROWS, 3u);  // COMPACT_ROWS: bf16 rows of 2 words
-        for (uint k = 0u; k < w3; ++k) {
-            m_means[w3 * i + k] = 0.0;
-            v_means[w3 * i + k] = 0.0;
-            m_scales[w3 * i + k] = 0.0;
-            v_scales[w3 * i + k] = 0.0;
-        }
-        if (COMPACT_ROWS) {  // words 2i, 2i + 1: half of vec4 i / 2
-            for (uint k = 0u; k < 2u; ++k) {
-                m_quats[i >> 1u][2u * (i & 1u) + k] = 0.0;
-                v_quats[i >> 1u][2u * (i & 1u) + k] = 0.0;
-            }
-        } else {
-            m_quats[i] = vec4(0.0);
-            v_quats[i] = vec4(0.0);
-        }
-        m_opacities[i] = 0.0;
-        v_opacities[i] = 0.0;
-        uint moment_words = moment_row_words(COMPACT_ROWS, SH_COEFFS);
-        for (uint k = 0u; k < moment_words; ++k) {
-            m_sh[moment_words * i + k] = 0.0;
-            v_sh[moment_words * i + k] = 0.0;
-        }
+        zero_moments(i);
     }
 }
+
+void main() { densify_mcmc_relocate_body(global_index()); }

@@ -30,14 +30,13 @@ layout(push_constant) uniform Push {
     uint stream;
 } pc;
 
-void main() {
-    uint j = global_index();
+FN void densify_mcmc_sample_body(uint j) {
     float total = totals[pc.total_offset];
-    if (j >= min(counts[pc.count_offset], pc.count_max) || !(total > 0.0) || pc.n == 0u) {
+    if (j >= min(counts[pc.count_offset], pc.count_max) || !(total > 0.0f) || pc.n == 0u) {
         return;
     }
     // strictly below the total, so zero-weight splats at the end are never drawn
-    float u = min(random_uniform(pc.seed, j, pc.stream) * total, total * (1.0 - 1.0 / 8388608.0));
+    float u = min(random_uniform(pc.seed, j, pc.stream) * total, total * (1.0f - 1.0f / 8388608.0f));
     // the last i with cdf[i] <= u (zero-weight splats are never the answer: the
     // next one starts at the same cdf value)
     uint lo = 0u, hi = pc.n - 1u;
@@ -52,3 +51,5 @@ void main() {
     sample_src[j] = lo;
     atomicAdd(copies[lo], 1u);
 }
+
+void main() { densify_mcmc_sample_body(global_index()); }

@@ -16,6 +16,7 @@
 // culls or flags splats by whether their values are finite: IEEE Inf and NaN kept
 #define SPIRULA_PRESERVE_INF_NAN
 #include "common.glsl"
+#include "finite.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const bool ALIVE_ONLY = true;
@@ -29,25 +30,26 @@ layout(std430, binding = 3) readonly buffer MeansBuf { float means[]; };
 layout(std430, binding = 4) readonly buffer ScalesBuf { float scales[]; };
 layout(std430, binding = 5) readonly buffer QuatsBuf { vec4 quats[]; };
 layout(std430, binding = 6) readonly buffer ShBuf { float sh[]; };
-#define SPIRULA_SPLAT_BUFFERS
-#include "finite.glsl"
 
 layout(push_constant) uniform Push {
     uint n;
     float min_opacity;
 } pc;
 
-void main() {
-    uint i = global_index();
+#include "splat_finite.glsl"
+
+FN void densify_mcmc_weights_body(uint i) {
     if (i >= pc.n) {
         return;
     }
     float logit = opacities[i];
-    float o = 1.0 / (1.0 + exp(-logit));
+    float o = 1.0f / (1.0f + exp(-logit));
     // a non-finite splat counts as dead (relocated, so repaired) and weighs 0:
     // one NaN weight would poison the whole prefix sum and stop all sampling
     bool bad = !splat_finite(i);
     bool is_dead = bad || o <= pc.min_opacity;
-    weights[i] = ((ALIVE_ONLY && is_dead) || bad) ? 0.0 : o;
+    weights[i] = ((ALIVE_ONLY && is_dead) || bad) ? 0.0f : o;
     dead[i] = is_dead ? 1u : 0u;
 }
+
+void main() { densify_mcmc_weights_body(global_index()); }

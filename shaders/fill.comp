@@ -25,8 +25,10 @@ layout(push_constant) uniform Push {
     uint value;
 } pc;
 
+FN void fill_body(uint i) { dst[pc.offset + i] = WORD(pc.value); }
+
 void main() {
     for (uint i = global_index(); i < pc.count; i += grid_stride()) {
-        dst[pc.offset + i] = WORD(pc.value);
+        fill_body(i);
     }
 }

@@ -19,9 +19,10 @@ layout(push_constant) uniform Push {
     uint n;
 } pc;
 
-void main() {
-    uint p = global_index();
+FN void intersect_tile_count_body(uint p) {
     if (p < pc.n) {
         offsets[p] = tile_counts[sorted_ids[p]];
     }
 }
+
+void main() { intersect_tile_count_body(global_index()); }

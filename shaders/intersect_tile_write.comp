@@ -43,8 +43,7 @@ layout(push_constant) uniform Push {
     uint count_offset;
 } pc;
 
-void main() {
-    uint j = global_index();
+FN void intersect_tile_write_body(uint j) {
     if (j >= min(totals[pc.count_offset], pc.capacity) || pc.n == 0u) {
         return;
     }
@@ -60,11 +59,15 @@ void main() {
     uint id = sorted_ids[lo];
     uint k = j - offsets[lo];
     vec4 g = xyop[id];
+    vec2 mean2d = vec2(g.x, g.y);
     vec2 radius = vec2(radii[id]);
     vec2 tile_min, tile_max;
-    tile_rect(g.xy, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
-    uvec2 tile = uvec2(cull_nth(g.xy, cull_ellipse(conics[id].xyz, g.z), tile_min, tile_max, float(k)));
+    tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
+    vec4 q = conics[id];
+    uvec2 tile = uvec2(cull_nth(mean2d, cull_ellipse(vec3(q.x, q.y, q.z), g.z), tile_min, tile_max, float(k)));
     uint tx = tile.x, ty = tile.y;
     isect_keys[j] = (id / pc.n_gaussians) * pc.tile_width * pc.tile_height + ty * pc.tile_width + tx;
     isect_ids[j] = id;
 }
+
+void main() { intersect_tile_write_body(global_index()); }

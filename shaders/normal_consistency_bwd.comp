@@ -35,10 +35,10 @@ layout(push_constant) uniform Push {
 
 // dL/dN, dL/dA, dL/dB of pixel (u, v) of the image starting at pixel base (any pixel:
 // false and zeros where it has no depth normal)
-bool pixel_vjp(uint base, int u, int v, vec4 K, out vec3 gN, out vec3 gA, out vec3 gB) {
-    gN = vec3(0.0);
-    gA = vec3(0.0);
-    gB = vec3(0.0);
+FN bool pixel_vjp(uint base, int u, int v, vec4 K, OUT(vec3) gN, OUT(vec3) gA, OUT(vec3) gB) {
+    gN = vec3(0.0f);
+    gA = vec3(0.0f);
+    gB = vec3(0.0f);
     if (u <= 0 || v <= 0 || u + 1 >= int(pc.width) || v + 1 >= int(pc.height)) {
         return false;
     }
@@ -49,7 +49,7 @@ bool pixel_vjp(uint base, int u, int v, vec4 K, out vec3 gN, out vec3 gA, out ve
     vec3 A = dD * pixel_ray(x, y + 1u, K) - dU * pixel_ray(x, y - 1u, K);
     vec3 B = dR * pixel_ray(x + 1u, y, K) - dL * pixel_ray(x - 1u, y, K);
     vec3 c = cross(A, B);
-    if (!(d0 > 0.0 && dU > 0.0 && dD > 0.0 && dL > 0.0 && dR > 0.0 && dot(c, c) > NC_MIN_CROSS2)) {
+    if (!(d0 > 0.0f && dU > 0.0f && dD > 0.0f && dL > 0.0f && dR > 0.0f && dot(c, c) > NC_MIN_CROSS2)) {
         return false;
     }
     vec3 N = vec3(normals[3u * p], normals[3u * p + 1u], normals[3u * p + 2u]);
@@ -57,26 +57,30 @@ bool pixel_vjp(uint base, int u, int v, vec4 K, out vec3 gN, out vec3 gA, out ve
     return true;
 }
 
-void main() {
+FN void normal_consistency_bwd_body(uint i) {
     uint hw = pc.width * pc.height;
+    uint c = i / hw, base = c * hw;
+    int u = int(i % pc.width), v = int((i % hw) / pc.width);
+    vec4 K = vec4(cameras[20u * c + 16u], cameras[20u * c + 17u], cameras[20u * c + 18u], cameras[20u * c + 19u]);
+    vec3 gN, gA, gB, own;
+    pixel_vjp(base, u, v, K, own, gA, gB);
+    vec3 gP = vec3(0.0f);  // dL/dP of this pixel, from the neighbours that use it
+    pixel_vjp(base, u, v - 1, K, gN, gA, gB);
+    gP += gA;
+    pixel_vjp(base, u, v + 1, K, gN, gA, gB);
+    gP -= gA;
+    pixel_vjp(base, u - 1, v, K, gN, gA, gB);
+    gP += gB;
+    pixel_vjp(base, u + 1, v, K, gN, gA, gB);
+    gP -= gB;
+    grad_normals[3u * i] = own.x;
+    grad_normals[3u * i + 1u] = own.y;
+    grad_normals[3u * i + 2u] = own.z;
+    grad_depths[i] = dot(pixel_ray(uint(u), uint(v), K), gP);
+}
+
+void main() {
     for (uint i = global_index(); i < pc.count; i += grid_stride()) {
-        uint c = i / hw, base = c * hw;
-        int u = int(i % pc.width), v = int((i % hw) / pc.width);
-        vec4 K = vec4(cameras[20u * c + 16u], cameras[20u * c + 17u], cameras[20u * c + 18u], cameras[20u * c + 19u]);
-        vec3 gN, gA, gB, own;
-        pixel_vjp(base, u, v, K, own, gA, gB);
-        vec3 gP = vec3(0.0);  // dL/dP of this pixel, from the neighbours that use it
-        pixel_vjp(base, u, v - 1, K, gN, gA, gB);
-        gP += gA;
-        pixel_vjp(base, u, v + 1, K, gN, gA, gB);
-        gP -= gA;
-        pixel_vjp(base, u - 1, v, K, gN, gA, gB);
-        gP += gB;
-        pixel_vjp(base, u + 1, v, K, gN, gA, gB);
-        gP -= gB;
-        grad_normals[3u * i] = own.x;
-        grad_normals[3u * i + 1u] = own.y;
-        grad_normals[3u * i + 2u] = own.z;
-        grad_depths[i] = dot(pixel_ray(uint(u), uint(v), K), gP);
+        normal_consistency_bwd_body(i);
     }
 }

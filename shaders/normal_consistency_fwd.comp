@@ -28,30 +28,33 @@ layout(push_constant) uniform Push {
 } pc;
 
 // A and B of interior pixel (u, v) of the image starting at pixel base; false: no depth normal
-bool depth_differences(uint base, uint u, uint v, vec4 K, out vec3 A, out vec3 B) {
+FN bool depth_differences(uint base, uint u, uint v, vec4 K, OUT(vec3) A, OUT(vec3) B) {
     uint p = base + v * pc.width + u;
     float d0 = depths[p], dU = depths[p - pc.width], dD = depths[p + pc.width];
     float dL = depths[p - 1u], dR = depths[p + 1u];
     A = dD * pixel_ray(u, v + 1u, K) - dU * pixel_ray(u, v - 1u, K);
     B = dR * pixel_ray(u + 1u, v, K) - dL * pixel_ray(u - 1u, v, K);
     vec3 c = cross(A, B);
-    return d0 > 0.0 && dU > 0.0 && dD > 0.0 && dL > 0.0 && dR > 0.0 && dot(c, c) > NC_MIN_CROSS2;
+    return d0 > 0.0f && dU > 0.0f && dD > 0.0f && dL > 0.0f && dR > 0.0f && dot(c, c) > NC_MIN_CROSS2;
+}
+
+FN void normal_consistency_fwd_body(uint i) {
+    uint hw = pc.width * pc.height;
+    uint c = i / hw, u = i % pc.width, v = (i % hw) / pc.width;
+    float loss = 0.0f;
+    if (u > 0u && v > 0u && u + 1u < pc.width && v + 1u < pc.height) {
+        vec4 K = vec4(cameras[20u * c + 16u], cameras[20u * c + 17u], cameras[20u * c + 18u], cameras[20u * c + 19u]);
+        vec3 A, B;
+        if (depth_differences(c * hw, u, v, K, A, B)) {
+            vec3 N = vec3(normals[3u * i], normals[3u * i + 1u], normals[3u * i + 2u]);
+            loss = alphas[i] * (1.0f - dot(N, normalize(cross(A, B))));
+        }
+    }
+    out_loss[i] = loss;
 }
 
 void main() {
-    uint hw = pc.width * pc.height;
     for (uint i = global_index(); i < pc.count; i += grid_stride()) {
-        uint c = i / hw, u = i % pc.width, v = (i % hw) / pc.width;
-        float loss = 0.0;
-        if (u > 0u && v > 0u && u + 1u < pc.width && v + 1u < pc.height) {
-            vec4 K =
-                vec4(cameras[20u * c + 16u], cameras[20u * c + 17u], cameras[20u * c + 18u], cameras[20u * c + 19u]);
-            vec3 A, B;
-            if (depth_differences(c * hw, u, v, K, A, B)) {
-                vec3 N = vec3(normals[3u * i], normals[3u * i + 1u], normals[3u * i + 2u]);
-                loss = alphas[i] * (1.0 - dot(N, normalize(cross(A, B))));
-            }
-        }
-        out_loss[i] = loss;
+        normal_consistency_fwd_body(i);
     }
 }

@@ -22,14 +22,18 @@ layout(push_constant) uniform Push {
 } pc;
 
 // to_uint8 of one channel: NaN fails x > 0 and becomes 0; +inf becomes 255.
-uint channel8(float x) {
-    float c = x > 0.0 ? min(x, 1.0) : 0.0;
-    return uint(roundEven(c * 255.0));
+FN uint channel8(float x) {
+    float c = x > 0.0f ? min(x, 1.0f) : 0.0f;
+    return uint(roundEven(c * 255.0f));
+}
+
+FN void pack_rgba8_body(uint i) {
+    uint s = 3u * (pc.src_offset + i);
+    packed[i] = channel8(rgb[s]) | (channel8(rgb[s + 1u]) << 8) | (channel8(rgb[s + 2u]) << 16) | 0xFF000000u;
 }
 
 void main() {
     for (uint i = global_index(); i < pc.count; i += grid_stride()) {
-        uint s = 3u * (pc.src_offset + i);
-        packed[i] = channel8(rgb[s]) | (channel8(rgb[s + 1u]) << 8) | (channel8(rgb[s + 2u]) << 16) | 0xFF000000u;
+        pack_rgba8_body(i);
     }
 }

@@ -28,6 +28,9 @@
 #include "sh.glsl"
 #include "projection.glsl"
 
+// CUDA: one kernel per SH degree (its loops unrolled over register arrays)
+#pragma spirula_cuda_template SH_DEGREE 0 1 2 3
+
 layout(local_size_x = 128) in;
 layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
@@ -60,8 +63,7 @@ layout(push_constant) uniform Push {
     float eps2d;
 } pc;
 
-void main() {
-    uint g = global_index();
+FN void projection_bwd_body(uint g) {
     if (g >= pc.n) {
         return;
     }
@@ -72,20 +74,17 @@ void main() {
     vec3 stored_scale = vec3(scales[3u * g], scales[3u * g + 1u], scales[3u * g + 2u]);
     vec3 scale = ACTIVATED ? stored_scale : exp(stored_scale);
     float coeffs[48];
-    for (int k = 0; k < 3 * n_coeffs; ++k) {
-        coeffs[k] = sh[g * SH_COEFFS * 3u + uint(k)];
-    }
-    vec3 v_mean = vec3(0.0);
-    vec4 v_quat = vec4(0.0);
-    vec3 v_scale = vec3(0.0);
-    float v_opacity = 0.0;
+    UNROLL for (int k = 0; k < 3 * n_coeffs; ++k) { coeffs[k] = sh[g * SH_COEFFS * 3u + uint(k)]; }
+    vec3 v_mean = vec3(0.0f);
+    vec4 v_quat = vec4(0.0f);
+    vec3 v_scale = vec3(0.0f);
+    float v_opacity = 0.0f;
     float v_sh[48];
-    for (int k = 0; k < 48; ++k) {
-        v_sh[k] = 0.0;
-    }
+    UNROLL for (int k = 0; k < 48; ++k) { v_sh[k] = 0.0f; }
     for (uint c = 0u; c < pc.n_cameras; ++c) {
         uint i = c * pc.n + g;
-        if (radii[i].x == 0 && radii[i].y == 0) {
+        ivec2 r = radii[i];
+        if (r.x == 0 && r.y == 0) {
             continue;
         }
         Camera cam = LOAD_CAMERA(cameras, c);
@@ -105,8 +104,8 @@ void main() {
     }
     if (!ACTIVATED) {
         v_scale *= scale;  // d exp(l) / dl
-        float o = 1.0 / (1.0 + exp(-opacities[g]));
-        v_opacity *= o * (1.0 - o);  // d sigmoid(x) / dx
+        float o = 1.0f / (1.0f + exp(-opacities[g]));
+        v_opacity *= o * (1.0f - o);  // d sigmoid(x) / dx
     }
     grad_means[3u * g] = v_mean.x;
     grad_means[3u * g + 1u] = v_mean.y;
@@ -116,7 +115,11 @@ void main() {
     grad_scales[3u * g + 1u] = v_scale.y;
     grad_scales[3u * g + 2u] = v_scale.z;
     grad_opacities[g] = v_opacity;
-    for (uint k = 0u; k < SH_COEFFS * 3u; ++k) {
-        grad_sh[g * SH_COEFFS * 3u + k] = k < uint(3 * n_coeffs) ? v_sh[k] : 0.0;
+    uint row = g * SH_COEFFS * 3u;
+    UNROLL for (int k = 0; k < 3 * n_coeffs; ++k) { grad_sh[row + uint(k)] = v_sh[k]; }
+    for (uint k = uint(3 * n_coeffs); k < SH_COEFFS * 3u; ++k) {
+        grad_sh[row + k] = 0.0f;  // past the active degree
     }
 }
+
+void main() { projection_bwd_body(global_index()); }

@@ -37,6 +37,9 @@
 #define COMPACT 0
 #endif
 
+// CUDA: one kernel per SH degree (its loops unrolled over register arrays)
+#pragma spirula_cuda_template SH_DEGREE 0 1 2 3
+
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint SH_DEGREE = 0;
 layout(constant_id = 1) const uint SH_COEFFS = 1;
@@ -76,15 +79,15 @@ layout(push_constant) uniform Push {
     float far_plane;
 } pc;
 
-void cull(uint i) {
+FN void cull(uint i) {
     radii[i] = ivec2(0);
     tile_counts[i] = 0u;
     depth_keys[i] = 0xffffffffu;
     depth_ids[i] = i;
 }
 
-void main() {
-    uint i = global_index();
+// i = c * n + g: camera c, Gaussian g
+FN void projection_fwd_body(uint i) {
     if (i >= pc.n * pc.n_cameras) {
         return;
     }
@@ -94,7 +97,7 @@ void main() {
     vec3 pcam = cam.R * mean + cam.t;
     float opacity = opacities[g];
     if (!ACTIVATED) {
-        opacity = 1.0 / (1.0 + exp(-opacity));
+        opacity = 1.0f / (1.0f + exp(-opacity));
     }
     // NaN and Inf are culled (in_view, on_screen: projection.glsl)
     if (!in_view(pcam, opacity, pc.near_plane, pc.far_plane)) {
@@ -113,33 +116,35 @@ void main() {
         cull(i);
         return;
     }
-    float inv_det = 1.0 / det;
+    float inv_det = 1.0f / det;
     vec3 conic = vec3(cov2d.z, -cov2d.y, cov2d.x) * inv_det;
 
     // colour: SH evaluated in the direction from the camera centre to the mean
     vec3 dir = normalize(mean - camera_position(cam));
     float basis[16];
     sh_basis(int(SH_DEGREE), dir, basis);
-    vec3 color = vec3(0.0);
+    vec3 color = vec3(0.0f);
     uint base = g * sh_row_words(COMPACT != 0, SH_COEFFS);
-    for (uint k = 0u; k < (SH_DEGREE + 1u) * (SH_DEGREE + 1u); ++k) {
+    UNROLL for (uint k = 0u; k < (SH_DEGREE + 1u) * (SH_DEGREE + 1u); ++k) {
         color += basis[k] * vec3(SH_AT(3u * k), SH_AT(3u * k + 1u), SH_AT(3u * k + 2u));
     }
-    color = max(color + 0.5, vec3(0.0));
+    color = max(color + 0.5f, vec3(0.0f));
 
     vec2 tile_min, tile_max;
     tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
     uint count = uint(cull_count(mean2d, cull_ellipse(conic, opacity), tile_min, tile_max));
 
     xyop[i] = vec4(mean2d, opacity, pcam.z);
-    conics[i] = vec4(conic, 0.0);
-    rgb[i] = vec4(color, 0.0);
+    conics[i] = vec4(conic, 0.0f);
+    rgb[i] = vec4(color, 0.0f);
     radii[i] = ivec2(radius);
     tile_counts[i] = count;
     depth_keys[i] = count > 0u ? floatBitsToUint(pcam.z) : 0xffffffffu;
     depth_ids[i] = i;
     if (NORMALS) {
         vec4 q = quats[g];
-        normals[i] = vec4(splat_normal(quat_to_rotmat(q * inversesqrt(dot(q, q))), s, cam.R, pcam), 0.0);
+        normals[i] = vec4(splat_normal(quat_to_rotmat(q * inversesqrt(dot(q, q))), s, cam.R, pcam), 0.0f);
     }
 }
+
+void main() { projection_fwd_body(global_index()); }

@@ -22,8 +22,7 @@ layout(push_constant) uniform Push {
     uint chunk_ids;  // entries of chunk_table
 } pc;
 
-void main() {
-    uint t = global_index();
+FN void rasterize_chunks_body(uint t) {
     if (t >= pc.tiles) {
         return;
     }
@@ -35,3 +34,5 @@ void main() {
         chunk_table[first + k] = uvec2(t, k);
     }
 }
+
+void main() { rasterize_chunks_body(global_index()); }

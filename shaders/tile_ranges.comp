@@ -19,8 +19,7 @@ layout(push_constant) uniform Push {
     uint count_offset;
 } pc;
 
-void main() {
-    uint j = global_index();
+FN void tile_ranges_body(uint j) {
     uint m = min(num_isects[pc.count_offset], pc.m_max);
     if (j >= m) {
         return;
@@ -33,3 +32,5 @@ void main() {
         ranges[key].y = j + 1u;
     }
 }
+
+void main() { tile_ranges_body(global_index()); }

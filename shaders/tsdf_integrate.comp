@@ -68,10 +68,9 @@ layout(push_constant) uniform Push {
 } pc;
 
 // a voxel centre closer to the camera plane than this is not projected
-#define TSDF_NEAR 1e-4
+const float TSDF_NEAR = 1e-4f;
 
-void main() {
-    uint v = global_index();
+FN void tsdf_integrate_body(uint v) {
     uint yz = pc.dim_y * pc.dim_z;
     if (v >= pc.dim_x * yz) {
         return;
@@ -79,9 +78,9 @@ void main() {
     uint i = v / yz;
     uint j = (v - i * yz) / pc.dim_z;
     uint k = v - i * yz - j * pc.dim_z;
-    float px = pc.origin_x + (float(i + pc.x_offset) + 0.5) * pc.voxel_size;
-    float py = pc.origin_y + (float(j) + 0.5) * pc.voxel_size;
-    float pz = pc.origin_z + (float(k) + 0.5) * pc.voxel_size;
+    float px = pc.origin_x + (float(i + pc.x_offset) + 0.5f) * pc.voxel_size;
+    float py = pc.origin_y + (float(j) + 0.5f) * pc.voxel_size;
+    float pz = pc.origin_z + (float(k) + 0.5f) * pc.voxel_size;
     float x = pc.r00 * px + pc.r01 * py + pc.r02 * pz + pc.t0;
     float y = pc.r10 * px + pc.r11 * py + pc.r12 * pz + pc.t1;
     float z = pc.r20 * px + pc.r21 * py + pc.r22 * pz + pc.t2;
@@ -90,24 +89,24 @@ void main() {
     }
     float u = pc.fx * x / z + pc.cx;
     float w = pc.fy * y / z + pc.cy;
-    if (!(u >= 0.0 && w >= 0.0 && u < float(pc.width) && w < float(pc.height))) {
+    if (!(u >= 0.0f && w >= 0.0f && u < float(pc.width) && w < float(pc.height))) {
         return;  // also NaN
     }
     uint pix = pc.image_offset + min(uint(w), pc.height - 1u) * pc.width + min(uint(u), pc.width - 1u);
     float a = alpha[pix];
     float d = depth[pix];
-    if (a > pc.alpha_surface && d > 0.0) {
+    if (a > pc.alpha_surface && d > 0.0f) {
         float sdf = d - z;
         if (sdf < -pc.truncation) {
             return;
         }
         float w_old = weight[v];
-        tsdf[v] = (tsdf[v] * w_old + min(sdf, pc.truncation)) / (w_old + 1.0);
-        weight[v] = w_old + 1.0;
+        tsdf[v] = (tsdf[v] * w_old + min(sdf, pc.truncation)) / (w_old + 1.0f);
+        weight[v] = w_old + 1.0f;
         if (sdf < pc.truncation) {
             vec4 c = rgbw[v];
             vec3 col = vec3(color[3u * pix], color[3u * pix + 1u], color[3u * pix + 2u]) / a;
-            rgbw[v] = vec4((c.xyz * c.w + col) / (c.w + 1.0), c.w + 1.0);
+            rgbw[v] = vec4((vec3(c.x, c.y, c.z) * c.w + col) / (c.w + 1.0f), c.w + 1.0f);
         }
     } else if (a < pc.alpha_empty) {
         float w_old = weight[v];
@@ -115,3 +114,5 @@ void main() {
         weight[v] = w_old + pc.carve_weight;
     }
 }
+
+void main() { tsdf_integrate_body(global_index()); }

@@ -16,7 +16,11 @@ from spirula.errors import ShaderCompileError
 
 INCLUDE = shader_dir() / "include"
 NATIVE = shader_dir().parent / "native_cuda"
-SHARED = sorted(p for p in INCLUDE.glob("*.glsl") if '#include "dialect.glsl"' in p.read_text())
+# common.glsl includes the dialect for the kernels' bodies but is GLSL only (CUDA's
+# global_index() and the rest are native_cuda/common/launch.cuh)
+SHARED = sorted(
+    p for p in INCLUDE.glob("*.glsl") if '#include "dialect.glsl"' in p.read_text() and p.name != "common.glsl"
+)
 _RE_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _RE_FUNCTION = re.compile(r"^FN\s+\w+\s+(\w+)\s*\(", re.M)
 _RE_GLSL_ONLY = re.compile(r"^#if !defined\(__CUDACC__\).*?^#endif", re.M | re.S)

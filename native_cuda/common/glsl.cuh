@@ -1,7 +1,10 @@
 // The small part of GLSL's vector and matrix algebra the kernels use, with
 // GLSL's meaning and evaluation order: enough to compile the shared maths of
-// shaders/include (dialect.glsl) as CUDA, and for a kernel to read like its
-// shader. vec2/vec3/vec4 with GLSL's constructors (vec3(s), vec3(x, y, z)),
+// shaders/include and the single-source kernels' bodies (dialect.glsl) as CUDA.
+// vec2/vec3/vec4 with GLSL's constructors (vec3(s), vec3(x, y, z), vec4(v3, w)),
+// the buffer element types (vec2, vec4, uvec2, uvec4, ivec2: the size and
+// alignment of float2, float4, uint2, uint4, int2, so a buffer's pointer reads
+// them in one vector load),
 // mat3 stored column-major (m[j] is column j, the maths entry (i, j) is
 // m[j][i], as in GLSL; mat3(c0, c1, c2) and mat3(a0, ..., a8) fill it column
 // by column), M * v summed over columns in order, inversesqrt = rsqrtf,
@@ -18,6 +21,7 @@ namespace spirula {
 
 // GLSL's float built-ins, next to the vector overloads below (which would
 // otherwise hide them inside this namespace)
+using ::atomicAdd;
 using ::ceil;
 using ::cos;
 using ::exp;
@@ -25,18 +29,22 @@ using ::floor;
 using ::log;
 using ::max;
 using ::min;
+using ::pow;
 using ::sin;
 using ::sqrt;
+
+struct ivec2;
 
 struct bvec3 {
     bool x, y, z;
 };
 
-struct vec2 {
+struct alignas(8) vec2 {
     float x, y;
     vec2() = default;
     SPIRULA_FN explicit vec2(float s) : x(s), y(s) {}
     SPIRULA_FN vec2(float x_, float y_) : x(x_), y(y_) {}
+    SPIRULA_FN explicit vec2(ivec2 v);
 };
 struct vec3 {
     float x, y, z;
@@ -47,12 +55,47 @@ struct vec3 {
     SPIRULA_FN float& operator[](int i) { return i == 0 ? x : (i == 1 ? y : z); }
     SPIRULA_FN float operator[](int i) const { return i == 0 ? x : (i == 1 ? y : z); }
 };
-struct vec4 {
+struct alignas(16) vec4 {
     float x, y, z, w;
     vec4() = default;
     SPIRULA_FN explicit vec4(float s) : x(s), y(s), z(s), w(s) {}
     SPIRULA_FN vec4(float x_, float y_, float z_, float w_) : x(x_), y(y_), z(z_), w(w_) {}
+    SPIRULA_FN vec4(vec2 a, float z_, float w_) : x(a.x), y(a.y), z(z_), w(w_) {}
+    SPIRULA_FN vec4(vec3 a, float w_) : x(a.x), y(a.y), z(a.z), w(w_) {}
+    SPIRULA_FN float& operator[](int i) { return i == 0 ? x : (i == 1 ? y : (i == 2 ? z : w)); }
+    SPIRULA_FN float operator[](int i) const { return i == 0 ? x : (i == 1 ? y : (i == 2 ? z : w)); }
 };
+
+// integer vectors: the buffer element types of GLSL's uvec2, uvec4, ivec2
+struct alignas(8) uvec2 {
+    uint32_t x, y;
+    uvec2() = default;
+    SPIRULA_FN explicit uvec2(uint32_t s) : x(s), y(s) {}
+    SPIRULA_FN uvec2(uint32_t x_, uint32_t y_) : x(x_), y(y_) {}
+    SPIRULA_FN explicit uvec2(vec2 v) : x(uint32_t(v.x)), y(uint32_t(v.y)) {}
+};
+struct alignas(16) uvec4 {
+    uint32_t x, y, z, w;
+    uvec4() = default;
+    SPIRULA_FN explicit uvec4(uint32_t s) : x(s), y(s), z(s), w(s) {}
+    SPIRULA_FN uvec4(uint32_t x_, uint32_t y_, uint32_t z_, uint32_t w_) : x(x_), y(y_), z(z_), w(w_) {}
+};
+struct alignas(8) ivec2 {
+    int32_t x, y;
+    ivec2() = default;
+    SPIRULA_FN explicit ivec2(int32_t s) : x(s), y(s) {}
+    SPIRULA_FN ivec2(int32_t x_, int32_t y_) : x(x_), y(y_) {}
+    SPIRULA_FN explicit ivec2(vec2 v) : x(int32_t(v.x)), y(int32_t(v.y)) {}
+};
+SPIRULA_FN vec2::vec2(ivec2 v) : x(float(v.x)), y(float(v.y)) {}
+
+// a GLSL buffer element type has its CUDA twin's size and alignment (Args holds the
+// CUDA type: spirula/contract/headers.py TYPES)
+static_assert(sizeof(vec2) == sizeof(float2) && alignof(vec2) == alignof(float2), "vec2 is a float2");
+static_assert(sizeof(vec4) == sizeof(float4) && alignof(vec4) == alignof(float4), "vec4 is a float4");
+static_assert(sizeof(uvec2) == sizeof(uint2) && alignof(uvec2) == alignof(uint2), "uvec2 is a uint2");
+static_assert(sizeof(uvec4) == sizeof(uint4) && alignof(uvec4) == alignof(uint4), "uvec4 is a uint4");
+static_assert(sizeof(ivec2) == sizeof(int2) && alignof(ivec2) == alignof(int2), "ivec2 is an int2");
 
 SPIRULA_FN vec2 make2(float x, float y) { return {x, y}; }
 SPIRULA_FN vec3 make3(float x, float y, float z) { return {x, y, z}; }
@@ -88,10 +131,20 @@ SPIRULA_FN vec3& operator+=(vec3& a, vec3 b) {
     a = a + b;
     return a;
 }
+SPIRULA_FN vec3& operator-=(vec3& a, vec3 b) {
+    a = a - b;
+    return a;
+}
 SPIRULA_FN vec3& operator*=(vec3& a, float s) {
     a = a * s;
     return a;
 }
+SPIRULA_FN vec3& operator*=(vec3& a, vec3 b) {
+    a = a * b;
+    return a;
+}
+SPIRULA_FN vec3 exp(vec3 v) { return {expf(v.x), expf(v.y), expf(v.z)}; }
+SPIRULA_FN vec3 max(vec3 a, vec3 b) { return {fmaxf(a.x, b.x), fmaxf(a.y, b.y), fmaxf(a.z, b.z)}; }
 SPIRULA_FN float dot(vec3 a, vec3 b) { return a.x * b.x + a.y * b.y + a.z * b.z; }
 
 // vec4
@@ -150,6 +203,12 @@ SPIRULA_FN vec2 ceil(vec2 v) { return {ceilf(v.x), ceilf(v.y)}; }
 SPIRULA_FN uint32_t floatBitsToUint(float v) { return __float_as_uint(v); }
 // GLSL's uintBitsToFloat: the float with IEEE 754 bits v
 SPIRULA_FN float uintBitsToFloat(uint32_t v) { return __uint_as_float(v); }
+
+// GLSL's roundEven: to nearest, ties to even
+SPIRULA_FN float roundEven(float x) { return rintf(x); }
+
+// GLSL's atomicAdd(buf[i], v) on a uint buffer element (CUDA's takes its address)
+SPIRULA_FN uint32_t atomicAdd(uint32_t& x, uint32_t v) { return ::atomicAdd(&x, v); }
 
 // GLSL's unpackUnorm4x8(v)[ch]: byte ch of v over 255, correctly rounded (the build's
 // -prec-div=false would otherwise make it a multiply by 1 / 255)

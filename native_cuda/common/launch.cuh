@@ -1,8 +1,9 @@
 // The C ABI every kernel of libspirula_cuda.so exports, and the helpers that
 // give CUDA kernels the GLSL built-ins they mirror (shaders/include/common.glsl).
 //
-// One launch function per kernel, named like its shader (native_cuda/copy.cu
-// exports `copy`, the twin of shaders/copy.comp): it takes the Vulkan
+// One launch function per kernel, named like its shader (`copy` runs
+// shaders/copy.comp; a hand-written twin native_cuda/<name>.cu or the entry
+// point generated for a single-source kernel exports it): it takes the Vulkan
 // dispatch as it was recorded (workgroups, buffers in binding order with
 // their sizes, push constant words in block order, specialization constants
 // by constant_id, compile-time variant flags) and launches on the given

@@ -5,6 +5,12 @@
 // Include this first: it may declare an extension.
 #ifndef SPIRULA_ATOMICS_GLSL
 #define SPIRULA_ATOMICS_GLSL
+#ifdef __CUDACC__
+// CUDA (common/atomics.cuh): native float atomics, as ATOMIC_FLOAT=1
+#define GRAD_T float
+#define GRAD_LOAD(buf, i) (buf[i])
+#define ATOMIC_ADD(buf, idx, val) atomicAdd(&buf[idx], (val))
+#else
 #ifndef ATOMIC_FLOAT
 #define ATOMIC_FLOAT 0
 #endif
@@ -27,5 +33,6 @@
             seen_ = atomicCompSwap(buf[i_], prev_, floatBitsToUint(uintBitsToFloat(prev_) + v_)); \
         } while (seen_ != prev_);                                                                 \
     }
+#endif
 #endif
 #endif

@@ -1,6 +1,9 @@
-// Shared helpers for every Spirula kernel.
+// Shared helpers for every Spirula kernel (GLSL only: CUDA has its own in
+// native_cuda/common/launch.cuh), and the dialect (dialect.glsl) that the bodies of
+// the single-source kernels are written in.
 #ifndef SPIRULA_COMMON_GLSL
 #define SPIRULA_COMMON_GLSL
+#include "dialect.glsl"
 
 // Workgroup index across a 1D dispatch that the runtime folded into (x, y)
 // because it exceeded maxComputeWorkGroupCount[0] (Device.fold_groups).

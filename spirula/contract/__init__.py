@@ -4,5 +4,6 @@
 contract: bindings, constants, workgroup; parsed from preprocessed GLSL),
 :mod:`~spirula.contract.preprocess` (the shader preprocessed without glslang),
 :mod:`~spirula.contract.std430` (numpy dtypes of the structs the GPU reads)
-and :mod:`~spirula.contract.headers` (each CUDA twin's contract header).
+:mod:`~spirula.contract.headers` (each CUDA kernel's contract header) and
+:mod:`~spirula.contract.cuda_entry` (the CUDA entry points of the single-source kernels).
 """
