@@ -21,5 +21,5 @@ for round in 1 2; do
 done
 stamp "train before"; train $BEFORE before
 stamp "train after"; train $AFTER after
-stamp "cuda parity (after)"; timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_parity.py 2>&1 | tail -3
+stamp "cuda parity (after)"; timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tail -3
 stamp done

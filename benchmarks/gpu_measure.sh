@@ -10,7 +10,7 @@ set -o pipefail
 source benchmarks/gpu_setup.sh || return 1
 summary() { python3 -c "import json,sys; m=json.load(open(sys.argv[1])); print({k: v for k, v in m.items() if k != 'per_image'})" "$1"; }
 stamp points; python3 benchmarks/make_scene.py $L/scene1080 --density 170 --points-only | tail -1
-stamp tests; timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_cuda_parity.py 2>&1 | tail -3
+stamp tests; timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tail -3
 stamp bench; timeout 150 python3 -m pytest benchmarks --benchmark-only --bench-full -s -q -p no:cacheprovider --bench-json ${OUT:-/tmp}/bench.json 2>&1 | grep -o "\[bench\].*"
 stamp peers; python3 .device/gsplat_raster_bench.py 2>&1 | tail -14; python3 .device/gsplat_raster_bench.py --adam 2>&1 | grep "fpbo\|projection_bwd\|adam_step"
 S="train $L/scene1080 --iterations 3000 --cap-max 1000000 --background black"

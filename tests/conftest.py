@@ -41,6 +41,46 @@ def device():
 
 
 @pytest.fixture(scope="session")
+def cuda():
+    """The CUDA device; skipped where the CUDA backend cannot run here (no library, driver or GPU)."""
+    from spirula.backends import open_device, unavailable_reason
+
+    reason = unavailable_reason("cuda")
+    if reason is not None:
+        pytest.skip("CUDA backend unavailable: %s" % reason)
+    return open_device("cuda")
+
+
+@pytest.fixture(scope="session", params=["vulkan", pytest.param("cuda", marks=pytest.mark.cuda)])
+def backend(request):
+    """The device of each backend in turn: the kernels' tests against the numpy
+    reference run on both (CUDA skipped where it cannot run)."""
+    return request.getfixturevalue("device" if request.param == "vulkan" else "cuda")
+
+
+@pytest.fixture(scope="session")
+def backends(cuda, device):
+    """(Vulkan device, CUDA device): the CUDA parity tests of the hand-written twins."""
+    return device, cuda
+
+
+@pytest.fixture(scope="session")
+def forward_inputs(backends):
+    """A scene rendered on Vulkan: the inputs rasterize_fwd/bwd read (parity_cases.py)."""
+    from parity_cases import rendered_inputs
+
+    return rendered_inputs(backends[0])
+
+
+@pytest.fixture(scope="session")
+def chunky_inputs(backends):
+    """tests/test_rasterize_chunks.py's scene rendered on Vulkan (parity_cases.py)."""
+    from parity_cases import chunky_rendered_inputs
+
+    return chunky_rendered_inputs(backends[0])
+
+
+@pytest.fixture(scope="session")
 def test_kernels():
     """Registry of the test-only kernels in tests/shaders (saxpy, increment, spin)."""
     from spirula.backends.vulkan.kernels import KernelRegistry

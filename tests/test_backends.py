@@ -5,8 +5,9 @@ transfer timing) behaves the same on both, and open_device is the one way in.
 The CUDA device runs here on a stand-in for libspirula_cuda.so that moves
 host memory (:class:`FakeCudaLib`): everything above the library (the pool,
 the shared transfers, the launch records, recorded sequences) is the real
-code, without a GPU. The CUDA kernels themselves are tested on a GPU by
-test_cuda_parity.py.
+code, without a GPU. The CUDA kernels themselves are tested on a GPU: each
+kernel's test against the numpy reference on each backend, and the parity tests
+of the hand-written twins (test_<kernel>_parity.py, test_cuda_parity.py).
 """
 
 import ctypes as C

@@ -3,7 +3,7 @@ finiteness test is decided on the bits, so a driver that folds isnan/isinf
 to false (allowed without float controls) still sees NaN and Inf; every kind
 of parameter, SH included, with +inf, -inf and NaNs of any sign and payload,
 makes a splat dead for MCMC (densify_mcmc_weights) and pruned for ADC
-(densify_adc_classify). CUDA twins: tests/test_cuda_parity.py."""
+(densify_adc_classify). The kernels on each backend: tests/test_densify.py."""
 
 import re
 

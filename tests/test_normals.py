@@ -4,7 +4,7 @@ against geometry and finite differences, and the kernels normal_consistency_fwd/
 
 import numpy as np
 import pytest
-from test_cuda_parity import run_kernel
+from kernel_cases import run_kernel
 
 from spirula.reference.normals import (
     depth_normals,
@@ -104,14 +104,14 @@ def run_normal_consistency(dev, N, d, a, Ks, g):
     return fwd["out_loss"], bwd["grad_normals"], bwd["grad_depths"]
 
 
-def test_kernels_match_reference(device):
+def test_kernels_match_reference(backend):
     """The kernels (float32) against the float64 reference on the inputs rounded to float32.
     The depth normal is a difference of neighbouring points: P = d ray is exact to ~2^-24 |P|,
     A and B (~2 d / f here) lose a factor |P| / |A| ~ f / 2 ~ 15, then 1 / |c| and the
     cross products add a few ulps: ~1e-6 of each output's largest, held to 2e-5."""
     N, d, a, Ks, g = _case()
     N, d, a, g = (x.astype(np.float32).astype(np.float64) for x in (N, d, a, g))
-    loss, gn, gd = run_normal_consistency(device, N, d, a, Ks, g)
+    loss, gn, gd = run_normal_consistency(backend, N, d, a, Ks, g)
     want_loss = normal_consistency_fwd(N, d, a, Ks)
     want_gn, want_gd = normal_consistency_bwd(N, d, a, Ks, g)
     for got, want, what in ((loss, want_loss, "loss"), (gn, want_gn, "grad_normals"), (gd, want_gd, "grad_depths")):

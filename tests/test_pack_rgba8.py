@@ -1,6 +1,6 @@
 """pack_rgba8 (shaders/pack_rgba8.comp): float RGB -> RGBA8 words on the GPU, equal to
 spirula/render/video.py to_uint8 bit for bit (round half to even, NaN -> 0), and
-RenderResult.rgb8() equal to to_uint8(render(...).numpy())."""
+RenderResult.rgb8() equal to to_uint8(render(...).numpy()); the kernel on each backend."""
 
 import numpy as np
 from view_cases import activated, blob_params
@@ -33,9 +33,9 @@ def test_case_holds_exact_ties():
     assert ((prod - np.floor(prod)) == 0.5).sum() >= 50  # the round-half-even branch is exercised
 
 
-def test_pack_rgba8_equals_to_uint8(device):
+def test_pack_rgba8_equals_to_uint8(backend):
     rgb = rgb8_case(37, 61, seed=1)
-    got = _gpu_pack(device, rgb).reshape(37, 61)
+    got = _gpu_pack(backend, rgb).reshape(37, 61)
     want = pack_rgba8(rgb)
     assert got.dtype == np.uint32 and np.array_equal(got, want), int((got != want).sum())
     finite = np.isfinite(rgb).all(-1)
@@ -43,10 +43,22 @@ def test_pack_rgba8_equals_to_uint8(device):
     assert (got >> 24 == 255).all()
 
 
-def test_pack_rgba8_source_offset(device):
+def test_pack_rgba8_source_offset(backend):
     rgb = rgb8_case(40, 60, seed=2)
-    got = _gpu_pack(device, rgb, src_offset=700, count=1000)
+    got = _gpu_pack(backend, rgb, src_offset=700, count=1000)
     assert np.array_equal(got, pack_rgba8(rgb.reshape(-1, 3)[700:1700]))
+
+
+def test_pack_rgba8_grid_stride(backend):
+    """8 workgroups of 256 threads for 3,975 pixels: the grid-stride loop runs twice."""
+    from kernel_cases import run_kernel
+
+    rgb = rgb8_case(53, 75, seed=4).reshape(-1, 3)
+    n = rgb.shape[0]
+    out = run_kernel(
+        backend, "pack_rgba8", (8,), {"rgb": rgb}, {"packed": ((n,), np.uint32)}, push=dict(src_offset=0, count=n)
+    )
+    assert np.array_equal(out["packed"], pack_rgba8(rgb))
 
 
 def test_render_result_rgb8_equals_to_uint8_of_numpy(device):

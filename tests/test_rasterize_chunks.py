@@ -96,6 +96,36 @@ def test_chunk_table_names_every_chunk_once(monkeypatch, scene):
     assert len(want) > 3 * len(n)  # many more workgroups than tiles
 
 
+def test_rasterize_chunks_kernel_matches_numpy(backend):
+    """The kernel alone on each backend, from tile lists of 0 to 2,600 entries: chunk k of
+    tile t (list [s, e)) at id t + s // chunk + k, every other entry left CHUNK_NONE."""
+    from kernel_cases import run_kernel
+
+    from spirula.runtime.sequence import Threads
+
+    rng = np.random.default_rng(15)
+    tiles, chunk = 777, 256
+    n = np.where(rng.random(tiles) < 0.2, 0, rng.integers(1, 2600, tiles))
+    ends = np.cumsum(n)
+    ranges = np.stack([ends - n, ends], 1).astype(np.uint32)
+    ranges[n == 0] = 0  # an empty tile keeps the (0, 0) tile_ranges' caller filled
+    ids = tiles + -(-int(ends[-1]) // chunk) + 1  # Rasterizer.chunk_ids
+    want = np.full((ids, 2), CHUNK_NONE, np.uint32)
+    for t, (s, e) in enumerate(ranges.astype(np.int64)):
+        for k in range(-(-(e - s) // chunk)):
+            want[t + s // chunk + k] = (t, k)
+    out = run_kernel(
+        backend,
+        "rasterize_chunks",
+        Threads(tiles),
+        dict(ranges=ranges, chunk_table=np.full((ids, 2), CHUNK_NONE, np.uint32)),  # the caller's fill
+        {},
+        read=("chunk_table",),
+        push=dict(tiles=tiles, chunk=chunk, chunk_ids=ids),
+    )
+    assert np.array_equal(out["chunk_table"], want)
+
+
 @pytest.mark.parametrize("distortion,normals", [(False, False), (True, False), (False, True), (True, True)])
 def test_chunked_backward_matches_reference_and_the_unsplit_walk(monkeypatch, scene, distortion, normals):
     """chunk = 256 against the float64 reference (tests/test_rasterize_bwd.py's float32 atomics

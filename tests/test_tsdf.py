@@ -1,4 +1,5 @@
-"""tsdf_integrate: one view fused into a volume, against the float64 reference (spirula/reference/tsdf.py)."""
+"""tsdf_integrate: one view fused into a volume, against the float64 reference
+(spirula/reference/tsdf.py), on each backend."""
 
 import numpy as np
 import pytest
@@ -36,12 +37,12 @@ def _reference(vol, views):
 
 
 @pytest.mark.parametrize("x_offset", [0, 3])
-def test_tsdf_integrate_matches_reference(device, x_offset):
+def test_tsdf_integrate_matches_reference(backend, x_offset):
     """Three views (numpy inputs) into a 20 x 17 x 23 volume. Tolerance: a running average of
     <= 3 float32 terms of size <= truncation (0.4) is off by a few ulps (~1e-7); 1e-5 absolute.
     A voxel centre within float32 rounding of a pixel edge may read the neighbouring pixel: at
     most 1e-3 of the voxels may differ (a 32-bit projection moves u by ~1e-5 px)."""
-    vol = TSDFVolume(device, [-1.3, -0.9, -1.1], 0.1, (20, 17, 23), truncation=0.4, x_offset=x_offset)
+    vol = TSDFVolume(backend, [-1.3, -0.9, -1.1], 0.1, (20, 17, 23), truncation=0.4, x_offset=x_offset)
     try:
         views = []
         for s, eye in enumerate([(0, -3, 0.2), (2.9, 0.5, 0.3), (-0.4, 0.3, 3.0)]):
