@@ -212,8 +212,8 @@ ELSEWHERE = (
     ),
     Elsewhere(
         "SPIRULA_PARITY_REPORT",
-        "tests/test_cuda_parity.py",
-        "`1`: print what each CUDA parity check saw (with `-s`).",
+        "tests/kernel_cases.py",
+        "`1`: print what each kernel and CUDA parity check saw (with `-s`).",
     ),
     Elsewhere("NVCC", "scripts/build_cuda.sh, tests/test_cuda_*.py", "The CUDA compiler (else `nvcc` on PATH)."),
     Elsewhere("SPIRULA_CUDA_ARCHS", "scripts/build_cuda.sh", "The SASS targets (default `75 80 86 89 90`)."),
