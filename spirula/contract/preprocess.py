@@ -1,7 +1,8 @@
 """A kernel's binding contract read from its GLSL source, without glslang.
 
-The CUDA backend launches ``native_cuda/<name>.cu`` with the same buffers,
-push constants and specialization constants as ``shaders/<name>.comp``, so it
+The CUDA backend launches each kernel (a hand-written ``native_cuda/<name>.cu``
+or the entry point generated from the shader) with the same buffers, push
+constants and specialization constants as ``shaders/<name>.comp``, so it
 needs the same :class:`~spirula.contract.kernel.Kernel` contract the Vulkan
 registry builds, on machines that may have no ``glslangValidator``. This
 module preprocesses the shader just enough for
