@@ -9,6 +9,7 @@ a similarity, so the recovered camera centres are aligned to the true ones
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import numpy as np
@@ -33,6 +34,8 @@ CORNER = 40  # masked-out square at the top-left of every image, pixels
 # solution (a mirrored or collapsed arc is tens of degrees and percent off).
 MAX_ROTATION_DEG = 0.5
 MAX_CENTRE_ERROR = 0.003  # of the arc's extent (largest distance between two true centres)
+# COLMAP's own lines (glog: severity, date, time, thread, file:line])
+GLOG = re.compile(r"^[IWEF]\d{8} [\d:.]+ +\d+ [\w.]+:\d+\]", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +234,22 @@ def test_frame_sequences_are_matched_sequentially():
     assert choose_matcher(["a.jpg", "b.jpg", "c.jpg"]) == "exhaustive"
     assert choose_matcher(["a.jpg"] * 301) == "sequential"
     assert choose_matcher(["frame_1.png", "frame_2.png"], "exhaustive") == "exhaustive"
+
+
+def test_colmap_output_goes_to_the_log_and_with_verbose_to_stderr(tmp_path):
+    """COLMAP's own lines (glog: `E2026... sfm.cc:310] Failed to create any sparse
+    model`) go to OUT/colmap/sfm.log beside the stage lines, not between them on
+    stderr; --verbose shows them there too. No ANSI codes in the log."""
+    _noise(tmp_path / "noise", 5)
+    quiet = spirula("sfm", tmp_path / "noise", tmp_path / "out")
+    assert quiet.returncode == 2, quiet.stderr
+    assert all(ln.startswith(("sfm: ", "spirula: error: ")) for ln in quiet.stderr.splitlines()), quiet.stderr
+    log_file = tmp_path / "out" / "colmap" / "sfm.log"
+    assert quiet.stderr.rstrip().endswith("(log: %s)" % log_file)
+    log = log_file.read_text()
+    assert "Failed to create any sparse model" in log and "sfm: gate" in log and "\x1b" not in log
+    assert log.index("sfm: extract") < log.index("Failed to create any sparse model") < log.index("sfm: map")
+    loud = spirula("sfm", tmp_path / "noise", tmp_path / "out2", "--verbose")
+    assert loud.returncode == 2
+    assert "Failed to create any sparse model" in loud.stderr and GLOG.search(loud.stderr), loud.stderr
+    assert "\x1b" not in loud.stderr
