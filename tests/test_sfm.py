@@ -253,3 +253,21 @@ def test_colmap_output_goes_to_the_log_and_with_verbose_to_stderr(tmp_path):
     assert loud.returncode == 2
     assert "Failed to create any sparse model" in loud.stderr and GLOG.search(loud.stderr), loud.stderr
     assert "\x1b" not in loud.stderr
+
+
+def test_stage_progress_is_read_from_colmaps_lines():
+    """Each SfM stage's bar follows COLMAP's own progress lines (pycolmap 4.2's
+    wording); extraction run once per camera group counts on across the calls."""
+    from spirula.sfm.colmap import StageProgress
+
+    glog = "I20261207 07:35:47.538466 139652396738240 %s"
+    extract = StageProgress()
+    lines = ["feature_extraction.cc:270] Processed file [%d/%d]" % kn for kn in ((1, 2), (2, 2), (1, 3), (3, 3))]
+    assert [extract(glog % ln) for ln in lines] == [(1, None), (2, None), (3, None), (5, None)]
+    assert extract(glog % "feature_extraction.cc:294]   Features:        323 (SIFT)") is None
+    other = StageProgress()
+    assert other(glog % "pairing.cc:562] Processing image [9/12]") == (9, None)
+    assert other(glog % "pairing.cc:214] Processing block [2/3, 1/3]") == (4, 9)
+    assert other(glog % "incremental_pipeline.cc:492] Registering initial image pair #10 and #7") == (2, None)
+    assert other(glog % "incremental_pipeline.cc:620] Registering image #9 (num_reg_frames=5)") == (5, None)
+    assert StageProgress()(glog % "undistorters.cc:208] Undistorting image [3/12]") == (3, None)

@@ -30,6 +30,7 @@ from pathlib import Path
 from PIL import Image, ImageOps
 
 from spirula.errors import DatasetError
+from spirula.progress import track
 
 # --single-camera / (default) / --camera-per-image
 CAMERA_MODES = ("single", "grouped", "per-image")
@@ -167,7 +168,7 @@ def upright_images(folder: Path, photos, masks: dict, work: Path) -> tuple:
         return folder, masks
     out = work / "images"
     out.mkdir(parents=True)
-    for p in photos:
+    for p in track(photos, "turning photos upright", unit="photo"):  # ~0.3 s a 12 MP JPEG
         if not p.turned:
             _link(Path(folder).resolve() / p.name, out / p.name)
             continue
