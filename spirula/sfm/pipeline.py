@@ -181,10 +181,13 @@ def prepare_capture(
             images = photo_folder(path)
         from spirula.sfm.colmap import run_sfm
 
-        sfm = dict(matcher=settings.matcher, mapper=settings.mapper, camera_model=settings.camera_model)
+        sfm = dict(
+            matcher=settings.matcher,
+            mapper=settings.mapper,
+            camera_model=settings.camera_model,
+            single_camera=settings.single_camera,
+        )
         sfm = {k: v for k, v in sfm.items() if v is not None}
-        if settings.single_camera is not None:
-            sfm["single_camera"] = settings.single_camera
         t0 = time.perf_counter()
         log_file = entry.parent / (entry.name + ".log")
         run_sfm(images, work / "dataset", log=log, log_file=log_file, verbose=verbose, **sfm)
