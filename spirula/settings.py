@@ -137,6 +137,14 @@ RAY_USAGE_STATS = _setting(
     "Ray's own switch; `--partition` sets it to 0 when unset, so a local Ray runs offline (docs/partition.md).",
     "user",
 )
+RAY_COLOR_PREFIX = _setting(
+    "RAY_COLOR_PREFIX",
+    "`0`, `1`",
+    "Ray's colours",
+    "Ray's own switch; `--partition` sets it to 0 when stderr is not a terminal, so the tasks' lines"
+    " Ray prints (`--verbose`) carry no colour codes into a file or pipe (docs/partition.md).",
+    "user",
+)
 
 # -- what a developer sets: debugging, measuring ----------------------------------------
 SHADER_DIR = _setting(
@@ -294,9 +302,13 @@ def display() -> bool:
     return bool(DISPLAY.raw() or WAYLAND_DISPLAY.raw())
 
 
-def quiet_ray():
-    """RAY_USAGE_STATS_ENABLED=0 unless set: Ray then sends no usage statistics."""
+def quiet_ray(colour: bool = True):
+    """RAY_USAGE_STATS_ENABLED=0 unless set: Ray then sends no usage statistics;
+    without ``colour`` (stderr is no terminal), RAY_COLOR_PREFIX=0: Ray prints
+    the tasks' lines without ANSI colour codes."""
     os.environ.setdefault(RAY_USAGE_STATS.name, "0")
+    if not colour:
+        os.environ[RAY_COLOR_PREFIX.name] = "0"
 
 
 def shader_dir() -> Path | None:

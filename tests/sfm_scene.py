@@ -116,3 +116,46 @@ def make_scene(folder, n=20, width=320, height=240, seed=0, name="frame_%05d.png
         Rs.append(R)
         ts.append(t)
     return names, np.array(Rs), np.array(ts), K
+
+
+# Kinds of photo for make_photos: what a phone held both ways and a second camera give.
+# "landscape": camera A, 320x240; "portrait": camera A held upright, stored as
+# 240x320; "exif": camera A held upright, stored as the sensor reads it (320x240)
+# with EXIF orientation 6 (turn 90 degrees clockwise to view), as phones write
+# it; "b": camera B, 400x300 at a wider angle (focal 0.75 W), another make and model.
+CAMERA_A = ("Spirula", "Phone A")
+CAMERA_B = ("Other", "Camera B")
+PHOTO_KINDS = dict(
+    landscape=((320, 240), 304.0, CAMERA_A),
+    portrait=((240, 320), 304.0, CAMERA_A),
+    exif=((240, 320), 304.0, CAMERA_A),
+    b=((400, 300), 300.0, CAMERA_B),
+)
+
+
+def make_photos(folder, kinds, seed=0, name="IMG_%04d.jpg"):
+    """Render one view per entry of ``kinds`` (keys of PHOTO_KINDS), evenly along
+    the arc, into ``folder`` as JPEGs with EXIF Make and Model. Returns (names,
+    R [n,3,3], t [n,3], Ks [n,3,3], sizes [(W, H)]) of the cameras as the photos
+    are seen upright."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = _noise_table(seed)
+    names, Rs, ts, Ks, sizes = [], [], [], [], []
+    for i, (kind, c) in enumerate(zip(kinds, arc_centres(len(kinds)))):
+        (w, h), f, (make, model) = PHOTO_KINDS[kind]
+        K = np.array([[f, 0, w / 2], [0, f, h / 2], [0, 0, 1.0]])
+        R, t = look_at(c)
+        img = render(R, t, K, w, h, table)
+        exif = Image.Exif()
+        exif[0x010F], exif[0x0110] = make, model
+        if kind == "exif":
+            img = np.ascontiguousarray(np.rot90(img, 1))  # stored turned a quarter anticlockwise
+            exif[0x0112] = 6  # so viewers turn it a quarter clockwise
+        names.append(name % (i + 1))
+        Image.fromarray(img).save(folder / names[-1], quality=95, exif=exif)
+        Rs.append(R)
+        ts.append(t)
+        Ks.append(K)
+        sizes.append((w, h))
+    return names, np.array(Rs), np.array(ts), np.array(Ks), sizes

@@ -71,7 +71,7 @@ def test_a_second_run_uses_the_cached_dataset(tmp_path, monkeypatch):
 
     calls = []
 
-    def fake_sfm(images, out, log=None, **kw):
+    def fake_sfm(images, out, log=None, log_file=None, verbose=False, **kw):
         calls.append((Path(images), kw))
         (Path(out) / "sparse" / "0").mkdir(parents=True)
 
@@ -94,7 +94,7 @@ def test_a_second_run_uses_the_cached_dataset(tmp_path, monkeypatch):
 def test_a_failed_stage_leaves_no_cache_entry(tmp_path, monkeypatch):
     from spirula.sfm import colmap
 
-    def failing_sfm(images, out, log=None, **kw):
+    def failing_sfm(images, out, log=None, log_file=None, verbose=False, **kw):
         (Path(out) / "sparse").mkdir(parents=True)
         raise DatasetError("%s: only 2 images registered" % images)
 

@@ -5,6 +5,7 @@ traceback, for each kind of bad input."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,12 +169,15 @@ def test_backend_cuda_runs_there_or_says_why_not(run, dataset, tmp_path, command
 def test_resume_continues_the_run_with_its_own_configuration(dataset, tmp_path):
     """`spirula train --resume RUN` (what the Ctrl-C message tells the user to
     type) continues the run as it was configured: same strategy, SH degree
-    and budget, not the command line's defaults."""
+    and budget, not the command line's defaults. Its summary counts the steps
+    it ran, not the step it reached."""
     out = tmp_path / "adc"
     first = spirula("train", dataset, "--iterations", 4, "--strategy", "adc", "--output", out, *SMALL)
     assert first.returncode == 0, first.stderr
+    assert "spirula: 4 steps in " in first.stderr and "resumed" not in first.stderr, first.stderr
     proc = spirula("train", "--resume", out, "--iterations", 6)
     assert proc.returncode == 0, proc.stderr
+    assert re.search(r"spirula: 2 steps in [\d.]+ s \(resumed: from step 4 to 6\);", proc.stderr), proc.stderr
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["strategy"], cfg["sh_degree"], cfg["cap_max"], cfg["iterations"]) == ("adc", 1, 2000, 6)
     assert [p.name for p in (out / "ckpt").iterdir()] == ["step-0000006.npz"]

@@ -262,3 +262,23 @@ def test_splat_colour_is_the_colour_of_the_nearby_splats(meshes):
 
     assert np.abs(got - want).max() <= COLOUR_GRADIENT * 2 * spacing
     assert np.abs(got - want).mean() <= COLOUR_GRADIENT * 0.5 * spacing
+
+
+def test_colouring_reports_its_progress(meshes, monkeypatch, capsys):
+    """`spirula mesh`'s colour stage takes minutes on a large mesh (millions of
+    texels, each coloured from its nearest splats): both colourings show how far
+    they are, here as plain lines (stderr is no terminal), the last one at the end."""
+    from spirula import progress
+    from spirula.mesh import colour
+
+    monkeypatch.setattr(progress, "TRACK_INTERVAL", 0.0)  # a line at every update
+    monkeypatch.setattr(colour, "COLOUR_CHUNK", 500)  # several updates on a small mesh
+    mesh = meshes["Sphere"][2]
+    bake_texture(mesh, lambda p, n: colour_field(p), size=64)
+    colour_vertices(mesh, lambda p, n: colour_field(p))
+    lines = capsys.readouterr().err.splitlines()
+    for what, total in (("texture", len(mesh.faces)), ("vertices", len(mesh.vertices))):
+        done = [ln.split()[-1] for ln in lines if ln.startswith("spirula: colouring %s " % what)]
+        counts = [int(d.split("/")[0].replace(",", "")) for d in done]
+        assert len(counts) > 2 and counts == sorted(counts), lines
+        assert done[-1] == f"{total:,}/{total:,}", lines

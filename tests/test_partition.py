@@ -322,6 +322,36 @@ def test_four_blocks_on_ray_match_the_whole_scene(tmp_path, monkeypatch):
     assert metrics["psnr"] >= whole["psnr"] - PSNR_GAP_DB, (metrics["psnr"], whole["psnr"])
 
 
+@pytest.mark.slow
+def test_ray_output_goes_to_the_run_logs_without_colour_codes(tmp_path):
+    """`spirula train --partition`: each task's output goes to its block's
+    train.log and Ray's own lines to partition/ray.log, not between Spirula's
+    lines (before, Ray printed them there with colour codes, even into a
+    pipe); no ANSI codes in any of them. --verbose shows the tasks' lines too."""
+    pytest.importorskip("ray")
+    from test_cli_train import SMALL, spirula
+    from train_cases import write_tiny_colmap
+
+    data = write_tiny_colmap(tmp_path / "data")
+    env = dict(RAY_USAGE_STATS_ENABLED="0")
+    for verbose in (False, True):
+        run = tmp_path / ("verbose" if verbose else "quiet")
+        args = ["train", data, "--partition", 2, "--iterations", 10, "-o", run, *SMALL] + ["--verbose"] * verbose
+        proc = spirula(*args, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout + proc.stderr
+        assert "\x1b" not in out, out
+        assert ("(train_block pid=" in out) == verbose, out
+        if not verbose:  # Spirula's lines, and the fine-tune's progress
+            assert all(ln.startswith(("spirula: ", "step ")) for ln in out.splitlines()), out
+        part = run / "partition"
+        assert "\x1b" not in (part / "ray.log").read_text()
+        for b in ("block-00", "block-01"):
+            log = (part / "runs" / b / "train.log").read_text()
+            assert "spirula: %s: task in process" % b in log and "[%s] spirula: 10 steps in" % b in log, log
+            assert "\x1b" not in log
+
+
 def test_partition_merge_cli_on_trained_blocks(tmp_path):
     """`spirula partition merge OUT` on a partition whose blocks were trained
     by hand (here: splats written in place of the runs): merged.ply holds each

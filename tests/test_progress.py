@@ -2,6 +2,7 @@
 lines without carriage returns elsewhere (CI logs, pipes)."""
 
 import io
+import os
 
 import pytest
 
@@ -88,3 +89,79 @@ def test_a_line_written_during_a_bar_keeps_the_bar_whole():
     list(items)
     text = stream.getvalue()
     assert "out/0000.png\n" in text and text.index("out/0000.png") > text.index("rendering")
+
+
+def test_work_reported_as_it_goes_off_a_terminal_prints_plain_lines(monkeypatch):
+    monkeypatch.setattr(progress, "TRACK_INTERVAL", 0.0)
+    stream = io.StringIO()
+    with progress.Bar(None, "sfm match", stream=stream) as bar:
+        bar.update_to(1, total=4)  # the total known only from the first report
+        bar.update_to(1)  # no news: no line
+        bar.update(2)
+        bar.update_to(2)  # never goes back
+    assert stream.getvalue().splitlines() == ["spirula: sfm match 1/4", "spirula: sfm match 3/4"]
+
+
+def test_work_reported_as_it_goes_on_a_terminal_is_a_bar_that_goes_away():
+    stream = io.StringIO()
+    bar = progress.Bar(10, "colouring texture", unit="face", stream=stream, isatty=True)
+    bar.update_to(4)
+    assert bar.bar.n == 4
+    bar.close()
+    text = stream.getvalue()
+    assert "colouring texture" in text and "\r" in text
+
+
+def test_ansi_codes_are_stripped():
+    coloured = "\x1b[36m(train_block pid=7)\x1b[0m step 1/2 \x1b[2K\x1b]0;title\x07done"
+    assert progress.strip_ansi(coloured) == "(train_block pid=7) step 1/2 done"
+
+
+# Output as libraries write it: Python's print, C-level writes to fd 1 and 2
+# (glog), a child process, colours, a carriage return, no final newline.
+_CAPTURED = """
+import os, subprocess, sys
+from spirula import progress
+seen = []
+with progress.capture_output(sys.argv[1], echo=sys.argv[2] == "echo", on_line=seen.append) as cap:
+    print("python stdout")
+    print("python stderr", file=sys.stderr)
+    os.write(2, b"\\x1b[36m(f pid=1)\\x1b[0m coloured\\nE20260101 sfm.cc:310] Failed to create any sparse model\\n")
+    os.write(1, b"50%\\r100%\\n")
+    subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('child, unfinished')"], check=True)
+    cap.stream.write("for the user\\n")  # the real stderr, past the capture
+print("after", len(seen))  # stdout is the process's own again
+"""
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_library_output_goes_to_the_log_file_and_only_with_echo_to_stderr(tmp_path, echo):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    log = tmp_path / "run.log"
+    log.write_text("earlier line\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", _CAPTURED, str(log), "echo" if echo else "quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = [
+        "python stdout",
+        "python stderr",
+        "(f pid=1) coloured",
+        "E20260101 sfm.cc:310] Failed to create any sparse model",
+        "50%",
+        "100%",
+        "child, unfinished",
+    ]
+    assert log.read_text().splitlines() == ["earlier line"] + expected  # appended, no ANSI codes
+    assert proc.stdout == "after 7\n"
+    assert "for the user" in proc.stderr.splitlines()
+    shown = [ln for ln in proc.stderr.splitlines() if ln != "for the user"]
+    assert shown == (expected if echo else [])  # stderr is a pipe here: no codes there either

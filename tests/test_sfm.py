@@ -9,6 +9,7 @@ a similarity, so the recovered camera centres are aligned to the true ones
 
 from __future__ import annotations
 
+import re
 import sqlite3
 
 import numpy as np
@@ -33,6 +34,8 @@ CORNER = 40  # masked-out square at the top-left of every image, pixels
 # solution (a mirrored or collapsed arc is tens of degrees and percent off).
 MAX_ROTATION_DEG = 0.5
 MAX_CENTRE_ERROR = 0.003  # of the arc's extent (largest distance between two true centres)
+# COLMAP's own lines (glog: severity, date, time, thread, file:line])
+GLOG = re.compile(r"^[IWEF]\d{8} [\d:.]+ +\d+ [\w.]+:\d+\]", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -231,3 +234,40 @@ def test_frame_sequences_are_matched_sequentially():
     assert choose_matcher(["a.jpg", "b.jpg", "c.jpg"]) == "exhaustive"
     assert choose_matcher(["a.jpg"] * 301) == "sequential"
     assert choose_matcher(["frame_1.png", "frame_2.png"], "exhaustive") == "exhaustive"
+
+
+def test_colmap_output_goes_to_the_log_and_with_verbose_to_stderr(tmp_path):
+    """COLMAP's own lines (glog: `E2026... sfm.cc:310] Failed to create any sparse
+    model`) go to OUT/colmap/sfm.log beside the stage lines, not between them on
+    stderr; --verbose shows them there too. No ANSI codes in the log."""
+    _noise(tmp_path / "noise", 5)
+    quiet = spirula("sfm", tmp_path / "noise", tmp_path / "out")
+    assert quiet.returncode == 2, quiet.stderr
+    assert all(ln.startswith(("sfm: ", "spirula: error: ")) for ln in quiet.stderr.splitlines()), quiet.stderr
+    log_file = tmp_path / "out" / "colmap" / "sfm.log"
+    assert quiet.stderr.rstrip().endswith("(log: %s)" % log_file)
+    log = log_file.read_text()
+    assert "Failed to create any sparse model" in log and "sfm: gate" in log and "\x1b" not in log
+    assert log.index("sfm: extract") < log.index("Failed to create any sparse model") < log.index("sfm: map")
+    loud = spirula("sfm", tmp_path / "noise", tmp_path / "out2", "--verbose")
+    assert loud.returncode == 2
+    assert "Failed to create any sparse model" in loud.stderr and GLOG.search(loud.stderr), loud.stderr
+    assert "\x1b" not in loud.stderr
+
+
+def test_stage_progress_is_read_from_colmaps_lines():
+    """Each SfM stage's bar follows COLMAP's own progress lines (pycolmap 4.2's
+    wording); extraction run once per camera group counts on across the calls."""
+    from spirula.sfm.colmap import StageProgress
+
+    glog = "I20261207 07:35:47.538466 139652396738240 %s"
+    extract = StageProgress()
+    lines = ["feature_extraction.cc:270] Processed file [%d/%d]" % kn for kn in ((1, 2), (2, 2), (1, 3), (3, 3))]
+    assert [extract(glog % ln) for ln in lines] == [(1, None), (2, None), (3, None), (5, None)]
+    assert extract(glog % "feature_extraction.cc:294]   Features:        323 (SIFT)") is None
+    other = StageProgress()
+    assert other(glog % "pairing.cc:562] Processing image [9/12]") == (9, None)
+    assert other(glog % "pairing.cc:214] Processing block [2/3, 1/3]") == (4, 9)
+    assert other(glog % "incremental_pipeline.cc:492] Registering initial image pair #10 and #7") == (2, None)
+    assert other(glog % "incremental_pipeline.cc:620] Registering image #9 (num_reg_frames=5)") == (5, None)
+    assert StageProgress()(glog % "undistorters.cc:208] Undistorting image [3/12]") == (3, None)

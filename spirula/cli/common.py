@@ -1,7 +1,8 @@
 """What every ``spirula`` command shares: ``--backend``, ``--device`` and
 ``--profile`` (:func:`common_options`), the device a command opens
-(:func:`open_cli_device`), the web viewer's options and a trained run opened
-with its dataset (:func:`open_run`). Imports no command module: the commands
+(:func:`open_cli_device`), ``--verbose`` where a command runs a library with
+output of its own (:func:`verbose_option`), the web viewer's options and a
+trained run opened with its dataset (:func:`open_run`). Imports no command module: the commands
 import it, and spirula/cli/main.py attaches them to the ``spirula`` group.
 """
 
@@ -51,6 +52,34 @@ def open_cli_device():
     device = open_device(chosen_backend())
     set_device(device)
     return device
+
+
+_VERBOSE = "spirula.verbose"  # ctx.meta key, as _BACKEND
+
+
+def _set_verbose(ctx, param, value):
+    if value:
+        ctx.meta[_VERBOSE] = True
+
+
+def verbose_option(fn):
+    """``--verbose`` on a command that runs COLMAP or Ray: their own lines, which
+    go to the run's log file, on stderr as well (:func:`verbose`)."""
+    return click.option(
+        "--verbose",
+        "-v",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_verbose,
+        help="Show what COLMAP and Ray print as well (it always goes to the run's log file).",
+    )(fn)
+
+
+def verbose() -> bool:
+    """True when ``--verbose`` was given."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_VERBOSE))
 
 
 def web_viewer_options(port_name: str, port_help: str):

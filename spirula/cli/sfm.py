@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.common import common_options
+from spirula.cli.common import common_options, verbose, verbose_option
 from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, cores
 
 
 @click.command()
 @common_options  # accepted like every command's; SfM runs on the CPU (pycolmap's CPU wheel)
+@verbose_option
 @click.argument("images", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option(
@@ -46,15 +47,17 @@ from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MAT
     "--single-camera/--camera-per-image",
     default=None,
     help="One camera (intrinsics) shared by all images, or one per image"
-    " [default: shared for numbered frames, per image otherwise].",
+    " [default: one per image size and camera (EXIF make, model, focal length)].",
 )
 def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
     """Estimate camera poses for the images in IMAGES; write a dataset to OUT.
 
     OUT gets images/ (undistorted) and sparse/0/ (a PINHOLE COLMAP model), ready
     for `spirula train OUT`, plus masks/ when masks were used and colmap/ (the
-    database and raw models). A result that fails the quality gate (too few
-    images registered, high reprojection error, short tracks) exits with 2.
+    database, raw models and sfm.log, COLMAP's own output). Photos with an
+    EXIF orientation are turned upright first. A result that fails the
+    quality gate (too few images registered, high reprojection error, short
+    tracks) exits with 2.
     """
     from spirula.sfm.colmap import run_sfm
 
@@ -71,5 +74,6 @@ def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
         masks=masks,
         single_camera=single_camera,
         log=log,
+        verbose=verbose(),
     )
     log("total     %6.1f s  train with: spirula train %s" % (sum(result.times.values()), result.out))

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.common import common_options, open_cli_device, open_run, saved_config, web_viewer_options
+from spirula.cli.common import (
+    common_options,
+    open_cli_device,
+    open_run,
+    saved_config,
+    verbose,
+    verbose_option,
+    web_viewer_options,
+)
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig
 
@@ -19,14 +27,16 @@ def _log(msg):
     click.echo(msg, err=True)
 
 
-def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run):
+def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera=None):
     """DATASET as it is, or the dataset frames and SfM make from a video or a
     folder of photos (cached); None when --dry-run stops before SfM."""
     from spirula.sfm import pipeline
 
     if dataset is None or pipeline.capture_kind(dataset) is None:
         return dataset
-    settings = pipeline.CaptureSettings(fps=fps, max_frames=max_frames, matcher=matcher, camera_model=camera_model)
+    settings = pipeline.CaptureSettings(
+        fps=fps, max_frames=max_frames, matcher=matcher, camera_model=camera_model, single_camera=single_camera
+    )
     if dry_run:
         cached = pipeline.cached_dataset(dataset, settings)
         if cached is None:
@@ -37,7 +47,7 @@ def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run
             )
             return None
         return cached
-    return pipeline.prepare_capture(dataset, settings, log=_log)
+    return pipeline.prepare_capture(dataset, settings, log=_log, verbose=verbose())
 
 
 def _default(field: str) -> str:
@@ -51,6 +61,7 @@ def _default(field: str) -> str:
 
 @click.command()
 @common_options
+@verbose_option
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
 @click.option("--iterations", type=int, default=None, help="Training steps %s." % _default("iterations"))
 @click.option(
@@ -117,6 +128,11 @@ def _default(field: str) -> str:
 @click.option(
     "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
 )
+@click.option(
+    "--single-camera/--camera-per-image",
+    default=None,
+    help="Photos: one camera for all, or one per image (see `spirula sfm`) [default: one per size and camera].",
+)
 @web_viewer_options("--viewer-port", "Serve a web viewer of the training on this port (docs/viewer.md, 'Web viewer').")
 @click.option(
     "--partition",
@@ -173,6 +189,7 @@ def train(
     max_frames,
     matcher,
     camera_model,
+    single_camera,
     viewer_port,
     viewer_host,
     n_blocks,
@@ -237,7 +254,7 @@ def train(
             cfg = TrainConfig(**explicit)
     except ValueError as exc:
         raise SpirulaError("spirula train: %s" % exc) from None
-    dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run)
+    dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera)
     if dataset is None:
         return
     scene = load_dataset(
@@ -265,7 +282,7 @@ def train(
         if resume is not None:
             raise SpirulaError("--partition and --resume: resume a block's run, then `spirula partition merge`")
         output = output or default_output_dir(Path(dataset))
-        train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log)
+        train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log, verbose=verbose())
         return
     viewers = _live_viewers(scene) if viewer else []
     device = open_cli_device()

@@ -2,7 +2,9 @@
 
 - :func:`read_image` returns ``[H,W,C] float32`` in [0,1] with C = 3 (RGB) or
   4 (RGBA: the file has alpha), the file's values divided by 255 (65535 for
-  16-bit), no gamma change, no EXIF rotation (COLMAP does not apply it either).
+  16-bit), no gamma change, no EXIF rotation: a dataset's images are used as
+  stored, as COLMAP made their cameras from them (a folder of photos is
+  turned upright before SfM: spirula/sfm/photos.py).
 - ``--downscale N`` (:func:`resolve_images`) uses ``<images>_N/`` when the
   dataset has it; otherwise it computes it once (PIL box filter, size
   ``round(W/N) x round(H/N)``, same file names and formats, JPEG at quality 95

@@ -13,6 +13,9 @@ nearest point, so bilinear taps at a chart's rim stay on that chart),
 colours those, then fills every other texel with the colour of the nearest
 set one, so mip-maps never pull in black from outside the charts.
 
+Both draw a progress bar (spirula/progress.py): colouring a texture of
+millions of texels from the splats takes minutes on a few cores.
+
 Texture convention (glTF, and trimesh's ``TextureVisuals``): image row 0 is
 the top; texel ``(row y, column x)`` of a ``H x W`` image has its centre at
 ``uv = ((x + 0.5) / W, 1 - (y + 0.5) / H)``.
@@ -23,9 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from spirula.data.scene import quats_to_rotmats
+from spirula.progress import Bar
 from spirula.render.rasterizer import SH_C0  # base colour = 0.5 + SH_C0 * f_dc
 
 TEXEL_CHUNK = 1 << 22  # texel candidates per batch in bake_texture (bounds memory at ~200 MB)
+COLOUR_CHUNK = 1 << 16  # points per colour_fn call: the progress bar moves that often
 # Texels up to RING texels outside a triangle take the colour of its nearest point,
 # so every bilinear tap of a point in a chart (<= sqrt(2) texels away) holds that
 # chart's colour. xatlas packs charts ATLAS_PADDING texels apart in an atlas that
@@ -35,15 +40,14 @@ RING = 1.5
 ATLAS_PADDING = 5
 
 
-def colour_vertices(mesh, colour_fn):
+def colour_vertices(mesh, colour_fn, progress: bool = True):
     """A copy of ``mesh`` with ``visual.vertex_colors [V,4] uint8`` from
-    ``colour_fn`` at its vertices (vertex normals)."""
+    ``colour_fn`` at its vertices (vertex normals); a progress bar unless not ``progress``."""
     import trimesh
 
-    rgb = _rgb(
-        colour_fn(np.asarray(mesh.vertices, np.float64), np.asarray(mesh.vertex_normals, np.float64)),
-        len(mesh.vertices),
-    )
+    points, normals = np.asarray(mesh.vertices, np.float64), np.asarray(mesh.vertex_normals, np.float64)
+    with Bar(len(points), "colouring vertices", unit="vertex") if progress else _NoBar() as bar:
+        rgb = _colour(colour_fn, points, normals, bar)
     out = trimesh.Trimesh(vertices=mesh.vertices, faces=mesh.faces, process=False)
     out.visual = trimesh.visual.ColorVisuals(out, vertex_colors=_rgba8(rgb))
     return out
@@ -89,9 +93,10 @@ def rasterize_uv(uv: np.ndarray, faces: np.ndarray, size: int, ring: float = RIN
     """The texels within ``ring`` texels of a triangle, for every triangle of a UV layout.
 
     uv: [V,2] in [0,1]; faces: [F,3]. Yields batches ``(face [M] int64,
-    bary [M,3] f64, dist [M] f64, row [M] int64, col [M] int64)``: ``bary``
-    are the barycentrics of the point of the triangle nearest to the texel
-    centre, ``dist`` its distance in texels (0 inside). A texel near several
+    bary [M,3] f64, dist [M] f64, row [M] int64, col [M] int64, n_faces)``:
+    ``bary`` are the barycentrics of the point of the triangle nearest to the
+    texel centre, ``dist`` its distance in texels (0 inside); the batches
+    cover the faces in order, ``n_faces`` of them each. A texel near several
     triangles comes once per triangle: keep the nearest."""
     px = np.empty_like(uv)
     px[:, 0] = uv[:, 0] * size - 0.5  # texel-centre coordinates: centre of column x is x
@@ -127,7 +132,7 @@ def rasterize_uv(uv: np.ndarray, faces: np.ndarray, size: int, ring: float = RIN
         fid, q, t, row, col = fid[keep], q[keep], t[keep], row[keep], col[keep]
         bary, dist = _closest_on_triangle(q, t)
         near = dist <= ring
-        yield fid[near], bary[near], dist[near], row[near], col[near]
+        yield fid[near], bary[near], dist[near], row[near], col[near], stop - start
         start = stop
 
 
@@ -176,23 +181,30 @@ def dilate(image: np.ndarray, covered: np.ndarray) -> np.ndarray:
     return image[iy, ix]
 
 
-def bake_texture(mesh, colour_fn, size: int = 2048):
+def bake_texture(mesh, colour_fn, size: int = 2048, progress: bool = True):
     """A textured copy of ``mesh``: xatlas UVs, a ``size x size`` RGB texture
     with ``colour_fn`` at every texel centre inside a triangle (interpolated
     vertex normals), dilated across chart borders.
 
     Returns a ``trimesh.Trimesh`` whose ``visual`` is a ``TextureVisuals``
-    (``uv [V',2]``, ``material.image`` a PIL RGB image); seams split vertices."""
+    (``uv [V',2]``, ``material.image`` a PIL RGB image); seams split vertices.
+    A progress bar by faces coloured, unless not ``progress``."""
+    with Bar(len(mesh.faces), "colouring texture", unit="face") if progress else _NoBar() as bar:
+        return _bake(mesh, colour_fn, size, bar)
+
+
+def _bake(mesh, colour_fn, size: int, bar):
     import trimesh
     from PIL import Image
 
-    vmapping, faces, uv, mapped = atlas(mesh, size)
+    vmapping, faces, uv, mapped = atlas(mesh, size)  # xatlas: no progress of its own
     verts = np.asarray(mesh.vertices, np.float64)[vmapping]
     normals = np.asarray(mesh.vertex_normals, np.float64)[vmapping]
     image = np.zeros((size, size, 3), np.float32)
     nearest = np.full((size, size), np.inf)  # distance in texels to the triangle that set the texel
     painted = np.flatnonzero(mapped)
-    for fid, bary, dist, row, col in rasterize_uv(uv, faces[painted], size):
+    done = len(faces) - len(painted)  # faces xatlas left unmapped paint nothing
+    for fid, bary, dist, row, col, n_faces in rasterize_uv(uv, faces[painted], size):
         fid = painted[fid]
         order = np.argsort(-dist, kind="stable")  # the nearest triangle writes last
         fid, bary, dist, row, col = fid[order], bary[order], dist[order], row[order], col[order]
@@ -202,8 +214,11 @@ def bake_texture(mesh, colour_fn, size: int = 2048):
         p = np.einsum("mk,mkd->md", bary, verts[corners])
         n = np.einsum("mk,mkd->md", bary, normals[corners])
         n /= np.maximum(np.linalg.norm(n, axis=1, keepdims=True), 1e-12)
-        image[row, col] = _rgb(colour_fn(p, n), len(p))
+        # the bar moves by this batch's faces, in step with its texels coloured
+        image[row, col] = _colour(colour_fn, p, n, bar, start=done, faces=n_faces)
         nearest[row, col] = dist
+        done += n_faces
+        bar.update_to(done)
     image = dilate(image, np.isfinite(nearest))
     texture = Image.fromarray(np.round(image * 255.0).astype(np.uint8), "RGB")
     out = trimesh.Trimesh(vertices=verts, faces=faces, process=False)
@@ -269,6 +284,28 @@ def volume_colour_fn(volume):
         return rgb / np.maximum(w, 1e-12)[:, None]
 
     return colour
+
+
+def _colour(colour_fn, points, normals, bar, start: int = 0, faces: int | None = None) -> np.ndarray:
+    """``colour_fn`` at ``points`` in calls of COLOUR_CHUNK, checked and clipped;
+    ``bar`` moves to ``start`` plus the share done of ``faces`` (None: the points themselves)."""
+    out = np.empty((len(points), 3))
+    for s in range(0, len(points), COLOUR_CHUNK):
+        e = min(s + COLOUR_CHUNK, len(points))
+        out[s:e] = _rgb(colour_fn(points[s:e], normals[s:e]), e - s)
+        bar.update_to(start + (e if faces is None else faces * e // len(points)))
+    return out
+
+
+class _NoBar:
+    def update_to(self, n, total=None):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
 
 
 def _rgb(rgb, m: int) -> np.ndarray:

@@ -120,12 +120,17 @@ def partition_folder(path: Path) -> Path:
     )
 
 
-def train_partitioned(scene, cfg, output: Path, n_blocks: int, address: str, device_opener, steps=None, log=print):
+def train_partitioned(
+    scene, cfg, output: Path, n_blocks: int, address: str, device_opener, steps=None, log=print, verbose=False
+):
     """``spirula train --partition N``: partition ``scene`` into
     ``output/partition``, train the blocks on Ray, merge and fine-tune into
     ``output``. ``device_opener()``: the driver's device, opened only for the
-    fine-tune (after the blocks, so that a one-GPU machine is free for them)."""
-    from spirula.partition.ray_run import import_ray, init_ray, train_blocks
+    fine-tune (after the blocks, so that a one-GPU machine is free for them).
+    Ray's and the blocks' output go to ``partition/ray.log`` and each block's
+    ``train.log`` (on stderr too when ``verbose``)."""
+    from spirula.partition.ray_run import RAY_LOG, import_ray, init_ray, train_blocks
+    from spirula.progress import capture_output
 
     import_ray()  # without Ray: one line, before anything is written
     output = Path(output)
@@ -136,12 +141,13 @@ def train_partitioned(scene, cfg, output: Path, n_blocks: int, address: str, dev
     manifest = partition_scene(scene, part, n_blocks=n_blocks, loaded=loaded, log=log)
     # the blocks are COLMAP datasets: they composite and render on the source's background
     cfg = dataclasses.replace(cfg, background=cfg.background or ("white" if scene.background.mean() > 0.5 else "black"))
-    ray = init_ray(address, log=log)
+    ray = init_ray(address, log=log, verbose=verbose, log_file=part / RAY_LOG)
     try:
-        results = train_blocks(ray, manifest, part, part / RUNS, cfg, log=log)
+        results = train_blocks(ray, manifest, part, part / RUNS, cfg, log=log, verbose=verbose)
     finally:
         if address == "local":
-            ray.shutdown()  # the head this run started
+            with capture_output(part / RAY_LOG, echo=verbose):
+                ray.shutdown()  # the head this run started
     device = device_opener()
     metrics = merge_and_finetune(scene, cfg, manifest, part / RUNS, output, finetune_steps(cfg, steps), device, log)
     metrics["partition"]["block_results"] = results

@@ -14,22 +14,32 @@ ctypes; ``nvidia-smi`` as the fallback) and opens the Vulkan device with the
 same ``VkPhysicalDeviceIDProperties::deviceUUID``. On a cluster without GPUs
 (lavapipe) tasks take no GPU and use the default Vulkan device.
 
+What Ray and the tasks print stays out of the driver's terminal: each task
+writes its output to its block's run folder (``train.log``), Ray's own lines
+on the driver go to ``ray.log`` in the partition folder, neither with ANSI
+codes; with ``verbose`` (``--verbose``) both show on stderr as well, Ray's
+coloured prefixes only on a terminal. The driver shows a progress bar of
+the blocks done.
+
 Ray is an optional dependency (``pip install 'spirula[ray]'``), imported
 only here, only when blocks are trained.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes as C
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from spirula import settings
 from spirula.errors import SpirulaError
 from spirula.partition.blocks import PartitionError
+from spirula.progress import Bar, capture_output, is_terminal
 
 RAY_HINT = "training with --partition needs Ray: pip install 'spirula[ray]' (or pip install ray)"
 MAX_RETRIES = 3  # per block: a worker lost or a task failed this many times ends the run
@@ -37,6 +47,8 @@ MAX_RETRIES = 3  # per block: a worker lost or a task failed this many times end
 # (tests/test_partition.py sets it; train_blocks hands it to the tasks)
 FAIL_ONCE: str | None = None
 LOCAL_OBJECT_STORE = 256 << 20  # bytes: results travel as files, not objects
+BLOCK_LOG = "train.log"  # a task's output, in its block's run folder
+RAY_LOG = "ray.log"  # Ray's own lines on the driver, in the partition folder
 
 
 def import_ray():
@@ -47,30 +59,33 @@ def import_ray():
     return ray
 
 
-def init_ray(address: str, log=print):
+def init_ray(address: str, log=print, verbose: bool = False, log_file: Path | None = None):
     """Connect to Ray: ``local`` starts a head on this machine for it alone
     (no dashboard, no usage statistics: works offline; Ray itself picks the
     node's address: on Linux it turns 127.0.0.1 into the machine's own, and
     Ray 2.60 protects the head with a token), ``auto`` joins the
     cluster this machine is part of, ``HOST:PORT`` (or ``ray://HOST:PORT``) a
-    given one. Returns the ray module."""
+    given one. What Ray prints meanwhile goes to ``log_file`` (on stderr too
+    when ``verbose``); the tasks' output reaches the driver only when
+    ``verbose``. Returns the ray module."""
     ray = import_ray()
-    settings.quiet_ray()
+    settings.quiet_ray(colour=is_terminal(sys.stderr))  # no colour codes from Ray in a file or pipe
     if ray.is_initialized():
         return ray
-    if address == "local":
-        ray.init(
-            address="local",
-            include_dashboard=False,
-            object_store_memory=LOCAL_OBJECT_STORE,
-            configure_logging=False,
-            log_to_driver=True,
-        )
-    else:
-        try:
-            ray.init(address=address, configure_logging=False, log_to_driver=True)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise PartitionError("--ray-address %s: cannot connect to Ray (%s)" % (address, exc)) from None
+    with capture_output(log_file, echo=verbose) if log_file is not None else contextlib.nullcontext():
+        if address == "local":
+            ray.init(
+                address="local",
+                include_dashboard=False,
+                object_store_memory=LOCAL_OBJECT_STORE,
+                configure_logging=False,
+                log_to_driver=verbose,
+            )
+        else:
+            try:
+                ray.init(address=address, configure_logging=False, log_to_driver=verbose)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise PartitionError("--ray-address %s: cannot connect to Ray (%s)" % (address, exc)) from None
     res = ray.cluster_resources()
     log(
         "spirula: Ray %s at %s: %d CPUs, %d GPUs"
@@ -151,17 +166,24 @@ def pick_vulkan_device(gpu_ids) -> tuple:
     return index, uuid
 
 
-def train_block(dataset: str, run_dir: str, cfg_json: str, fail_once: str | None = None) -> dict:
+def train_block(dataset: str, run_dir: str, cfg_json: str, fail_once: str | None = None, verbose: bool = False) -> dict:
     """The body of one block's task: train ``dataset`` into ``run_dir`` with the
-    normal trainer on the worker's device. Returns the paths it wrote and the
-    block's metrics."""
+    normal trainer on the worker's device, its output into ``run_dir/train.log``
+    (and to Ray's driver as well when ``verbose``). Returns the paths it wrote
+    and the block's metrics."""
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    with capture_output(run / BLOCK_LOG, echo=verbose):
+        print("spirula: %s: task in process %d" % (run.name, os.getpid()), flush=True)
+        return _train_block(dataset, run, cfg_json, fail_once)
+
+
+def _train_block(dataset: str, run: Path, cfg_json: str, fail_once: str | None) -> dict:
     from spirula.backends import open_device, set_device
     from spirula.data import load_dataset
     from spirula.train.config import TrainConfig
     from spirula.train.run import train_run
 
-    run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
     if fail_once is not None and fail_once == run.name:
         marker = run / ".killed-once"
         if not marker.exists():
@@ -204,9 +226,13 @@ def train_block(dataset: str, run_dir: str, cfg_json: str, fail_once: str | None
     )
 
 
-def train_blocks(ray, manifest: dict, partition_dir: Path, runs_dir: Path, cfg, log=print) -> list:
+def train_blocks(
+    ray, manifest: dict, partition_dir: Path, runs_dir: Path, cfg, log=print, verbose: bool = False
+) -> list:
     """Train every block of the manifest as a Ray task; the tasks' results in
-    manifest order. One GPU per task where the cluster has GPUs, else none."""
+    manifest order. One GPU per task where the cluster has GPUs, else none.
+    A progress bar counts the blocks done; what Ray prints meanwhile goes to
+    ``partition_dir/ray.log`` (on stderr too when ``verbose``)."""
     import dataclasses
 
     gpus = ray.cluster_resources().get("GPU", 0)
@@ -221,14 +247,27 @@ def train_blocks(ray, manifest: dict, partition_dir: Path, runs_dir: Path, cfg, 
             str(Path(runs_dir).resolve() / e["name"]),
             block_cfg.to_json(),
             FAIL_ONCE,
+            verbose,
         )
         for e in manifest["blocks"]
     ]
-    log("spirula: %d block tasks submitted (%s each)" % (len(refs), "1 GPU" if gpus > 0 else "no GPU: lavapipe"))
+    log(
+        "spirula: %d block tasks submitted (%s each); their output: %s/block-NN/%s"
+        % (len(refs), "1 GPU" if gpus > 0 else "no GPU: lavapipe", runs_dir, BLOCK_LOG)
+    )
     try:
-        results = ray.get(refs)
+        with capture_output(Path(partition_dir) / RAY_LOG, echo=verbose) as cap:
+            with Bar(len(refs), "training blocks", unit="block", stream=cap.stream) as bar:
+                pending = refs
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    bar.update(len(done))
+            results = ray.get(refs)
     except Exception as exc:  # ray.exceptions.RayError: a block failed past its retries
-        raise SpirulaError("a block failed %d times: %s" % (MAX_RETRIES + 1, str(exc).splitlines()[0])) from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SpirulaError(
+            "a block failed %d times: %s (its log: %s/block-NN/%s)" % (MAX_RETRIES + 1, first, runs_dir, BLOCK_LOG)
+        ) from None
     for r in results:
         d = r["device"]
         log(

@@ -2,11 +2,13 @@
 
 :func:`run_sfm` runs five stages, each logged as one line with its time:
 
-- **extract**: SIFT features (pycolmap.extract_features), honouring masks.
-  Video frames share one camera (one lens at one zoom: every observation then
-  constrains the same focal length and distortion, which is far better
-  conditioned than one camera per frame); a photo set gets a camera per image
-  (COLMAP's AUTO mode: photos may come from several cameras or zooms).
+- **extract**: SIFT features (pycolmap.extract_features), honouring masks,
+  from upright images (a photo with an EXIF turn is copied upright first:
+  COLMAP ignores the tag). Images of one size, camera and focal length
+  share one camera (one lens at one zoom: every observation then constrains
+  the same focal length and distortion, far better conditioned than a camera
+  per image); video frames are one such group, a folder of photos from two
+  cameras or in portrait and landscape several (spirula/sfm/photos.py).
 - **match**: sequential (each frame against the next ``overlap`` frames, with
   quadratic overlap; loop detection off, as it needs a vocabulary tree file)
   or exhaustive (every pair). ``matcher="auto"`` picks sequential for
@@ -18,6 +20,10 @@
 - **undistort**: to PINHOLE (pycolmap.undistort_images), written as
   ``OUT/images`` + ``OUT/sparse/0``, which ``spirula train OUT`` reads; masks
   go to ``OUT/masks``. COLMAP's working files stay in ``OUT/colmap/``.
+
+What COLMAP prints goes to the run's log (``OUT/colmap/sfm.log``, beside
+the stage lines), not between Spirula's lines; ``verbose`` shows it too.
+Each stage draws a progress bar from those lines.
 
 See docs/sfm.md.
 """
@@ -32,12 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from PIL import Image
-
 from spirula.data.masks import find_masks
 from spirula.errors import DatasetError, SpirulaError
+from spirula.progress import Bar, capture_output
 from spirula.sfm import gate as gate_mod
 from spirula.sfm import masks as masks_mod
+from spirula.sfm import photos as photos_mod
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 MATCHERS = ("auto", "sequential", "exhaustive")
@@ -65,6 +71,8 @@ class SfmResult:
     matcher: str  # the matcher used ("sequential" or "exhaustive")
     times: dict = field(default_factory=dict)  # stage -> seconds
     n_masks: int = 0  # masks carried into out/masks
+    n_cameras: int | None = None  # camera groups (the default's), None with --single-camera / --camera-per-image
+    n_turned: int = 0  # images turned upright by their EXIF orientation
 
 
 def list_images(folder: Path) -> list:
@@ -82,23 +90,17 @@ def list_images(folder: Path) -> list:
     return names
 
 
-def check_images(folder: Path, names) -> tuple:
-    """Decode the headers of all images: ``(W, H)`` of the first; a one-line error
-    names a file that is not an image. Fewer than 3 images is an error too."""
-    sizes = set()
-    for name in names:
-        try:
-            with Image.open(folder / name) as im:
-                im.verify()
-                sizes.add(im.size)
-        except Exception as exc:  # Pillow raises many types for a bad file
-            raise DatasetError("%s: not a readable image (%s)" % (folder / name, " ".join(str(exc).split()))) from None
+def check_images(folder: Path, names) -> list:
+    """Read the headers of all images: a :class:`~spirula.sfm.photos.Photo`
+    each; a one-line error names a file that is not an image. Fewer than 3
+    images is an error too."""
+    photos = photos_mod.read_photos(folder, names)
     if len(names) < gate_mod.MIN_REGISTERED:
         raise DatasetError(
             "%s: %d image%s; SfM needs at least %d overlapping views of the scene"
             % (folder, len(names), "" if len(names) == 1 else "s", gate_mod.MIN_REGISTERED)
         )
-    return sizes
+    return photos
 
 
 def is_frame_sequence(names) -> bool:
@@ -136,86 +138,152 @@ def run_sfm(
     single_camera: bool | None = None,
     num_threads: int = -1,
     log: Callable[[str], None] | None = None,
+    log_file=None,
+    verbose: bool = False,
 ) -> SfmResult:
     """Run SfM on the images in the folder ``images``; write a COLMAP dataset to ``out``.
 
     Args:
         images: folder of images (not recursive).
         out: new or empty folder; gets ``images/``, ``sparse/0/`` (PINHOLE),
-            ``masks/`` (when masks were used) and ``colmap/`` (database, raw models).
+            ``masks/`` (when masks were used) and ``colmap/`` (database, raw
+            models, the upright copies of turned photos).
         matcher: ``"auto"`` (default), ``"sequential"`` or ``"exhaustive"``.
         mapper: ``"incremental"`` (default) or ``"global"``.
         camera_model: the COLMAP model estimated (one of :data:`CAMERA_MODELS`).
         masks: folder of masks (white = keep); default ``masks/`` beside ``images``, used when it exists.
-        single_camera: one camera for all images (True) or one per image (False);
-            default: True for a frame sequence, else False.
+        single_camera: one camera for all images (True), one per image (False),
+            or (None, the default) one per group of images of one size, camera
+            and focal length (spirula/sfm/photos.py).
         num_threads: -1 = all cores.
         log: called with one line per stage.
+        log_file: the run's log: the stage lines and COLMAP's own, without
+            ANSI codes (default ``out/colmap/sfm.log``).
+        verbose: COLMAP's lines on stderr as well.
 
     Raises :class:`~spirula.errors.DatasetError` for bad input and :class:`SfmError`
     when the result fails the gate (both exit 2 from the CLI).
     """
     import pycolmap
 
-    log = log or (lambda msg: None)
     images, out = Path(images), Path(out)
     names = list_images(images)
-    check_images(images, names)
+    photos = check_images(images, names)
     if mapper not in MAPPERS:
         raise DatasetError("--mapper %r: expected one of %s" % (mapper, ", ".join(MAPPERS)))
     if camera_model not in CAMERA_MODELS:
         raise DatasetError("--camera-model %r: expected one of %s" % (camera_model, ", ".join(CAMERA_MODELS)))
     matcher = choose_matcher(names, matcher)
-    if single_camera is None:
-        single_camera = is_frame_sequence(names)
+    mode = photos_mod.camera_mode(single_camera)
+    groups = photos_mod.camera_groups(photos)
+    if mode == "single":
+        photos_mod.check_single_camera(images, groups)
     if masks is not None and not Path(masks).is_dir():
         raise DatasetError("%s: mask folder does not exist" % masks)
     mask_files = find_masks(images, names, masks)
     _prepare_out(out)
     work = out / "colmap"
     work.mkdir()
-    db = work / "database.db"
-    _quiet_colmap(pycolmap, work)
+    stages = _Stages(pycolmap, Path(log_file) if log_file is not None else work / "sfm.log", verbose)
+    try:
+        return _run(
+            pycolmap,
+            stages,
+            images,
+            out,
+            work,
+            names,
+            photos,
+            groups,
+            mode,
+            mask_files,
+            matcher,
+            mapper,
+            camera_model,
+            num_threads,
+            log or (lambda msg: None),
+        )
+    finally:
+        stages.restore()
+
+
+def _run(
+    pycolmap,
+    stages,
+    images,
+    out,
+    work,
+    names,
+    photos,
+    groups,
+    mode,
+    mask_files,
+    matcher,
+    mapper,
+    camera_model,
+    num_threads,
+    say,
+) -> SfmResult:
+    """run_sfm's stages, its input checked."""
+
+    def log(msg):
+        say(msg)
+        stages.note(msg)
+
     times = {}
 
-    # extract
+    # extract: from upright images, a camera per group (or one, or one per image)
     t0 = time.perf_counter()
+    src, mask_files = photos_mod.upright_images(images, photos, mask_files, work / "upright")
+    n_turned = sum(p.turned for p in photos)
     reader = pycolmap.ImageReaderOptions()
     reader.camera_model = camera_model
     if mask_files:
-        masks_mod.write_colmap_masks(mask_files, images, work / "masks")
+        masks_mod.write_colmap_masks(mask_files, src, work / "masks")
         reader.mask_path = str(work / "masks")
     device = sift_device(pycolmap)
     extraction = pycolmap.FeatureExtractionOptions()
     extraction.num_threads = num_threads
-    mode = pycolmap.CameraMode.SINGLE if single_camera else pycolmap.CameraMode.AUTO
-    _stage(
-        "extract",
-        work,
-        pycolmap.extract_features,
-        db,
-        images,
-        image_names=names,
-        camera_mode=mode,
-        reader_options=reader,
-        extraction_options=extraction,
-        device=device,
-    )
+    if mode == "grouped" and len(groups) > 1:
+        calls = [([p.name for p in g], pycolmap.CameraMode.SINGLE) for g in groups]
+        cameras = "%d cameras by size and camera: %s" % (len(groups), photos_mod.describe_groups(groups))
+    elif mode == "per-image":
+        calls = [(names, pycolmap.CameraMode.PER_IMAGE)]
+        cameras = "a camera per image"
+    else:
+        calls = [(names, pycolmap.CameraMode.SINGLE)]
+        cameras = "one shared camera"
+
+    def extract():
+        for batch, camera_mode in calls:
+            pycolmap.extract_features(
+                work / "database.db",
+                src,
+                image_names=batch,
+                camera_mode=camera_mode,
+                reader_options=reader,
+                extraction_options=extraction,
+                device=device,
+            )
+
+    stages.run("extract", extract, total=len(names), unit="image")
     times["extract"] = time.perf_counter() - t0
     log(
-        "extract   %6.1f s  %d images, SIFT on the %s, %s (%s)%s"
+        "extract   %6.1f s  %d images, SIFT on the %s, %s (%s)%s%s"
         % (
             times["extract"],
             len(names),
             "GPU" if device == pycolmap.Device.cuda else "CPU",
-            "one shared camera" if single_camera else "a camera per image",
+            cameras,
             camera_model,
+            ", %d turned upright (EXIF orientation)" % n_turned if n_turned else "",
             ", %d masks" % len(mask_files) if mask_files else "",
         )
     )
 
     # match
     t0 = time.perf_counter()
+    db = work / "database.db"
     matching = pycolmap.FeatureMatchingOptions()
     matching.num_threads = num_threads
     if matcher == "sequential":
@@ -223,18 +291,21 @@ def run_sfm(
         pairing.overlap = SEQUENTIAL_OVERLAP
         pairing.quadratic_overlap = True
         pairing.loop_detection = False
-        _stage(
+        stages.run(
             "match",
-            work,
             pycolmap.match_sequential,
             db,
             matching_options=matching,
             pairing_options=pairing,
             device=device,
+            total=len(names),
+            unit="image",
         )
         how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
     else:
-        _stage("match", work, pycolmap.match_exhaustive, db, matching_options=matching, device=device)
+        stages.run(
+            "match", pycolmap.match_exhaustive, db, matching_options=matching, device=device, total=None, unit="block"
+        )
         how = "exhaustive, %s pairs" % format(len(names) * (len(names) - 1) // 2, ",")
     times["match"] = time.perf_counter() - t0
     log("match     %6.1f s  %s" % (times["match"], how))
@@ -246,11 +317,13 @@ def run_sfm(
     if mapper == "incremental":
         options = pycolmap.IncrementalPipelineOptions()
         options.num_threads = num_threads
-        models = _stage("map", work, pycolmap.incremental_mapping, db, images, sparse, options)
+        models = stages.run(
+            "map", pycolmap.incremental_mapping, db, src, sparse, options, total=len(names), unit="image"
+        )
     else:
         options = pycolmap.GlobalPipelineOptions()
         options.num_threads = num_threads
-        models = _stage("map", work, pycolmap.global_mapping, db, images, sparse, options)
+        models = stages.run("map", pycolmap.global_mapping, db, src, sparse, options)
     ranked = sorted(models.items(), key=lambda kv: -kv[1].num_reg_images())
     sizes = [rec.num_reg_images() for _, rec in ranked]
     kept_id, kept = ranked[0] if ranked else (None, None)
@@ -266,12 +339,12 @@ def run_sfm(
 
     # gate
     t0 = time.perf_counter()
-    quality = gate_mod.measure(kept, len(names), len(sizes))
-    failure = quality.failure()
+    quality = stages.run("gate", gate_mod.measure, kept, len(names), len(sizes), profile=False)
+    failure = quality.failure(photos_mod.registration_advice(mode, groups, is_frame_sequence(names), matcher))
     times["gate"] = time.perf_counter() - t0
     log("gate      %6.1f s  %s: %s" % (times["gate"], "FAILED" if failure else "passed", quality.line()))
     if failure:
-        raise SfmError("%s: %s" % (images, failure))
+        raise SfmError("%s: %s (log: %s)" % (images, failure, stages.log_file))
 
     # undistort
     t0 = time.perf_counter()
@@ -281,15 +354,16 @@ def run_sfm(
         model_dir.mkdir()
         kept.write(model_dir)
     staging = work / "undistorted"
-    _stage(
+    stages.run(
         "undistort",
-        work,
         pycolmap.undistort_images,
         staging,
         model_dir,
-        images,
+        src,
         output_type="COLMAP",
         num_threads=num_threads,
+        total=quality.n_registered,
+        unit="image",
     )
     shutil.move(staging / "images", out / "images")
     (out / "sparse").mkdir()
@@ -297,36 +371,108 @@ def run_sfm(
     shutil.rmtree(staging)
     n_masks = 0
     if mask_files:
-        n_masks = masks_mod.undistort_masks(mask_files, images, kept, out / "masks")
+        n_masks = stages.run(
+            "undistort masks", masks_mod.undistort_masks, mask_files, src, kept, out / "masks", profile=False
+        )
     times["undistort"] = time.perf_counter() - t0
     log(
         "undistort %6.1f s  PINHOLE, %d images%s -> %s"
         % (times["undistort"], quality.n_registered, ", %d masks" % n_masks if n_masks else "", out)
     )
-    return SfmResult(out, quality, sizes, matcher, times, n_masks)
+    return SfmResult(out, quality, sizes, matcher, times, n_masks, len(calls) if mode == "grouped" else None, n_turned)
 
 
-def _stage(name: str, work: Path, fn, *args, **kwargs):
-    """``fn(*args, **kwargs)``, a ``stage sfm NAME`` row of the profiler's
-    timing breakdown; an exception from COLMAP becomes one line naming the
-    stage and its log."""
-    from spirula.runtime import profiler
-
-    try:
-        with profiler.stage("sfm " + name):
-            return fn(*args, **kwargs)
-    except (RuntimeError, ValueError, OSError) as exc:
-        msg = " ".join(str(exc).split()) or type(exc).__name__
-        raise SpirulaError("sfm %s failed in COLMAP: %s (log: %s/colmap.log.*)" % (name, msg, work)) from None
+# COLMAP's progress lines (pycolmap 4.2): "Processed file [3/36]" (extraction),
+# "Processing image [3/36]" (sequential pairs), "Processing block [1/2, 2/2]"
+# (exhaustive pairs, blocks of 50 images), "Registering image #7
+# (num_reg_frames=5)" (incremental mapping), "Undistorting image [3/36]"
+_COUNT = re.compile(r"(?:Processed file|Processing image|Undistorting image) \[(\d+)/(\d+)\]")
+_BLOCK = re.compile(r"Processing block \[(\d+)/(\d+), (\d+)/(\d+)\]")
+_REGISTERED = re.compile(r"num_reg_frames=(\d+)")
 
 
-def _quiet_colmap(pycolmap, work: Path) -> None:
-    """COLMAP's own log goes to ``work/colmap.log.*``; only its errors reach stderr."""
-    lg = pycolmap.logging
-    lg.logtostderr = False
-    lg.alsologtostderr = False
-    lg.stderrthreshold = int(lg.Level.ERROR.value) if hasattr(lg.Level.ERROR, "value") else 2
-    lg.set_log_destination(lg.INFO, str(work / "colmap.log."))
+class StageProgress:
+    """Work done in a COLMAP stage, read from its log lines: ``(done, total)``
+    for a line that reports progress (total None: unchanged), else None. A
+    count that starts over (extraction called once per camera group) adds on."""
+
+    def __init__(self):
+        self.base = self.k = self.n = 0
+
+    def __call__(self, line: str):
+        m = _COUNT.search(line)
+        if m:
+            k, n = int(m[1]), int(m[2])
+            if k <= self.k:
+                self.base += self.n
+            self.k, self.n = k, n
+            return self.base + k, None
+        m = _BLOCK.search(line)
+        if m:
+            i, n1, j, n2 = (int(x) for x in m.groups())
+            return (i - 1) * n2 + j, n1 * n2
+        m = _REGISTERED.search(line)
+        if m:
+            return int(m[1]), None
+        if "Registering initial image pair" in line:
+            return 2, None
+        return None
+
+
+class _Stages:
+    """COLMAP's stages as run_sfm runs them: each a ``stage sfm NAME`` row of the
+    profiler's timing breakdown; what COLMAP prints (glog lines) captured into
+    ``log_file`` (on stderr too when ``verbose``), with a progress bar read from
+    those lines; an exception from COLMAP becomes one line naming the stage and
+    the log. COLMAP's logging settings are put back by :meth:`restore`."""
+
+    _FLAGS = ("logtostderr", "alsologtostderr", "colorlogtostderr", "stderrthreshold", "minloglevel")
+
+    def __init__(self, pycolmap, log_file: Path, verbose: bool):
+        self.lg = pycolmap.logging
+        self.saved = {k: getattr(self.lg, k) for k in self._FLAGS if hasattr(self.lg, k)}
+        self.log_file, self.verbose = log_file, verbose
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        log_file.write_text("")
+        # every line to stderr, where capture_output takes it (no files of glog's own, no colours)
+        self.lg.logtostderr = True
+        self.lg.colorlogtostderr = False
+        self.lg.minloglevel = 0
+
+    def note(self, line: str) -> None:
+        with open(self.log_file, "a", encoding="utf-8") as f:
+            f.write("sfm: %s\n" % line)
+
+    def run(self, name: str, fn, *args, total=False, unit="image", profile=True, **kwargs):
+        import contextlib
+
+        from spirula.runtime import profiler
+
+        bar = None
+        try:
+            with capture_output(self.log_file, echo=self.verbose) as cap:
+                if total is not False:
+                    bar = Bar(total, "sfm " + name, unit=unit, stream=cap.stream)
+                    parse = StageProgress()
+
+                    def advance(line):
+                        got = parse(line)
+                        if got is not None:
+                            bar.update_to(*got)
+
+                    cap.on_line = advance
+                with profiler.stage("sfm " + name) if profile else contextlib.nullcontext():
+                    return fn(*args, **kwargs)
+        except (RuntimeError, ValueError, OSError) as exc:
+            msg = " ".join(str(exc).split()) or type(exc).__name__
+            raise SpirulaError("sfm %s failed in COLMAP: %s (log: %s)" % (name, msg, self.log_file)) from None
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def restore(self) -> None:
+        for k, v in self.saved.items():
+            setattr(self.lg, k, v)
 
 
 def sift_device(pycolmap):

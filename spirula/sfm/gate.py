@@ -15,7 +15,9 @@ MIN_REGISTERED_FRACTION = 0.5  # of the input images, in the kept model
 MAX_REPROJECTION_PX = 2.0  # mean reprojection error of the kept model's points
 MIN_TRACK_LENGTH = 2.5  # mean number of images that see each 3D point
 
-_TRY = "more overlap between images, more frames, --matcher exhaustive, or --camera-model OPENCV"
+# what to try when too few images register, unless the caller knows better
+# (spirula/sfm/photos.py, registration_advice: from how the cameras were assigned)
+_TRY = "more overlap between images, or --matcher exhaustive"
 
 
 @dataclass
@@ -45,14 +47,16 @@ class Quality:
             self.track_length,
         )
 
-    def failure(self) -> str | None:
-        """None when the model passes, else one line: the number that failed and what to try."""
+    def failure(self, advice: str | None = None) -> str | None:
+        """None when the model passes, else one line: the number that failed and
+        what to try (``advice`` for too few images registered or short tracks)."""
+        advice = advice or _TRY
         if self.n_registered < MIN_REGISTERED:
             return "only %d of %d images registered (need at least %d); try %s" % (
                 self.n_registered,
                 self.n_images,
                 MIN_REGISTERED,
-                _TRY,
+                advice,
             )
         if self.registered_fraction < MIN_REGISTERED_FRACTION:
             split = " (the images fell into %d separate models)" % self.n_models if self.n_models > 1 else ""
@@ -62,7 +66,7 @@ class Quality:
                 100 * self.registered_fraction,
                 100 * MIN_REGISTERED_FRACTION,
                 split,
-                _TRY,
+                advice,
             )
         if not self.reprojection_px <= MAX_REPROJECTION_PX:
             return "mean reprojection error %.2f px is above %.1f px (poses or intrinsics are off); try %s" % (
@@ -74,7 +78,7 @@ class Quality:
             return "mean track length %.2f is below %.1f (points seen by too few images); try %s" % (
                 self.track_length,
                 MIN_TRACK_LENGTH,
-                _TRY,
+                advice,
             )
         return None
 

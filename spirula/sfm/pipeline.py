@@ -30,7 +30,8 @@ from spirula.errors import DatasetError
 from spirula.runtime import profiler
 
 # bump when a stage changes what it writes: older cache entries are then ignored
-PIPELINE_VERSION = 1
+# (2: photos turned upright by their EXIF orientation, a camera per size and camera)
+PIPELINE_VERSION = 2
 VIDEO_SUFFIXES = frozenset((".mp4", ".mov", ".m4v", ".mkv", ".avi", ".webm", ".mts", ".m2ts", ".3gp", ".wmv", ".mpg"))
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"))
 
@@ -40,8 +41,9 @@ class CaptureSettings:
     """What changes the dataset made from a capture (the cache key holds all of it).
 
     ``fps``, ``every``, ``max_frames``: frame selection (``spirula frames``;
-    None: its defaults); ``matcher``, ``mapper``, ``camera_model``: SfM
-    (``spirula sfm``; None: its defaults)."""
+    None: its defaults); ``matcher``, ``mapper``, ``camera_model``,
+    ``single_camera`` (``--single-camera`` True, ``--camera-per-image``
+    False): SfM (``spirula sfm``; None: its defaults)."""
 
     fps: float | None = None
     every: int | None = None
@@ -49,6 +51,7 @@ class CaptureSettings:
     matcher: str | None = None
     mapper: str | None = None
     camera_model: str | None = None
+    single_camera: bool | None = None
 
 
 def capture_kind(path) -> str | None:
@@ -140,13 +143,18 @@ def cached_dataset(path, settings: CaptureSettings | None = None, cache: Path | 
     return entry / "dataset" if (entry / "capture.json").is_file() else None
 
 
-def prepare_capture(path, settings: CaptureSettings | None = None, log=print, cache: Path | None = None) -> Path:
+def prepare_capture(
+    path, settings: CaptureSettings | None = None, log=print, cache: Path | None = None, verbose: bool = False
+) -> Path:
     """The COLMAP dataset folder made from the capture at ``path`` (a video
     or a folder of photos), from the cache when an earlier run made it.
 
     ``log``: called with one line per stage (``spirula: <stage> ... in N s``).
-    Bad input raises :class:`~spirula.errors.DatasetError` (one line, exit
-    status 2), as ``spirula frames`` and ``spirula sfm`` do."""
+    SfM's log (its stage lines and COLMAP's own) ends up in the entry as
+    ``sfm.log``; after a failure it stays beside where the entry would be
+    (``<entry>.log``), and the error names it. ``verbose``: COLMAP's lines on
+    stderr too. Bad input raises :class:`~spirula.errors.DatasetError` (one
+    line, exit status 2), as ``spirula frames`` and ``spirula sfm`` do."""
     settings = settings or CaptureSettings()
     path = Path(path).expanduser()
     kind, key, entry = _entry(path, settings, cache)
@@ -173,12 +181,19 @@ def prepare_capture(path, settings: CaptureSettings | None = None, log=print, ca
             images = photo_folder(path)
         from spirula.sfm.colmap import run_sfm
 
-        sfm = {k: v for k, v in dict(matcher=settings.matcher, mapper=settings.mapper).items() if v is not None}
-        if settings.camera_model is not None:
-            sfm["camera_model"] = settings.camera_model
+        sfm = dict(
+            matcher=settings.matcher,
+            mapper=settings.mapper,
+            camera_model=settings.camera_model,
+            single_camera=settings.single_camera,
+        )
+        sfm = {k: v for k, v in sfm.items() if v is not None}
         t0 = time.perf_counter()
-        run_sfm(images, work / "dataset", log=log, **sfm)
+        log_file = entry.parent / (entry.name + ".log")
+        run_sfm(images, work / "dataset", log=log, log_file=log_file, verbose=verbose, **sfm)
         timings["sfm"] = time.perf_counter() - t0
+        if log_file.is_file():
+            os.replace(log_file, work / "sfm.log")
         (work / "capture.json").write_text(
             json.dumps(
                 dict(source=str(path.resolve()), kind=kind, settings=dataclasses.asdict(settings), seconds=timings),

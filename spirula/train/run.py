@@ -205,7 +205,8 @@ def train_run(
         live = live_hook(device, trainer.world, scene.background, cfg.max_alpha, cfg.live_view_budget)
     t_start = time.perf_counter()
     step_ms = []
-    first_step = trainer.step + 1  # step_ms[i] times step first_step + i
+    start_step = trainer.step  # a resumed run's checkpoint step, else 0
+    first_step = start_step + 1  # step_ms[i] times step first_step + i
     # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)
     with StopSignals() as stop:
         try:
@@ -303,10 +304,11 @@ def train_run(
     )
     (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
     log(
-        "spirula: %d steps in %.1f s; %s splats; test PSNR %s SSIM %s"
+        "spirula: %d steps in %.1f s%s; %s splats; test PSNR %s SSIM %s"
         % (
-            trainer.step,
+            trainer.step - start_step,  # the steps this run made, not the step it reached
             train_time,
+            " (resumed: from step %d to %d)" % (start_step, trainer.step) if start_step else "",
             f"{trainer.model.n:,}",
             "%.3f" % metrics["psnr"] if metrics["psnr"] is not None else "-",
             "%.4f" % metrics["ssim"] if metrics["ssim"] is not None else "-",
