@@ -29,18 +29,18 @@ runs phase 1, reads the count back and sizes phase 2 exactly.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 
 from spirula import settings
-from spirula.render.scan import PrefixSum
-from spirula.render.sort import RadixSort
-from spirula.runtime.buffers import Buffer
+from spirula.contract.constants import shader_constant
+from spirula.render.raster_buffers import TILE, RasterBuffers, pack_cameras, tile_grid
+from spirula.render.splats import SPLAT_NAMES, Splats
 from spirula.runtime.sequence import Threads
 
-TILE = 16
+__all__ = ["Rasterizer", "Splats", "SPLAT_NAMES", "TILE", "tile_grid", "pack_cameras", "default_chunk", "check_chunk"]
+
 EPS2D = 0.3
 MAX_ALPHA = 0.99  # docs/design.md §2.4 (Inria, gsplat main); gsplat 1.5.3 uses 0.999
 NEAR_PLANE = 0.01
@@ -53,80 +53,12 @@ CHUNK = 1024
 CHUNK_ENV = settings.RASTER_CHUNK.name
 CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)
 # The kernels' own constants, for host code that must agree with what they draw (the
-# mesh's bounds and colours): shaders/include/projection.glsl and sh.glsl
-ALPHA_THRESHOLD = 1.0 / 255.0  # a splat fainter than this is not drawn, nor a fainter pixel of one
-RADIUS_SIGMAS = 3.33  # a splat's extent cap, in standard deviations (opacity_extent)
-SH_C0 = 0.2820947917738781  # the degree-0 SH basis: base colour = 0.5 + SH_C0 * f_dc
-
-
-@dataclasses.dataclass
-class Splats:
-    """Gaussian parameters on the GPU, one pool buffer each (category ``splat``).
-
-    means [N,3], quats [N,4] (wxyz, any norm), scales [N,3], opacities [N],
-    sh [N,K,3], all float32. ``activated``: scales and opacities hold the
-    activated values (the numpy API); otherwise log-scales and opacity logits
-    (training).
-    """
-
-    means: Buffer
-    quats: Buffer
-    scales: Buffer
-    opacities: Buffer
-    sh: Buffer
-    activated: bool = True
-    # compact storage (training with --compact): K, and sh holds
-    # spirula/train/storage.py's rows [N, W] uint32; 0: sh is [N,K,3] float32
-    sh_k: int = 0
-
-    @property
-    def n(self) -> int:
-        return self.means.shape[0]
-
-    @property
-    def sh_coeffs(self) -> int:
-        return self.sh_k or self.sh.shape[1]
-
-    @property
-    def compact(self) -> bool:
-        return self.sh_k > 0
-
-    @classmethod
-    def alloc(
-        cls, device, n: int, sh_coeffs: int, activated: bool = True, prefix: str = "splat", category: str = "splat"
-    ) -> Splats:
-        pool = device.pool
-        return cls(
-            pool.alloc(prefix + ".means", (n, 3), np.float32, category),
-            pool.alloc(prefix + ".quats", (n, 4), np.float32, category),
-            pool.alloc(prefix + ".scales", (n, 3), np.float32, category),
-            pool.alloc(prefix + ".opacities", (n,), np.float32, category),
-            pool.alloc(prefix + ".sh", (n, sh_coeffs, 3), np.float32, category),
-            activated,
-        )
-
-    @classmethod
-    def from_numpy(
-        cls, device, means, quats, scales, opacities, sh, activated: bool = True, prefix: str = "splat"
-    ) -> Splats:
-        sh = np.asarray(sh, np.float32)
-        s = cls.alloc(device, len(means), sh.shape[1], activated, prefix)
-        for buf, arr in zip(s.buffers(), (means, quats, scales, opacities, sh)):
-            device.upload(buf, np.asarray(arr, np.float32))
-        return s
-
-    def buffers(self) -> tuple:
-        return (self.means, self.quats, self.scales, self.opacities, self.sh)
-
-    def to_numpy(self, device) -> dict:
-        return {
-            name: device.readback(buf)
-            for name, buf in zip(("means", "quats", "scales", "opacities", "sh"), self.buffers())
-        }
-
-    def free(self, device):
-        for b in self.buffers():
-            device.pool.free(b)
+# mesh's bounds and colours), read from shaders/include/projection.glsl and sh.glsl
+# a splat fainter than this is not drawn, nor a fainter pixel of one
+ALPHA_THRESHOLD = shader_constant("include/projection.glsl", "ALPHA_THRESHOLD")
+# a splat's extent cap, in standard deviations (opacity_extent)
+RADIUS_SIGMAS = shader_constant("include/projection.glsl", "RADIUS_SIGMAS")
+SH_C0 = shader_constant("include/sh.glsl", "SH_C0")  # the degree-0 SH basis: base colour = 0.5 + SH_C0 * f_dc
 
 
 def default_chunk() -> int:
@@ -152,25 +84,9 @@ def check_chunk(chunk: int) -> int:
     return chunk
 
 
-def tile_grid(width: int, height: int) -> tuple:
-    return -(-width // TILE), -(-height // TILE)
-
-
-def pack_cameras(viewmats, Ks) -> np.ndarray:
-    """[C,20] float32: viewmat (4x4 row-major) then fx, fy, cx, cy."""
-    viewmats = np.asarray(viewmats, np.float64).reshape(-1, 4, 4)
-    Ks = np.asarray(Ks, np.float64).reshape(-1, 3, 3)
-    out = np.zeros((len(viewmats), 20), np.float32)
-    out[:, :16] = viewmats.reshape(-1, 16)
-    out[:, 16] = Ks[:, 0, 0]
-    out[:, 17] = Ks[:, 1, 1]
-    out[:, 18] = Ks[:, 0, 2]
-    out[:, 19] = Ks[:, 1, 2]
-    return out
-
-
-class Rasterizer:
-    """Buffers and recorded kernels to render and back-propagate C cameras.
+class Rasterizer(RasterBuffers):
+    """Buffers (:class:`~spirula.render.raster_buffers.RasterBuffers`) and recorded
+    kernels to render and back-propagate C cameras.
 
     Args:
         device: a :class:`~spirula.runtime.device.Device` (either backend).
@@ -208,258 +124,10 @@ class Rasterizer:
     ):
         if not 0.0 < max_alpha < 1.0:
             raise ValueError("max_alpha must be in (0, 1), got %r" % (max_alpha,))
-        self.device = device
         self.max_alpha = float(max_alpha)
-        self.chunk = default_chunk() if chunk is None else check_chunk(chunk)
-        self.width, self.height, self.n_cameras = int(width), int(height), int(n_cameras)
-        self.tile_width, self.tile_height = tile_grid(self.width, self.height)
-        self.tiles = self.tile_width * self.tile_height
-        self.name = name
-        pool = device.pool
-        C, H, W = self.n_cameras, self.height, self.width
-        self.cameras = pool.alloc(name + ".cameras", (C, 20), np.float32, "other")
-        self.backgrounds = pool.alloc(name + ".backgrounds", (C, 3), np.float32, "other", zero=True)
-        self.counts = pool.alloc(name + ".counts", (4,), np.uint32, "other", zero=True)
-        self.ranges = pool.alloc(name + ".ranges", (C * self.tiles, 2), np.uint32, "image")
-        self.out_colors = pool.alloc(name + ".colors", (C, H, W, 3), np.float32, "image")
-        self.out_alphas = pool.alloc(name + ".alphas", (C, H, W), np.float32, "image")
-        self.out_depths = pool.alloc(name + ".depths", (C, H, W), np.float32, "image")
-        self.out_last = pool.alloc(name + ".last", (C, H, W), np.uint32, "image")
-        # median depth (the depth where T crosses 0.5; 0: never): meshing's depth, written by
-        # every forward (training too: one select per blended Gaussian)
-        self.out_median = pool.alloc(name + ".median", (C, H, W), np.float32, "image")
-        self.grad_colors = pool.alloc(name + ".grad_colors", (C, H, W, 3), np.float32, "image", zero=True)
-        self.grad_alphas = pool.alloc(name + ".grad_alphas", (C, H, W), np.float32, "image", zero=True)
-        self.geometry = bool(geometry)
-        if self.geometry:
-            self.out_distort = pool.alloc(name + ".distort", (C, H, W), np.float32, "image")
-            self.grad_distort = pool.alloc(name + ".grad_distort", (C, H, W), np.float32, "image", zero=True)
-        else:  # bound, never read or written (DISTORTION is off); restrict bindings need two
-            self.out_distort = self.grad_distort = pool.alloc(name + ".unused", (1,), np.float32, "other")
-            self._unused_depth = pool.alloc(name + ".unused_depth", (1,), np.float32, "other")
-        self.normals = bool(normals)
-        if self.normals:
-            # camera-space normal image, sum of n w (not normalized, no background), and the
-            # cotangents of it and of the depth image out_depths (rasterize_bwd with NORMALS)
-            self.out_normals = pool.alloc(name + ".normals", (C, H, W, 3), np.float32, "image")
-            self.grad_normal_image = pool.alloc(
-                name + ".grad_normal_image", (C, H, W, 3), np.float32, "image", zero=True
-            )
-            self.grad_depth_image = pool.alloc(name + ".grad_depth_image", (C, H, W), np.float32, "image", zero=True)
-        else:  # bound, never read or written (NORMALS is off)
-            self.out_normals = pool.alloc(name + ".unused_normals", (1,), np.float32, "other")
-            self._unused_splat_normals = pool.alloc(name + ".unused_splat_normals", (4,), np.float32, "other")
-            self.grad_normal_image = pool.alloc(name + ".unused_grad_normal_image", (1,), np.float32, "other")
-            self.grad_depth_image = pool.alloc(name + ".unused_grad_depth_image", (1,), np.float32, "other")
-            self._unused_grad_normals = pool.alloc(name + ".unused_grad_normals", (1,), np.float32, "other")
-        # chunk_state channels (shaders/include/raster.glsl): T, colour, depth, normal, distortion
-        self.chunk_channels = 5 + 3 * self.normals + self.geometry
-        self.capacity = 0
-        self.isect_capacity = 0
-        self._per_view = {}
-        self._isect = {}
-        self._chunks = {}
-        self._forward_flags = None
-        self.depth_sort = RadixSort(device, 1, name + ".depth_sort")
-        self.tile_sort = RadixSort(device, 1, name + ".tile_sort")
-        self.offsets_scan = PrefixSum(device, 1, name=name + ".offsets_scan")
-        self.reserve(capacity, isect_capacity)
-
-    # -- buffers ------------------------------------------------------------------
-    _PER_VIEW = (
-        ("xyop", 4, np.float32),
-        ("conics", 4, np.float32),
-        ("rgb", 4, np.float32),
-        ("radii", 2, np.int32),
-        ("tile_counts", 1, np.uint32),
-        ("depth_keys", 1, np.uint32),
-        ("depth_ids", 1, np.uint32),
-        ("depth_keys_tmp", 1, np.uint32),
-        ("depth_ids_tmp", 1, np.uint32),
-        ("offsets", 1, np.uint32),
-        ("grad_xy", 2, np.float32),
-        ("grad_conics", 3, np.float32),
-        ("grad_rgb", 3, np.float32),
-        ("grad_opacity", 1, np.float32),
-        ("grad_xy_abs", 2, np.float32),
-    )
-    _GEOMETRY_VIEWS = (("grad_depth", 1, np.float32),)  # with geometry: dL/d depth (distortion)
-    # with normals: camera-space splat normals, dL/d them
-    _NORMAL_VIEWS = (("splat_normals", 4, np.float32), ("grad_normals", 3, np.float32))
-    _SCRATCH = ("depth_keys_tmp", "depth_ids_tmp", "isect_keys_tmp", "isect_ids_tmp")
-
-    def row_bytes(self) -> dict:
-        """Bytes per splat of every per-view buffer (all cameras), by buffer name."""
-        return {name: self.n_cameras * width * np.dtype(dtype).itemsize for name, width, dtype in self._views()}
-
-    def _views(self) -> tuple:
-        """(name, width, dtype) of every per-view buffer."""
-        return (
-            self._PER_VIEW
-            + (self._GEOMETRY_VIEWS if self.geometry or self.normals else ())
-            + (self._NORMAL_VIEWS if self.normals else ())
-        )
-
-    def max_isects(self) -> int:
-        """The most intersections the intersection buffers (and the chunk state) can bind
-        on this device."""
-        info = self.device.info
-        rng = info.max_storage_buffer_range if info is not None else 1 << 62
-        return min(rng // 4, rng // (4 * TILE * TILE * self.chunk_channels) * self.chunk)
-
-    def isect_bytes(self) -> float:
-        """Bytes per intersection: the four intersection buffers and the chunk state."""
-        return 16 + 4 * TILE * TILE * self.chunk_channels / self.chunk
-
-    def chunk_ids(self, isect_capacity: int) -> int:
-        """Entries of the chunk table (rasterize_bwd's workgroups) for ``isect_capacity``."""
-        return self.n_cameras * self.tiles + -(-int(isect_capacity) // self.chunk) + 1
-
-    def _chunk_shapes(self, n_isects: int) -> dict:
-        """Shapes of the chunk buffers for ``n_isects`` intersections."""
-        slots = -(-int(n_isects) // self.chunk)
-        return dict(
-            chunk_state=((slots, self.chunk_channels, TILE * TILE), np.float32),
-            chunk_table=((self.chunk_ids(n_isects), 2), np.uint32),
-        )
-
-    def reserve(
-        self, n_gaussians: int, n_isects: int = 0, room: int | None = None, isect_room: int | None = None
-    ) -> bool:
-        """Room for ``n_gaussians`` and ``n_isects``; True if any buffer was reallocated
-        (sequences recorded before must be recorded again).
-
-        Growth allocates ``room`` Gaussians (``isect_room`` intersections) when
-        given (also shrinking a capacity past 1.3x ``n_gaussians``), else 1.25x
-        the old capacity. The per-view buffers are shaped for
-        ``n_gaussians`` and the intersection buffers for the most
-        intersections asked for so far: the live need (BufferPool.live_bytes)."""
-        grew = False
-        pool = self.device.pool
-        n_gaussians, n_isects = max(int(n_gaussians), 1), max(int(n_isects), 1)
-        # given room, a capacity past 1.3x the count shrinks (after ADC pruned)
-        if n_gaussians > self.capacity or (room is not None and self.capacity > 1.3 * n_gaussians):
-            cap = max(n_gaussians, int(room) if room is not None else int(self.capacity * 1.25))
-            rows = self.n_cameras * cap
-            for name, width, dtype in self._views():
-                shape = (rows, width) if width > 1 else (rows,)
-                buf = self._per_view.get(name)
-                if buf is None:
-                    self._per_view[name] = pool.alloc(
-                        "%s.%s" % (self.name, name), shape, dtype, "splat x img", scratch=name in self._SCRATCH
-                    )
-                else:
-                    pool.resize(buf, (min(buf.shape[0], rows),) + buf.shape[1:], keep=False)
-                    pool.reserve(buf, rows * width * np.dtype(dtype).itemsize, keep=False)
-            self.capacity = cap
-            self.depth_sort.reserve(rows)
-            self.offsets_scan.reserve(rows)
-            grew = True
-        self._shape_views(n_gaussians)
-        if n_isects > self.isect_capacity or (isect_room is not None and isect_room > self.isect_capacity):
-            most = self.max_isects()
-            if n_isects > most:
-                from spirula.errors import OutOfMemoryError
-                from spirula.runtime.buffers import fmt_bytes
-
-                raise OutOfMemoryError(
-                    "%s: %s intersections need %s per buffer but %s binds at most %s (%s intersections);"
-                    " lower the splat count (--cap-max, --vram-budget) or the image size (--downscale)"
-                    % (
-                        self.name,
-                        f"{n_isects:,}",
-                        fmt_bytes(4 * n_isects),
-                        self.device.info.name,
-                        fmt_bytes(4 * most),
-                        f"{most:,}",
-                    )
-                )
-            cap = max(n_isects, int(isect_room) if isect_room is not None else int(self.isect_capacity * 1.25))
-            cap = min(cap, most)
-            for name in ("isect_keys", "isect_ids", "isect_keys_tmp", "isect_ids_tmp"):
-                buf = self._isect.get(name)
-                if buf is None:
-                    self._isect[name] = pool.alloc(
-                        "%s.%s" % (self.name, name),
-                        (n_isects,),
-                        np.uint32,
-                        "splat x img",
-                        scratch=name in self._SCRATCH,
-                        capacity=4 * cap,
-                    )
-                else:
-                    pool.reserve(buf, 4 * cap, keep=False)
-            room = self._chunk_shapes(cap)
-            for name, (shape, dtype) in self._chunk_shapes(n_isects).items():
-                nbytes = math.prod(room[name][0]) * np.dtype(dtype).itemsize
-                buf = self._chunks.get(name)
-                if buf is None:
-                    self._chunks[name] = pool.alloc(
-                        "%s.%s" % (self.name, name), shape, dtype, "splat x img", capacity=nbytes
-                    )
-                else:
-                    pool.reserve(buf, nbytes, keep=False)
-            self.isect_capacity = cap
-            self.tile_sort.reserve(cap)
-            grew = True
-        for buf in self._isect.values():
-            if n_isects > buf.shape[0]:
-                pool.resize(buf, (n_isects,), keep=False)
-        for name, (shape, _) in self._chunk_shapes(n_isects).items():
-            buf = self._chunks[name]
-            if shape[0] > buf.shape[0]:
-                pool.resize(buf, shape, keep=False)
-        return grew
-
-    def _shape_views(self, n: int):
-        """Shape the per-view buffers for ``n`` Gaussians (no reallocation: n <= capacity)."""
-        rows = self.n_cameras * max(int(n), 1)
-        pool = self.device.pool
-        for name, width, _ in self._views():
-            buf = self._per_view[name]
-            if buf.shape[0] != rows:
-                pool.resize(buf, (rows, width) if width > 1 else (rows,), keep=False)
-
-    def __getattr__(self, name):
-        views = self.__dict__.get("_per_view", {})
-        if name in views:
-            return views[name]
-        isect = self.__dict__.get("_isect", {})
-        if name in isect:
-            return isect[name]
-        chunks = self.__dict__.get("_chunks", {})
-        if name in chunks:
-            return chunks[name]
-        raise AttributeError(name)
-
-    def set_cameras(self, viewmats, Ks):
-        """Upload C world->camera matrices [C,4,4] and intrinsics [C,3,3]."""
-        packed = pack_cameras(viewmats, Ks)
-        if len(packed) != self.n_cameras:
-            raise ValueError("%s: %d cameras given, built for %d" % (self.name, len(packed), self.n_cameras))
-        self.device.upload(self.cameras, packed)
-
-    def set_backgrounds(self, backgrounds):
-        """Upload background colours [C,3] (None: black)."""
-        bg = (
-            np.zeros((self.n_cameras, 3), np.float32)
-            if backgrounds is None
-            else np.broadcast_to(np.asarray(backgrounds, np.float32), (self.n_cameras, 3))
-        )
-        self.device.upload(self.backgrounds, np.ascontiguousarray(bg))
-
-    @property
-    def total_offset(self) -> int:
-        """Where the intersection count lies in ``offsets_scan.scratch`` (for n Gaussians)."""
-        return self.offsets_scan.total_offset(self.n_cameras * self._n)
-
-    def num_intersections(self) -> int:
-        """The intersection count of the last phase 1 run (a readback)."""
-        return int(
-            self.device.readback(self.offsets_scan.scratch, shape=(1,), dtype=np.uint32, offset=4 * self.total_offset)[
-                0
-            ]
-        )
+        chunk = default_chunk() if chunk is None else check_chunk(chunk)
+        super().__init__(device, width, height, n_cameras, capacity, isect_capacity, name, geometry, normals, chunk)
+        self._forward_flags = None  # (distortion, normals) of the recorded forward
 
     # -- recording ----------------------------------------------------------------
     def _spec(self, splats: Splats, sh_degree: int) -> dict:
@@ -473,10 +141,6 @@ class Rasterizer:
     def _check_normals(self, normals: bool):
         if normals and not self.normals:
             raise ValueError("%s: the normal image needs a Rasterizer made with normals=True" % self.name)
-
-    def splat_normals_binding(self):
-        """The per-view splat normals [C*N,4] (normals), else a placeholder to bind."""
-        return self._per_view["splat_normals"] if self.normals else self._unused_splat_normals
 
     def record_project(self, rec, splats: Splats, sh_degree: int, normals: bool = False):
         """Phase 1: project, sort by depth, count and scan the tile overlaps. ``normals``:
@@ -494,20 +158,9 @@ class Rasterizer:
             "projection_fwd",
             Threads(rows),
             dict(
-                means=splats.means,
-                quats=splats.quats,
-                scales=splats.scales,
-                opacities=splats.opacities,
-                sh=splats.sh,
-                cameras=self.cameras,
-                xyop=v["xyop"],
-                conics=v["conics"],
-                rgb=v["rgb"],
-                radii=v["radii"],
-                tile_counts=v["tile_counts"],
-                depth_keys=v["depth_keys"],
-                depth_ids=v["depth_ids"],
-                normals=self.splat_normals_binding(),
+                **splats.bindings(),
+                **self.bindings("cameras", "xyop", "conics", "rgb", "radii", "tile_counts", "depth_keys", "depth_ids"),
+                **self.bindings("normals"),
             ),
             push=dict(
                 n=n,
@@ -538,7 +191,7 @@ class Rasterizer:
         rec.dispatch(
             "intersect_tile_count",
             Threads(rows),
-            dict(sorted_ids=ids, tile_counts=v["tile_counts"], offsets=v["offsets"]),
+            dict(**self.bindings("tile_counts", "offsets"), sorted_ids=ids),
             push=dict(n=rows),
         )
         self.offsets_scan.record(rec, v["offsets"], rows)
@@ -562,19 +215,14 @@ class Rasterizer:
         if cap > self.isect_capacity:
             raise ValueError("%s: %d intersections exceed the reserved %d" % (self.name, cap, self.isect_capacity))
         rows = self.n_cameras * self._n
-        v, x = self._per_view, self._isect
+        x = self._isect
         rec.dispatch(
             "intersect_tile_write",
             Threads(cap),
             dict(
+                **self.bindings("offsets", "xyop", "radii", "conics", "isect_keys", "isect_ids"),
                 sorted_ids=self._sorted_ids,
-                offsets=v["offsets"],
                 totals=self.offsets_scan.scratch,
-                xyop=v["xyop"],
-                radii=v["radii"],
-                isect_keys=x["isect_keys"],
-                isect_ids=x["isect_ids"],
-                conics=v["conics"],
             ),
             push=dict(
                 n=rows,
@@ -609,21 +257,10 @@ class Rasterizer:
             "rasterize_fwd",
             (self.tile_width, self.tile_height, self.n_cameras),
             dict(
-                ranges=self.ranges,
+                **self.bindings("ranges", "xyop", "conics", "rgb", "normals", "backgrounds", "chunk_state"),
+                **self.bindings("out_colors", "out_alphas", "out_depths", "out_last", "out_median", "out_distort"),
+                **self.bindings("out_normals"),
                 isect_ids=ids,
-                xyop=v["xyop"],
-                conics=v["conics"],
-                rgb=v["rgb"],
-                backgrounds=self.backgrounds,
-                out_colors=self.out_colors,
-                out_alphas=self.out_alphas,
-                out_depths=self.out_depths,
-                out_last=self.out_last,
-                out_median=self.out_median,
-                out_distort=self.out_distort,
-                normals=self.splat_normals_binding(),
-                out_normals=self.out_normals,
-                chunk_state=self._chunks["chunk_state"],
             ),
             push=dict(
                 width=self.width,
@@ -656,28 +293,14 @@ class Rasterizer:
         if splats.compact:
             raise ValueError("projection_bwd reads float32 SH; compact splats are trained through fpbo")
         self.record_raster_backward(rec, absgrad, distortion, normals)
-        v = self._per_view
         rec.dispatch(
             "projection_bwd",
             Threads(self._n),
             dict(
-                means=splats.means,
-                quats=splats.quats,
-                scales=splats.scales,
-                opacities=splats.opacities,
-                sh=splats.sh,
-                cameras=self.cameras,
-                radii=v["radii"],
-                grad_xy=v["grad_xy"],
-                grad_conics=v["grad_conics"],
-                grad_rgb=v["grad_rgb"],
-                grad_opacity=v["grad_opacity"],
-                grad_means=grads.means,
-                grad_quats=grads.quats,
-                grad_scales=grads.scales,
-                grad_opacities=grads.opacities,
-                grad_sh=grads.sh,
-                grad_normals=self.grad_normals_binding(),
+                **splats.bindings(),
+                **grads.bindings("grad_"),
+                **self.bindings("cameras", "radii", "grad_xy", "grad_conics", "grad_rgb", "grad_opacity"),
+                **self.bindings("grad_normals"),
             ),
             push=dict(n=self._n, n_cameras=self.n_cameras, width=self.width, height=self.height, eps2d=EPS2D),
             spec=dict(self._spec(splats, sh_degree), NORMALS=int(normals)),
@@ -726,30 +349,12 @@ class Rasterizer:
             "rasterize_bwd",
             ids,
             dict(
-                ranges=self.ranges,
+                **self.bindings("ranges", "xyop", "conics", "rgb", "normals", "backgrounds", "chunk_state"),
+                **self.bindings("out_alphas", "out_last", "out_depths", "grad_colors", "grad_alphas", "grad_distort"),
+                **self.bindings("grad_xy", "grad_conics", "grad_rgb", "grad_opacity", "grad_xy_abs", "grad_depth"),
+                **self.bindings("grad_normal_image", "grad_depth_image", "grad_normals"),
                 isect_ids=self._isect_ids,
-                xyop=v["xyop"],
-                conics=v["conics"],
-                rgb=v["rgb"],
-                backgrounds=self.backgrounds,
-                out_alphas=self.out_alphas,
-                out_last=self.out_last,
-                grad_colors=self.grad_colors,
-                grad_alphas=self.grad_alphas,
-                grad_xy=v["grad_xy"],
-                grad_conics=v["grad_conics"],
-                grad_rgb=v["grad_rgb"],
-                grad_opacity=v["grad_opacity"],
-                grad_xy_abs=v["grad_xy_abs"],
-                out_depths=self.out_depths,
-                grad_distort=self.grad_distort,
-                grad_depth=self.grad_depth_binding(),
-                normals=self.splat_normals_binding(),
-                grad_normal_image=self.grad_normal_image,
-                grad_depth_image=self.grad_depth_image,
-                grad_normals=self.grad_normals_binding(),
                 chunk_table=table,
-                chunk_state=self._chunks["chunk_state"],
             ),
             push=dict(
                 width=self.width,
@@ -763,55 +368,6 @@ class Rasterizer:
             ),
             spec=dict(ABSGRAD=int(absgrad), DISTORTION=int(distortion), NORMALS=int(normals)),
         )
-
-    def grad_normals_binding(self):
-        """The per-view dL/d splat normal buffer [C*N,3] (normals), else a placeholder to bind."""
-        return self._per_view["grad_normals"] if self.normals else self._unused_grad_normals
-
-    def grad_depth_binding(self):
-        """The per-view dL/d depth buffer [C*N] (geometry or normals), else a placeholder to bind."""
-        return self._per_view["grad_depth"] if "grad_depth" in self._per_view else self._unused_depth
-
-    def intersections(self) -> tuple:
-        """The last forward's tile-sorted intersections, read back: (tile keys
-        [M] = camera * tiles + tile, ids [M] = camera * N + Gaussian), uint32."""
-        m = min(self.num_intersections(), self.isect_capacity)
-        keys = (
-            self._isect["isect_keys"] if self._isect_ids is self._isect["isect_ids"] else self._isect["isect_keys_tmp"]
-        )
-        return (self.device.readback(keys, shape=(m,)), self.device.readback(self._isect_ids, shape=(m,)))
-
-    def free(self):
-        """Return every buffer of this rasterizer to the pool."""
-        pool = self.device.pool
-        for buf in (
-            list(self._per_view.values())
-            + list(self._isect.values())
-            + list(self._chunks.values())
-            + [
-                self.cameras,
-                self.backgrounds,
-                self.counts,
-                self.ranges,
-                self.out_colors,
-                self.out_alphas,
-                self.out_depths,
-                self.out_last,
-                self.out_median,
-                self.out_distort,
-                self.grad_colors,
-                self.grad_alphas,
-                self.depth_sort.hist,
-                self.depth_sort.scan.scratch,
-                self.tile_sort.hist,
-                self.tile_sort.scan.scratch,
-                self.offsets_scan.scratch,
-            ]
-            + ([self.grad_distort] if self.geometry else [self._unused_depth])
-            + [self.out_normals, self.grad_normal_image, self.grad_depth_image]
-            + ([] if self.normals else [self._unused_splat_normals, self._unused_grad_normals])
-        ):
-            pool.free(buf)
 
     # -- whole passes ---------------------------------------------------------------
     def forward(self, splats: Splats, sh_degree: int, distortion: bool = False, normals: bool = False) -> int:

@@ -22,6 +22,7 @@ import dataclasses
 import numpy as np
 
 from spirula.errors import SpirulaError, UsageError
+from spirula.render.raster_buffers import CAMERA_FLOATS
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.runtime.buffers import Buffer
 
@@ -29,7 +30,7 @@ from spirula.runtime.buffers import Buffer
 # and the headroom over the most a frame has needed (as training's ISECT_HEADROOM).
 ISECTS_PER_SPLAT_GUESS = 8
 ISECT_HEADROOM = 1.25
-_FRAME_IN_WORDS = 24  # camera (20 floats, pack_cameras) + background (3) + pad
+_FRAME_IN_WORDS = CAMERA_FLOATS + 4  # camera (CAMERA_FLOATS, pack_cameras) + background (3) + pad
 _SPLAT_FIELDS = ("means", "quats", "scales", "opacities", "sh_coeffs")
 
 
@@ -317,8 +318,8 @@ class Renderer:
         frame = self._frame_in.host_view()
         from spirula.render.rasterizer import pack_cameras
 
-        frame[:20] = pack_cameras(viewmat[None], K[None])[0]
-        frame[20:23] = self.background if background is None else _colour(background)
+        frame[:CAMERA_FLOATS] = pack_cameras(viewmat[None], K[None])[0]
+        frame[CAMERA_FLOATS : CAMERA_FLOATS + 3] = self.background if background is None else _colour(background)
         while True:
             self._sequence(raster).run()
             m = int(self._frame_out.host_view()[0])
@@ -361,8 +362,8 @@ class Renderer:
         )
         if self._seq is None or self._seq_key != key or self._seq.stale:
             rec = self.device.recorder("renderer.frame")
-            rec.copy(self._frame_in, raster.cameras, nbytes=80)
-            rec.copy(self._frame_in, raster.backgrounds, nbytes=12, src_offset=80)
+            rec.copy(self._frame_in, raster.cameras, nbytes=4 * CAMERA_FLOATS)
+            rec.copy(self._frame_in, raster.backgrounds, nbytes=12, src_offset=4 * CAMERA_FLOATS)
             raster.record_project(rec, s, self.sh_degree)
             raster.record_raster(rec)
             rec.copy(raster.offsets_scan.scratch, self._frame_out, nbytes=4, src_offset=4 * raster.total_offset)

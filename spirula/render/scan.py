@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-BLOCK = 1024  # values per workgroup (shaders/prefix_sum.comp)
+from spirula.contract.constants import shader_constant
+
+BLOCK = shader_constant("prefix_sum.comp", "BLOCK")  # values per workgroup (shaders/prefix_sum.comp)
 
 
 def level_sizes(n: int) -> list:

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from spirula.contract.constants import shader_constant
 from spirula.render.scan import PrefixSum
 
-RADIX_BITS = 8
-BLOCK = 2048  # keys per workgroup (shaders/include/radix.glsl)
+# the kernels' own (shaders/include/radix.glsl): bits a pass sorts, its digits, keys per workgroup
+RADIX_BITS = shader_constant("include/radix.glsl", "RADIX_BITS")
+RADIX = shader_constant("include/radix.glsl", "RADIX")
+BLOCK = shader_constant("include/radix.glsl", "SORT_BLOCK")
 
 
 def num_blocks(capacity: int) -> int:
@@ -38,8 +41,8 @@ class RadixSort:
         self.name = name
         self.capacity = max(int(capacity), 1)
         blocks = num_blocks(self.capacity)
-        self.hist = device.pool.alloc(name + ".hist", (256 * blocks,), np.uint32, scratch=True)
-        self.scan = PrefixSum(device, 256 * blocks, name=name + ".scan")
+        self.hist = device.pool.alloc(name + ".hist", (RADIX * blocks,), np.uint32, scratch=True)
+        self.scan = PrefixSum(device, RADIX * blocks, name=name + ".scan")
 
     def reserve(self, capacity: int) -> bool:
         """Room for ``capacity`` pairs; True if buffers were reallocated."""
@@ -47,8 +50,8 @@ class RadixSort:
             return False
         self.capacity = max(int(capacity), int(self.capacity * 1.5))
         blocks = num_blocks(self.capacity)
-        grew = self.device.pool.resize(self.hist, (256 * blocks,), keep=False)
-        grew |= self.scan.reserve(256 * blocks)
+        grew = self.device.pool.resize(self.hist, (RADIX * blocks,), keep=False)
+        grew |= self.scan.reserve(RADIX * blocks)
         return grew
 
     def record(
@@ -69,7 +72,7 @@ class RadixSort:
         for p in range(passes):
             push = dict(n_max=capacity, count_offset=count_offset, shift=RADIX_BITS * p, num_blocks=blocks)
             rec.dispatch("radix_sort_count", blocks, dict(keys=src[0], num_keys=count_buf, hist=self.hist), push=push)
-            self.scan.record(rec, self.hist, 256 * blocks)
+            self.scan.record(rec, self.hist, RADIX * blocks)
             rec.dispatch(
                 "radix_sort_scatter",
                 blocks,

@@ -64,6 +64,18 @@ class SplatModel:
     def groups(self):
         return tuple(getattr(self, attr) for attr, _ in GROUPS)
 
+    def moment_bindings(self, *names) -> dict:
+        """Adam's moments as the kernels bind them: ``m_<name>`` (first) and
+        ``v_<name>`` (second) for ``names`` (default: every parameter)."""
+        names = names or PARAM_NAMES
+        return {**self.exp_avg.bindings("m_", names), **self.exp_avg_sq.bindings("v_", names)}
+
+    def bindings(self, *names) -> dict:
+        """The parameters (``<name>``) and their moments (:meth:`moment_bindings`)
+        as the kernels bind them, for ``names`` (default: every parameter)."""
+        names = names or PARAM_NAMES
+        return {**self.params.bindings("", names), **self.moment_bindings(*names)}
+
     def row_bytes(self) -> dict:
         """Bytes per splat of every buffer, by buffer name, from the buffers' own layouts."""
         return {

@@ -30,40 +30,17 @@ def record_fpbo(
     ``flatten``: add the flattening regularizer (weight: ``params``' flatten_reg);
     ``normals``: add ``raster``'s per-view dL/d splat normal to the quaternions
     (rasterize_bwd with normals: the normal consistency)."""
-    p, m, v = model.params, model.exp_avg, model.exp_avg_sq
-    views = raster._per_view
     rec.dispatch(
         "fpbo",
         Threads(model.n),
         dict(
-            means=p.means,
-            quats=p.quats,
-            scales=p.scales,
-            opacities=p.opacities,
-            sh=p.sh,
-            m_means=m.means,
-            v_means=v.means,
-            m_quats=m.quats,
-            v_quats=v.quats,
-            m_scales=m.scales,
-            v_scales=v.scales,
-            m_opacities=m.opacities,
-            v_opacities=v.opacities,
-            m_sh=m.sh,
-            v_sh=v.sh,
-            cameras=raster.cameras,
-            radii=views["radii"],
-            grad_xy=views["grad_xy"],
-            grad_conics=views["grad_conics"],
-            grad_rgb=views["grad_rgb"],
-            grad_opacity=views["grad_opacity"],
+            **model.bindings(),
+            **raster.bindings("cameras", "radii", "grad_xy", "grad_conics", "grad_rgb", "grad_opacity"),
+            **raster.bindings("grad_xy_abs", "grad_depth", "grad_normals"),
             params=params,
             num_isects=raster.offsets_scan.scratch,
             grad2d_sum=stats[0],
             vis_count=stats[1],
-            grad_xy_abs=views["grad_xy_abs"],
-            grad_depth=raster.grad_depth_binding(),
-            grad_normals=raster.grad_normals_binding(),
         ),
         push=dict(
             n=model.n,

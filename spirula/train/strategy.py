@@ -67,22 +67,6 @@ def _scan_total(dev, scan, n: int) -> int:
     return int(dev.readback(scan.scratch, shape=(1,), offset=4 * scan.total_offset(n))[0])
 
 
-def _moment_buffers(model) -> dict:
-    m, v = model.exp_avg, model.exp_avg_sq
-    return dict(
-        m_means=m.means,
-        v_means=v.means,
-        m_quats=m.quats,
-        v_quats=v.quats,
-        m_scales=m.scales,
-        v_scales=v.scales,
-        m_opacities=m.opacities,
-        v_opacities=v.opacities,
-        m_sh=m.sh,
-        v_sh=v.sh,
-    )
-
-
 class Strategy:
     """``cfg``: the :class:`~spirula.train.config.TrainConfig` (refine_*,
     min_opacity and the strategy's own fields)."""
@@ -219,7 +203,7 @@ class MCMC(Strategy):
             model.reserve(min(int(np.ceil((n + n_add) * GROWTH)), cap))
         b = self._scratch(model, dev)
         p = model.params
-        moments = _moment_buffers(model)
+        moments = model.moment_bindings()
         groups = Threads(n)
         dev.upload(b["counts"], np.array([0, n_add, 0, 0], np.uint32))
         rec = dev.recorder("mcmc.refine")
@@ -237,11 +221,7 @@ class MCMC(Strategy):
             "densify_mcmc_copy",
             groups,
             dict(
-                means=p.means,
-                quats=p.quats,
-                scales=p.scales,
-                opacities=p.opacities,
-                sh=p.sh,
+                **p.bindings(),
                 **moments,
                 dead_offsets=b["dead"],
                 totals=self._scan_u.scratch,
@@ -285,11 +265,7 @@ class MCMC(Strategy):
                 "densify_mcmc_copy",
                 Threads(n_add),
                 dict(
-                    means=p.means,
-                    quats=p.quats,
-                    scales=p.scales,
-                    opacities=p.opacities,
-                    sh=p.sh,
+                    **p.bindings(),
                     **moments,
                     dead_offsets=b["dead"],
                     totals=self._scan_u.scratch,
@@ -314,15 +290,7 @@ class MCMC(Strategy):
         rec.dispatch(
             "densify_mcmc_weights",
             Threads(n),
-            dict(
-                opacities=p.opacities,
-                weights=b["weights"],
-                dead=b["dead"],
-                means=p.means,
-                scales=p.scales,
-                quats=p.quats,
-                sh=p.sh,
-            ),
+            dict(**p.bindings(), weights=b["weights"], dead=b["dead"]),
             push=dict(n=n, min_opacity=self.cfg.min_opacity),
             spec=dict(ALIVE_ONLY=int(alive_only), SH_COEFFS=sh_coeffs, COMPACT_ROWS=int(p.compact)),
         )
@@ -388,17 +356,7 @@ class ADC(Strategy):
         rec.dispatch(
             "densify_adc_classify",
             Threads(n),
-            dict(
-                scales=p.scales,
-                opacities=p.opacities,
-                grad2d_sum=stats[0],
-                vis_count=stats[1],
-                actions=actions,
-                out_counts=counts,
-                means=p.means,
-                quats=p.quats,
-                sh=p.sh,
-            ),
+            dict(**p.bindings(), grad2d_sum=stats[0], vis_count=stats[1], actions=actions, out_counts=counts),
             push=dict(
                 n=n,
                 grow_grad2d=cfg.grow_grad2d,
@@ -448,19 +406,7 @@ class ADC(Strategy):
                 "densify_adc_write",
                 Threads(n),
                 dict(
-                    src_means=src.means,
-                    src_quats=src.quats,
-                    src_scales=src.scales,
-                    src_opacities=src.opacities,
-                    src_sh=src.sh,
-                    dst_means=dst.means,
-                    dst_quats=dst.quats,
-                    dst_scales=dst.scales,
-                    dst_opacities=dst.opacities,
-                    dst_sh=dst.sh,
-                    actions=actions,
-                    offsets=offsets,
-                    out_counts=counts,
+                    **src.bindings("src_"), **dst.bindings("dst_"), actions=actions, offsets=offsets, out_counts=counts
                 ),
                 push=dict(n=n, seed=_seed(cfg, step, 3)),
                 spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
@@ -488,11 +434,7 @@ class ADC(Strategy):
         rec.dispatch(
             "densify_adc_reset",
             Threads(model.n),
-            dict(
-                opacities=model.params.opacities,
-                m_opacities=model.exp_avg.opacities,
-                v_opacities=model.exp_avg_sq.opacities,
-            ),
+            model.bindings("opacities"),
             push=dict(n=model.n, ceiling_logit=float(np.log(o / (1 - o)))),
         )
         rec.finish().run()
