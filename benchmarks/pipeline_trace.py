@@ -46,7 +46,7 @@ def main():
     VulkanDevice.algorithm = algorithm
     t0 = time.perf_counter()
     scene = load_dataset(args.dataset)
-    cfg = TrainConfig(iterations=args.iterations, cap_max=args.cap_max, background="black")
+    cfg = TrainConfig.from_settings(iterations=args.iterations, cap_max=args.cap_max, background="black")
     dev = open_device("vulkan")
     trainer = Trainer(scene, cfg, dev)
     setup_s = time.perf_counter() - t0

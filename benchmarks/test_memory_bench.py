@@ -98,7 +98,7 @@ def trains_within(device, scene, n: int, budget: int, steps: int = 6, **cfg_fiel
     from spirula.train.trainer import Trainer
 
     pool = device.pool
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_settings(
         iterations=steps,
         cap_max=n,
         refine_start=10**9,
@@ -142,7 +142,7 @@ def test_memory_run(benchmark, bench_opts, device, request):
     steps = bench_opts.iters or bench_opts.pick(300, 3000)
     cap = bench_opts.n or bench_opts.pick(30_000, 1_000_000)
     refine_start = bench_opts.pick(100, 500)
-    cfg = TrainConfig(iterations=steps, cap_max=cap, background="black", refine_start=refine_start)
+    cfg = TrainConfig.from_settings(iterations=steps, cap_max=cap, background="black", refine_start=refine_start)
     scene = load_dataset(path, background=cfg.background, seed=0)
     pool = device.pool
     pool._high_total = -1

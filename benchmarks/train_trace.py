@@ -39,7 +39,7 @@ def main():
             fields[key] = json.loads(value)
         except ValueError:
             fields[key] = value
-    cfg = TrainConfig(**fields)
+    cfg = TrainConfig.from_settings(**fields)
     scene = load_dataset(args.dataset, background=cfg.background, seed=cfg.seed)
     trainer = Trainer(scene, cfg, open_device("vulkan"))
     t0 = time.time()
@@ -51,7 +51,7 @@ def main():
             step % args.watch == 0 or trainer.strategy.refine_due(step - 1) or trainer.strategy.refine_due(step - 2)
         ):
             watch.look(step)
-        if cfg.strategy == "mcmc" and trainer.strategy.refine_due(step - 1):
+        if cfg.strategy.name == "mcmc" and trainer.strategy.refine_due(step - 1):
             print(
                 "step %d relocated %d isects %d loss %.4f"
                 % (step, trainer.strategy.relocated, out["n_isects"], out["loss"]),

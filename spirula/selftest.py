@@ -534,9 +534,9 @@ def check_mcmc(dev):
     cancellation, a few ulps of 1 (2^-22) in o' and 2^-22 / o' relative in
     the scale (o' near 0.04 reaches 3e-6 relative on lavapipe)."""
     from spirula.reference.densify import relocation
-    from spirula.train.config import TrainConfig
+    from spirula.train.config import MCMC
     from spirula.train.model import SplatModel
-    from spirula.train.strategy import MCMC
+    from spirula.train.strategy import MCMCStrategy
 
     rows = []
     for case, (n, n_dead, cap) in enumerate(((300, 40, 300), (400, 0, 1000))):
@@ -548,7 +548,7 @@ def check_mcmc(dev):
         a["opacities"] = np.log(o / (1 - o)).astype(np.float32)
         model = SplatModel(dev, n, cap, 4)
         model.upload(a)
-        strategy = MCMC(TrainConfig(iterations=100, strategy="mcmc", cap_max=cap, sh_degree=1))
+        strategy = MCMCStrategy(MCMC(cap_max=cap))
         strategy.refine(model, 600, dev)
         got = model.download()["params"]
         n_after = model.n
@@ -585,11 +585,11 @@ def check_adc(dev):
     after match exactly, a child's log-scale within 1e-6; then the opacity
     reset (rtol 1e-5)."""
     from spirula.reference.densify import SPLIT_SHRINK, adc_refine, adc_reset
-    from spirula.train.config import TrainConfig
+    from spirula.train.config import ADC
     from spirula.train.model import SplatModel
-    from spirula.train.strategy import ADC
+    from spirula.train.strategy import ADCStrategy
 
-    cfg = TrainConfig(iterations=5000, strategy="adc", sh_degree=1)
+    cfg = ADC()
     ext, big = 1.0, 0.2
     scale = [0.005, 0.05, 0.005, 0.05, 0.05, 0.005, big, big]
     opac = np.array([0.5, 0.6, 0.003, 0.7, 0.4, 0.004, 0.5, 0.5])
@@ -605,7 +605,7 @@ def check_adc(dev):
         stats = (dev.pool.alloc("selftest.g2d", (8,), np.float32), dev.pool.alloc("selftest.cnt", (8,), np.uint32))
         dev.upload(stats[0], grad)
         dev.upload(stats[1], vis)
-        changes = ADC(cfg).refine(model, stats, step, ext, dev)
+        changes = ADCStrategy(cfg).refine(model, stats, step, ext, dev)
         model = changes.model
         got = model.download()["params"]
         n_after = model.n
@@ -656,7 +656,7 @@ def check_adc(dev):
     b["opacities"] = np.log(o / (1 - o)).astype(np.float32)
     model = SplatModel(dev, n, n, 4)
     model.upload(b)
-    ADC(cfg).reset_opacity(model, dev)
+    ADCStrategy(cfg).reset_opacity(model, dev)
     got = model.download()["params"]["opacities"]
     model.free()
     want = _sigmoid(adc_reset(b["opacities"], cfg.min_opacity))

@@ -107,6 +107,40 @@ def test_render_writes_the_requested_view(run):
         assert img.shape == (48, 64, 3) and img.max() > 0
 
 
+def test_a_run_of_before_the_strategies_had_their_own_settings_still_works(run, tmp_path):
+    """A run folder whose config.json and checkpoint hold the flat
+    configuration every run wrote before (both strategies' fields, the
+    testing aid, the live views' budget) evaluates and renders as before and
+    resumes with its own settings."""
+    out, _ = run
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    flat = json.loads((out / "config.json").read_text())
+    assert flat["strategy"] == "mcmc" and "grow_grad2d" not in flat  # written now: MCMC's settings only
+    adc = dict(grow_grad2d=0.0002, grow_scale3d=0.01, prune_scale3d=0.1, reset_every=3000, opacity_reset=True)
+    flat.update(adc, absgrad=False, inject_nan_every=0, live_view_budget=0.1)
+    (old / "config.json").write_text(json.dumps(flat, indent=1, sort_keys=True))
+    (ckpt,) = (old / "ckpt").iterdir()
+    with np.load(ckpt) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays["meta"]).decode())
+    meta["config"] = json.dumps({k: v for k, v in flat.items() if k != "dataset"}, indent=1, sort_keys=True)
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
+    np.savez(ckpt, **arrays)
+    for folder in (out, old):
+        proc = spirula("eval", folder)
+        assert proc.returncode == 0, proc.stderr
+    scores = [json.loads((f / "metrics-eval.json").read_text())["psnr"] for f in (out, old)]
+    assert scores[0] == scores[1]
+    proc = spirula("render", old, "--camera", "test:0", "--out", tmp_path / "shots")
+    assert proc.returncode == 0, proc.stderr
+    proc = spirula("train", "--resume", old, "--iterations", 22)
+    assert proc.returncode == 0, proc.stderr
+    cfg = json.loads((old / "config.json").read_text())
+    assert (cfg["strategy"], cfg["cap_max"], cfg["sh_degree"], cfg["iterations"]) == ("mcmc", 2000, 1, 22)
+    assert "grow_grad2d" not in cfg and "inject_nan_every" not in cfg
+
+
 def test_missing_dataset_is_one_line(tmp_path):
     assert_one_line_error(spirula("train", tmp_path / "nowhere", *SMALL), "nowhere")
 
@@ -169,17 +203,21 @@ def test_backend_cuda_runs_there_or_says_why_not(run, dataset, tmp_path, command
 def test_resume_continues_the_run_with_its_own_configuration(dataset, tmp_path):
     """`spirula train --resume RUN` (what the Ctrl-C message tells the user to
     type) continues the run as it was configured: same strategy, SH degree
-    and budget, not the command line's defaults. Its summary counts the steps
-    it ran, not the step it reached."""
+    and strategy settings, not the command line's defaults. (ADC has no
+    budget: SMALL's --cap-max is MCMC's, and config.json holds only ADC's.)
+    Its summary counts the steps it ran, not the step it reached."""
     out = tmp_path / "adc"
-    first = spirula("train", dataset, "--iterations", 4, "--strategy", "adc", "--output", out, *SMALL)
+    first = spirula(
+        "train", dataset, "--iterations", 4, "--strategy", "adc", "--set", "reset_every=50", "--output", out, *SMALL
+    )
     assert first.returncode == 0, first.stderr
     assert "spirula: 4 steps in " in first.stderr and "resumed" not in first.stderr, first.stderr
     proc = spirula("train", "--resume", out, "--iterations", 6)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"spirula: 2 steps in [\d.]+ s \(resumed: from step 4 to 6\);", proc.stderr), proc.stderr
     cfg = json.loads((out / "config.json").read_text())
-    assert (cfg["strategy"], cfg["sh_degree"], cfg["cap_max"], cfg["iterations"]) == ("adc", 1, 2000, 6)
+    assert (cfg["strategy"], cfg["sh_degree"], cfg["reset_every"], cfg["iterations"]) == ("adc", 1, 50, 6)
+    assert "cap_max" not in cfg
     assert [p.name for p in (out / "ckpt").iterdir()] == ["step-0000006.npz"]
 
 
@@ -247,3 +285,86 @@ def test_untyped_options_leave_the_configuration_defaults(monkeypatch, tmp_path,
     with pytest.raises(_Stop):
         cli.main(args=["train"] + [str(tmp_path) if a == "DATA" else a for a in args], standalone_mode=False)
     assert made[-1] == dataclasses.asdict(want())
+
+
+def test_the_train_options_come_from_the_settings_metadata():
+    """Brush-style: every setting whose metadata names a flag is an option of
+    `spirula train`, with the setting's help text and the configuration's
+    default; booleans are flags (--compact/--no-compact where negatable)."""
+    from spirula.cli.train import train
+    from spirula.train.config import setting_names
+
+    options = {opt: p for p in train.params for opt in p.opts + p.secondary_opts}
+    flagged = {name: s for name, (_, s) in setting_names().items() if s.flag}
+    assert set(flagged) >= {"iterations", "strategy", "cap_max", "vram_budget", "sh_degree", "compact", "geometry"}
+    assert set(flagged) >= {"downscale", "eval_split", "background", "eval_every", "save_every", "seed"}
+    for name, s in flagged.items():
+        param = options[s.flag]
+        assert param.name == name and param.default is None, name
+        assert param.help.startswith(s.help), name
+    assert options["--no-compact"] is options["--compact"] and options["--geometry"].is_flag
+    assert "[default: 30,000; demo: 400]" in options["--iterations"].help
+    assert list(options["--strategy"].type.choices) == ["mcmc", "adc"]
+
+
+def _train_in_process(monkeypatch, tmp_path, args):
+    """Run `spirula train DATA ARGS` in this process up to train_run; returns
+    what train_run was called with (cfg, live_hook, faults)."""
+    import spirula.cli.train as cli_train
+    import spirula.data
+    import spirula.train.run
+    import spirula.view.live
+    from spirula.cli.main import _register, cli
+
+    got = {}
+
+    class Scene:
+        source, frames, train, test, points, points_random = "test", [], [], [], [], False
+
+    monkeypatch.setattr(spirula.data, "load_dataset", lambda *a, **kw: Scene())
+    monkeypatch.setattr(cli_train, "open_cli_device", lambda: type("D", (), {"info": type("I", (), {"name": "x"})}))
+    monkeypatch.setattr(spirula.view.live, "live_hook", lambda viewers, config=None: got.setdefault("view", config))
+    monkeypatch.setattr(spirula.train.run, "train_run", lambda scene, cfg, *a, **kw: got.update(cfg=cfg, **kw))
+    _register()
+    cli.main(args=["train", str(tmp_path), "-o", str(tmp_path / "run")] + args, standalone_mode=False)
+    return got
+
+
+def test_set_reaches_every_setting_by_its_flat_name(monkeypatch, tmp_path):
+    """--set NAME=VALUE for every field, strategies' included, under the name
+    config.json uses; --strategy adc switches the strategy's settings; the
+    live views' budget and the testing aid go to their own objects."""
+    from spirula.train.config import ADC
+    from spirula.train.faults import FaultInjection
+    from spirula.view.live import LiveViewConfig
+
+    got = _train_in_process(
+        monkeypatch,
+        tmp_path,
+        ["--strategy", "adc", "--set", "opacity_reset=false", "--set", "refine_every=7", "--set", "lr_means=1e-3"]
+        + ["--set", "live_view_budget=0.5", "--set", "inject_nan_every=3", "--set", "cap_max=9"],
+    )
+    cfg = got["cfg"]
+    assert cfg.strategy == ADC(opacity_reset=False, refine_every=7) and cfg.lr_means == 1e-3
+    assert got["faults"] == FaultInjection(inject_nan_every=3)
+    assert got["view"] == LiveViewConfig(live_view_budget=0.5)  # the live views' hook gets it
+    got = _train_in_process(monkeypatch, tmp_path, ["--cap-max", "123", "--set", "noise_lr=7"])
+    assert (got["cfg"].strategy.cap_max, got["cfg"].strategy.noise_lr, got["faults"]) == (123, 7.0, None)
+    assert got["view"] == LiveViewConfig() and LiveViewConfig().live_view_budget == 0.1
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["--set", "live_view_budget=0"], "live_view_budget=0: expected a number > 0 and <= 1"),
+        (["--set", "inject_nan_every=-1"], "inject_nan_every=-1: expected an integer >= 0"),
+        (["--iterations", "-5"], "--iterations -5: expected an integer >= 0"),
+        (["--set", "no_such=1"], "--set no_such=1: expected KEY=VALUE with KEY one of"),
+    ],
+)
+def test_a_setting_out_of_its_range_is_one_line(monkeypatch, tmp_path, args, words):
+    from spirula.errors import SpirulaError
+
+    with pytest.raises(SpirulaError) as err:
+        _train_in_process(monkeypatch, tmp_path, args)
+    assert words in str(err.value) and err.value.exit_code == 2

@@ -208,7 +208,6 @@ def test_storage_bits_round_without_bias_over_steps_rows_and_elements():
     v's bf16 (high 16); and the bits of neighbouring elements, of neighbouring rows
     and the two halves of one word are uncorrelated (|corr| of the bits' sign under
     6 / sqrt(R * n), the 6-sigma bound of independent bits)."""
-    from types import SimpleNamespace
 
     from spirula.train.strategy import _seed
 
@@ -217,7 +216,7 @@ def test_storage_bits_round_without_bias_over_steps_rows_and_elements():
     x = (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 3, n)).astype(np.float32)
     rows = np.repeat(np.arange(n // 2) + 3_000_000, 2)  # two elements a row: neighbours
     elements = np.tile([64, 65], n // 2) + 2 * (np.arange(n) // 2 % 20)
-    seeds = [_seed(SimpleNamespace(seed=s % 3), s, 1) for s in range(R)]
+    seeds = [_seed(s % 3, s, 1) for s in range(R)]
     r = np.stack([storage.storage_bits(sd, rows, elements) for sd in seeds])
     xs = np.broadcast_to(x, r.shape)
     xd = x.astype(np.float64)
@@ -476,7 +475,7 @@ def test_mcmc_relocation_and_growth_copy_compact_rows_bit_for_bit(device, scene)
     o = rng.uniform(0.05, 0.95, n)
     o[rng.choice(n, 40, replace=False)] = rng.uniform(0.0005, 0.0045, 40)
     a["opacities"] = np.log(o / (1 - o)).astype(np.float32)
-    cfg = TrainConfig(iterations=100, strategy="mcmc", cap_max=n + 15, sh_degree=3, compact=True)
+    cfg = TrainConfig.from_settings(iterations=100, strategy="mcmc", cap_max=n + 15, sh_degree=3, compact=True)
     trainer = Trainer(scene, cfg, device, init=random_init(8, 3))
     trainer.model.upload(a, _moments(a, 5))
     before = _rows(device, trainer.model)
@@ -548,7 +547,9 @@ def test_short_compact_run_trains_as_well_as_float32(device):
     scene = tiny_scene(Path(tempfile.mkdtemp()))
     psnr, start = {}, {}
     for compact in (False, True):
-        cfg = TrainConfig(iterations=300, strategy="mcmc", cap_max=600, sh_degree=3, sh_every=100, compact=compact)
+        cfg = TrainConfig.from_settings(
+            iterations=300, strategy="mcmc", cap_max=600, sh_degree=3, sh_every=100, compact=compact
+        )
         tr = Trainer(scene, cfg, device, init=random_init(300, 3))
         start[compact] = tr.evaluate()["psnr"]
         while tr.step < cfg.iterations:

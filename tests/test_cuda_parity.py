@@ -258,7 +258,7 @@ def test_training_on_both_backends_lands_at_the_same_test_psnr(backends, strateg
     scene = load_dataset(ensure_demo_scene())
     runs = []
     for dev in backends:
-        cfg = TrainConfig(iterations=TRAIN_STEPS, strategy=strategy, cap_max=30_000, sh_degree=3, seed=0)
+        cfg = TrainConfig.from_settings(iterations=TRAIN_STEPS, strategy=strategy, cap_max=30_000, sh_degree=3, seed=0)
         tr = Trainer(scene, cfg, dev)
         losses = []
         while tr.step < cfg.iterations:

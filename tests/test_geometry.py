@@ -48,7 +48,7 @@ def _train(scene, device, steps=None, **fields):
     from spirula.train.config import TrainConfig
     from spirula.train.trainer import Trainer
 
-    cfg = TrainConfig(iterations=steps or SHAPE_STEPS, cap_max=1500, sh_degree=0, compact=False, **fields)
+    cfg = TrainConfig.from_settings(iterations=steps or SHAPE_STEPS, cap_max=1500, sh_degree=0, compact=False, **fields)
     trainer = Trainer(scene, cfg, device)
     for _ in range(cfg.iterations):
         trainer.train_step()

@@ -29,7 +29,9 @@ def scene(tmp_path_factory):
 
 
 def _mcmc(**kw):
-    return TrainConfig(**{**dict(strategy="mcmc", refine_start=1, refine_every=2, cap_max=100_000, sh_degree=1), **kw})
+    return TrainConfig.from_settings(
+        **{**dict(strategy="mcmc", refine_start=1, refine_every=2, cap_max=100_000, sh_degree=1), **kw}
+    )
 
 
 def test_mcmc_buffers_follow_the_live_count_never_the_cap(device, scene):
@@ -70,7 +72,7 @@ def test_growth_leaves_the_training_result_unchanged(device, scene, monkeypatch)
             monkeypatch.delenv(CHUNK_ENV, raising=False)
         trainer = Trainer(scene, cfg, device, init=random_init(400, 1))
         if room:
-            trainer.model.reserve(cfg.cap_max)
+            trainer.model.reserve(cfg.strategy.cap_max)
             trainer.fit_splat_buffers()
         for _ in range(12):
             trainer.train_step()
@@ -88,7 +90,9 @@ def test_adc_never_holds_two_models(device, scene):
     """ADC writes the grown splats group by group: the pool's peak during a
     refinement stays within 1.3x of the live need, old groups counted live
     until their copy is done."""
-    cfg = TrainConfig(strategy="adc", refine_start=1, refine_every=2, grow_grad2d=1e-9, sh_degree=1, reset_every=10**6)
+    cfg = TrainConfig.from_settings(
+        strategy="adc", refine_start=1, refine_every=2, grow_grad2d=1e-9, sh_degree=1, reset_every=10**6
+    )
     trainer = Trainer(scene, cfg, device, init=random_init(300, 1))
     pool = device.pool
     try:
@@ -171,7 +175,9 @@ def _fmt(n):
 
 
 def test_adc_stops_growing_at_the_budget_in_one_line(device, scene):
-    cfg = TrainConfig(strategy="adc", refine_start=1, refine_every=2, grow_grad2d=1e-9, sh_degree=1, reset_every=10**6)
+    cfg = TrainConfig.from_settings(
+        strategy="adc", refine_start=1, refine_every=2, grow_grad2d=1e-9, sh_degree=1, reset_every=10**6
+    )
     probe = Trainer(scene, cfg, device, init=random_init(300, 1))
     start = device.pool.total_capacity()
     probe.free()
@@ -248,17 +254,17 @@ def test_out_of_memory_while_growing_is_a_checkpoint_and_one_line(device, scene,
 
 def test_ground_truth_past_the_buffer_range_is_split_into_chunks(device, scene, monkeypatch):
     """The training images of one size go to the GPU in chunks that each fit
-    the buffer range (two images a chunk here, trainer.gt_chunk_bytes): every
+    the buffer range (two images a chunk here, step.gt_chunk_bytes): every
     step reads its image from the right chunk, so the losses are those of one
     unsplit buffer."""
-    from spirula.train import trainer as trainer_module
+    from spirula.train import step as step_module
 
     f = scene.frames[scene.train[0]]
     cfg = _mcmc(refine_start=10**9)
     losses = []
     for chunk_bytes in (None, 2 * 4 * f.width * f.height):
         if chunk_bytes is not None:
-            monkeypatch.setattr(trainer_module, "gt_chunk_bytes", lambda device, b=chunk_bytes: b)
+            monkeypatch.setattr(step_module, "gt_chunk_bytes", lambda device, b=chunk_bytes: b)
         trainer = Trainer(scene, cfg, device, init=random_init(20, 1))
         try:
             chunks = [b.shape[0] for b in trainer.sizes[(f.width, f.height)].gt_chunks]
@@ -273,10 +279,10 @@ def test_ground_truth_past_the_buffer_range_is_split_into_chunks(device, scene, 
 
 
 def test_an_image_past_the_buffer_range_is_one_clear_error(device, scene, monkeypatch):
-    from spirula.train import trainer as trainer_module
+    from spirula.train import step as step_module
 
     f = scene.frames[scene.train[0]]
-    monkeypatch.setattr(trainer_module, "gt_chunk_bytes", lambda device: 4 * f.width * f.height - 4)
+    monkeypatch.setattr(step_module, "gt_chunk_bytes", lambda device: 4 * f.width * f.height - 4)
     held = set(device.pool.buffers)
     with pytest.raises(
         OutOfMemoryError, match=r"a %dx%d training image needs .*; lower --downscale" % (f.width, f.height)

@@ -290,7 +290,7 @@ def test_four_blocks_on_ray_match_the_whole_scene(tmp_path, monkeypatch):
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
     monkeypatch.setattr(ray_run, "FAIL_ONCE", "block-01")  # its first attempt's worker dies (os._exit)
     dataset = _street_scene(tmp_path)
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_settings(
         iterations=BLOCK_STEPS, cap_max=3000, sh_degree=1, init_scale=1.0, save_every=0, background="black"
     )
     scene = load_dataset(dataset, eval_split=cfg.eval_split, background="black")

@@ -136,7 +136,7 @@ def _run(scene, device, out, monkeypatch, at_step, send, during_save=()):
     starts, and ``during_save`` ones in the middle of each checkpoint write."""
     from spirula.train import run
 
-    cfg = TrainConfig(iterations=8, cap_max=600, sh_degree=1, save_every=0, log_every=100)
+    cfg = TrainConfig.from_settings(iterations=8, cap_max=600, sh_degree=1, save_every=0, log_every=100)
     real_step, real_save = Trainer.train_step, run.save_checkpoint
 
     def step(self, **kw):
@@ -208,7 +208,7 @@ def test_handlers_are_the_runs_only(device, scene, tmp_path, guarded):
     """A run that ends normally leaves the process's handlers as it found them."""
     from spirula.train.run import train_run
 
-    cfg = TrainConfig(iterations=2, cap_max=600, sh_degree=1, save_every=0, log_every=100)
+    cfg = TrainConfig.from_settings(iterations=2, cap_max=600, sh_degree=1, save_every=0, log_every=100)
     train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None)
     assert signal.getsignal(signal.SIGTERM) is guarded
     assert signal.getsignal(signal.SIGHUP) is guarded

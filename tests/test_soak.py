@@ -35,7 +35,7 @@ def footprint(device, scene):
     """Bytes the trainer of the soak's configuration holds before its first
     step (its run grows past this as splats and intersections grow)."""
     before = device.pool.total_capacity()
-    trainer = Trainer(scene, TrainConfig(**CFG), device)
+    trainer = Trainer(scene, TrainConfig.from_settings(**CFG), device)
     held = device.pool.total_capacity() - before
     trainer.free()
     return held

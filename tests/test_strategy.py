@@ -49,11 +49,12 @@ def _reaches(obj, cls) -> bool:
 @pytest.mark.parametrize("strategy", ["mcmc", "adc"])
 def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monkeypatch, strategy):
     """Data flows down (as gsplat's step_post_backward): a strategy is made from
-    the configuration alone, is handed the splats, statistics, step, extent
-    and device, returns what it changed, and holds no trainer."""
+    its own settings (and the run's seed) alone, is handed the splats,
+    statistics, step, extent and device, returns what it changed, and holds no
+    trainer."""
     from spirula.train import strategy as strategies
 
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_settings(
         compact=False,
         iterations=20,
         strategy=strategy,
@@ -65,7 +66,9 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
         opacity_reset=True,
         grow_grad2d=1e-7,
     )
-    assert list(inspect.signature(type(strategies.make(cfg))).parameters) == ["cfg"]
+    made = strategies.make(cfg)
+    assert list(inspect.signature(type(made)).parameters) == ["config", "seed"]
+    assert made.config is cfg.strategy and type(cfg.strategy).name == strategy
     trainer = Trainer(scene, cfg, device, init=random_init(200, 1))
     got = []
 
@@ -98,7 +101,9 @@ def test_a_strategy_gets_its_inputs_and_returns_its_changes(device, scene, monke
 
 
 def _mcmc_trainer(device, scene, arrays, moments=None, cap_max=1000, **cfg_kw):
-    cfg = TrainConfig(compact=False, iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1, **cfg_kw)
+    cfg = TrainConfig.from_settings(
+        compact=False, iterations=100, strategy="mcmc", cap_max=cap_max, sh_degree=1, **cfg_kw
+    )
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
     trainer.model.upload(arrays, moments)
     return trainer
@@ -267,7 +272,9 @@ def test_mcmc_position_noise_moves_transparent_splats_along_their_covariance(dev
     init["opacities"] = np.log(o / (1 - o)).astype(np.float32)
     runs = []
     for noise_lr in (0.0, 5e5):
-        cfg = TrainConfig(compact=False, iterations=100, strategy="mcmc", cap_max=n, sh_degree=1, noise_lr=noise_lr)
+        cfg = TrainConfig.from_settings(
+            compact=False, iterations=100, strategy="mcmc", cap_max=n, sh_degree=1, noise_lr=noise_lr
+        )
         trainer = Trainer(scene, cfg, device, init=init)
         trainer.train_step()
         runs.append((trainer.model.download()["params"], trainer.extent))
@@ -317,7 +324,7 @@ def test_adc_refine_clones_splits_and_prunes(device, scene, step):
     refine(trainer, step)
     got = trainer.model.download()
     p = got["params"]
-    prune_big = step > cfg.reset_every
+    prune_big = step > cfg.strategy.reset_every
     # (old index, kind) of each output, in order
     want = [(0, "same"), (0, "clone"), (1, "child"), (1, "child"), (3, "same"), (4, "same")]
     want += [] if prune_big else [(6, "same"), (7, "child"), (7, "child")]
@@ -357,7 +364,7 @@ def test_adc_statistics_accumulate_the_screen_space_gradient(device, scene, absg
     """After a step, each visible splat's grad2d_sum holds |dL/d mean2d| scaled
     by (W/2, H/2) (gsplat's DefaultStrategy); with absgrad, the per-pixel sum
     of absolute gradients that rasterize_bwd leaves in grad_xy_abs."""
-    cfg = TrainConfig(compact=False, iterations=100, strategy="adc", sh_degree=1, absgrad=absgrad)
+    cfg = TrainConfig.from_settings(compact=False, iterations=100, strategy="adc", sh_degree=1, absgrad=absgrad)
     trainer = Trainer(scene, cfg, device, init=random_init(80, 1, seed=16))
     trainer.train_step()
     n, r = trainer.model.n, trainer.raster
@@ -397,8 +404,8 @@ def test_mcmc_schedule_refines_at_its_steps(device, scene, monkeypatch):
     from spirula.train import strategy as strategies
 
     calls = []
-    monkeypatch.setattr(strategies.MCMC, "refine", lambda self, model, step, device: calls.append(step))
-    cfg = TrainConfig(
+    monkeypatch.setattr(strategies.MCMCStrategy, "refine", lambda self, model, step, device: calls.append(step))
+    cfg = TrainConfig.from_settings(
         compact=False, strategy="mcmc", cap_max=100, sh_degree=1, refine_start=5, refine_every=5, refine_stop=31
     )
     trainer = Trainer(scene, cfg, device, init=random_init(8, 1))
@@ -422,9 +429,9 @@ def test_adc_schedule_refines_and_resets_at_its_steps(device, scene, monkeypatch
         calls.append(("refine", step))
         return strategies.Changes(model, model.n, model.n)
 
-    monkeypatch.setattr(strategies.ADC, "refine", refine)
-    monkeypatch.setattr(strategies.ADC, "reset_opacity", lambda self, model, device: calls.append(("reset",)))
-    cfg = TrainConfig(
+    monkeypatch.setattr(strategies.ADCStrategy, "refine", refine)
+    monkeypatch.setattr(strategies.ADCStrategy, "reset_opacity", lambda self, model, device: calls.append(("reset",)))
+    cfg = TrainConfig.from_settings(
         compact=False,
         strategy="adc",
         sh_degree=1,

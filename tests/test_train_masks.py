@@ -146,7 +146,7 @@ def test_masked_garbage_is_not_learned(device, tmp_path):
     keep the scene's colours (R - G near 0, as the scene around it)."""
     masked = load_dataset(_write(tmp_path / "m"))
     unmasked = load_dataset(_write(tmp_path / "u", masks=False))
-    cfg = TrainConfig(iterations=150, cap_max=600, sh_degree=1)
+    cfg = TrainConfig.from_settings(iterations=150, cap_max=600, sh_degree=1)
     red = {}
     for key, scene in (("masked", masked), ("unmasked", unmasked)):
         trainer = Trainer(scene, cfg, device, init=random_init(300, 1, seed=5))

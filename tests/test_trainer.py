@@ -129,7 +129,7 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
     # SH degree at the schedule's boundaries: 0 at step 0 even with a band
     # every step; 1 from step 5 with a band every 5 steps. float32 storage:
     # the reference is float32 Adam (compact's rounding: tests/test_compact.py)
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_settings(
         iterations=40,
         strategy="mcmc",
         noise_lr=0.0,
@@ -214,8 +214,8 @@ def test_one_step_matches_the_reference(device, scene, mixed_scene, case):
         means=g["means"],
         quats=g["quats"],
         sh=g["sh_coeffs"],
-        scales=(g["scales"] + cfg.scale_reg / (3 * n)) * sc,
-        opacities=(g["opacities"] + cfg.opacity_reg / n) * op * (1 - op),
+        scales=(g["scales"] + cfg.strategy.scale_reg / (3 * n)) * sc,
+        opacities=(g["opacities"] + cfg.strategy.opacity_reg / n) * op * (1 - op),
     )
 
     centres = np.stack(
@@ -311,7 +311,7 @@ def test_checkpoint_resumes_bit_identical(device, scene, tmp_path, strategy):
     from spirula.train.run import save_checkpoint
 
     # two refinements (after steps 5 and 10) before the checkpoint: the count changed
-    cfg = TrainConfig(
+    cfg = TrainConfig.from_settings(
         iterations=40,
         strategy=strategy,
         cap_max=800,
@@ -363,7 +363,7 @@ def test_checkpoint_resumes_bit_identical(device, scene, tmp_path, strategy):
 def test_checkpoint_write_is_atomic(device, scene, tmp_path, monkeypatch):
     from spirula.train.run import load_checkpoint, save_checkpoint
 
-    cfg = TrainConfig(iterations=10, cap_max=600)
+    cfg = TrainConfig.from_settings(iterations=10, cap_max=600)
     trainer = Trainer(scene, cfg, device)
     trainer.train_step()
     path = tmp_path / "ckpt" / "step-0000001.npz"
@@ -394,7 +394,7 @@ def test_interrupted_run_saves_a_checkpoint_and_resumes(device, scene, tmp_path,
     # float32 storage: the bound below is float32's; with compact storage a
     # 3e-7 difference upstream can flip a stochastic rounding of a bf16 moment
     # (2e-5 here), which tests/test_compact.py covers
-    cfg = TrainConfig(iterations=8, cap_max=600, sh_degree=1, save_every=0, log_every=100, compact=False)
+    cfg = TrainConfig.from_settings(iterations=8, cap_max=600, sh_degree=1, save_every=0, log_every=100, compact=False)
     logs = []
     real_step = Trainer.train_step
 
@@ -432,7 +432,7 @@ def test_splats_with_non_finite_parameters_are_left_out_of_the_ply(device, scene
     from spirula.data import read_splat_ply
     from spirula.train.run import train_run
 
-    cfg = TrainConfig(iterations=2, cap_max=600, sh_degree=1, save_every=0, log_every=100)
+    cfg = TrainConfig.from_settings(iterations=2, cap_max=600, sh_degree=1, save_every=0, log_every=100)
     real = Trainer.splat_arrays
 
     def diverged(self):
@@ -458,7 +458,7 @@ def test_splats_with_non_finite_parameters_are_left_out_of_the_ply(device, scene
 def test_evaluating_between_steps_does_not_change_training(device, scene):
     """evaluate() renders with the training rasterizer (other cameras, its
     own recorded passes); the recorded step must not notice."""
-    cfg = TrainConfig(iterations=8, cap_max=600, sh_degree=1)
+    cfg = TrainConfig.from_settings(iterations=8, cap_max=600, sh_degree=1)
     a = Trainer(scene, cfg, device, init=random_init(200, 1, seed=17))
     b = Trainer(scene, cfg, device, init=random_init(200, 1, seed=17))
     for s in range(6):
@@ -482,7 +482,7 @@ def test_intersection_overflow_grows_the_buffers_and_reruns_the_step(device, sce
 
         return measure
 
-    cfg = TrainConfig(iterations=10, cap_max=600, sh_degree=1)
+    cfg = TrainConfig.from_settings(iterations=10, cap_max=600, sh_degree=1)
     monkeypatch.setattr(Trainer, "_measure_intersections", sized(200_000))
     roomy = Trainer(scene, cfg, device)
     monkeypatch.setattr(Trainer, "_measure_intersections", sized(16))
@@ -526,7 +526,7 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     from spirula.train.run import evaluate_run, load_checkpoint, train_run
 
     scene = load_dataset(ensure_demo_scene())
-    cfg = TrainConfig(iterations=120, cap_max=30_000, init_scale=1.0, save_every=50, log_every=1000)
+    cfg = TrainConfig.from_settings(iterations=120, cap_max=30_000, init_scale=1.0, save_every=50, log_every=1000)
     logs = []
     out = tmp_path / "run"
     m = train_run(scene, cfg, device, out, log=logs.append)
@@ -571,7 +571,7 @@ def test_training_on_two_image_sizes_learns_and_evaluates_every_size(device, mix
     """A dataset with 64x48 and 32x24 views trains (one rasterizer per size,
     shared splats) and is evaluated at each view's own size, also at a size
     no training view has."""
-    cfg = TrainConfig(iterations=60, cap_max=400, sh_degree=1)
+    cfg = TrainConfig.from_settings(iterations=60, cap_max=400, sh_degree=1)
     trainer = Trainer(mixed_scene, cfg, device, init=random_init(300, 1, seed=4))
     views = [mixed_scene.train[0], mixed_scene.train[1]]
     assert {(mixed_scene.frames[i].width, mixed_scene.frames[i].height) for i in views} == {(64, 48), (32, 24)}
@@ -620,8 +620,8 @@ def test_pipelined_steps_match_synchronous_ones(device, scene):
     intersection counts and losses of the same steps, the same splats (MCMC
     relocating at steps 5 and 10, where nothing goes ahead)."""
     kw = dict(iterations=12, cap_max=600, sh_degree=1, refine_start=4, refine_every=5, compact=False)
-    sync, so, ss = _run_steps(scene, device, TrainConfig(pipeline_steps=False, **kw), 12)
-    pipe, po, ps = _run_steps(scene, device, TrainConfig(**kw), 12)
+    sync, so, ss = _run_steps(scene, device, TrainConfig.from_settings(pipeline_steps=False, **kw), 12)
+    pipe, po, ps = _run_steps(scene, device, TrainConfig.from_settings(**kw), 12)
     assert not any(ahead for _, ahead in ss)
     ahead = [k for k, a in ps if a]
     # every step but the first and those after a relocation (after 0-based steps 5 and 10) went ahead
@@ -648,8 +648,10 @@ def test_pipelined_overflow_reruns_both_steps(device, scene, monkeypatch):
     first runs again after growing, the second is submitted again; the run is
     the one with roomy buffers."""
     kw = dict(iterations=6, cap_max=600, sh_degree=1, compact=False)
-    roomy, ro, _ = _run_steps(scene, device, TrainConfig(pipeline_steps=False, **kw), 6, 200_000, monkeypatch)
-    tight, to, ts = _run_steps(scene, device, TrainConfig(**kw), 6, 16, monkeypatch)
+    roomy, ro, _ = _run_steps(
+        scene, device, TrainConfig.from_settings(pipeline_steps=False, **kw), 6, 200_000, monkeypatch
+    )
+    tight, to, ts = _run_steps(scene, device, TrainConfig.from_settings(**kw), 6, 16, monkeypatch)
     ks = [k for k, _ in ts]
     assert ks[:4] == [0, 1, 0, 1]  # step 0 overflowed with step 1 in flight: both again
     assert [o["n_isects"] for o in to] == [o["n_isects"] for o in ro]

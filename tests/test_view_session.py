@@ -72,10 +72,10 @@ def test_live_views_stay_within_their_share_of_training_time(monkeypatch):
     scene) is called only as often as live_view_budget of the wall time
     affords, and every call renders: training is at most budget + one frame
     slower, never 6x."""
-    from spirula.train.config import TrainConfig
     from spirula.view import live, session
+    from spirula.view.live import LiveViewConfig
 
-    budget = TrainConfig().live_view_budget
+    budget = LiveViewConfig().live_view_budget
 
     class Stub:
         def use_splats(self, splats, sh_degree):

@@ -84,12 +84,12 @@ def test_live_view_draws_at_most_one_frame_per_step_and_survives_closing(display
     from spirula.train.config import TrainConfig
     from spirula.train.run import train_run
     from spirula.view.camera import CameraPath
-    from spirula.view.live import live_hook
+    from spirula.view.live import LiveViewConfig, live_hook
     from spirula.view.window import WindowLiveView
 
     scene = load_dataset(write_tiny_colmap(tmp_path / "data"))
     # live_view_budget=1: the views every step (the budget is tested in test_view_session.py)
-    cfg = TrainConfig(iterations=12, cap_max=2000, sh_degree=1, eval_every=0, save_every=0, live_view_budget=1.0)
+    cfg = TrainConfig.from_settings(iterations=12, cap_max=2000, sh_degree=1, eval_every=0, save_every=0)
     seen = []
 
     class Watched(WindowLiveView):
@@ -101,7 +101,14 @@ def test_live_view_draws_at_most_one_frame_per_step_and_survives_closing(display
                     self.window.glfw.set_window_should_close(self.window.win, True)
 
     view = Watched(CameraPath.from_frames(scene.frames), 64, 48, every=5)
-    metrics = train_run(scene, cfg, device, tmp_path / "run", log=lambda *a: None, live_hook=live_hook([view]))
+    metrics = train_run(
+        scene,
+        cfg,
+        device,
+        tmp_path / "run",
+        log=lambda *a: None,
+        live_hook=live_hook([view], LiveViewConfig(live_view_budget=1.0)),
+    )
     assert metrics["step"] == 12 and (tmp_path / "run" / "splat.ply").exists()
     renders = {step: n for step, n, _ in seen}
     assert renders[1] == 1  # the first frame when the window opens
@@ -120,7 +127,7 @@ def test_window_and_web_live_views_share_one_renderer(display, device, tmp_path)
     from spirula.train.run import train_run
     from spirula.view import web
     from spirula.view.camera import CameraPath
-    from spirula.view.live import live_hook
+    from spirula.view.live import LiveViewConfig, live_hook
     from spirula.view.window import WindowLiveView
 
     scene = tiny_scene(tmp_path / "tiny")
@@ -138,9 +145,7 @@ def test_window_and_web_live_views_share_one_renderer(display, device, tmp_path)
     browser = _FakeClient(1)
     f = scene.frames[scene.train[0]]
     live.viewer.request(browser, f.viewmat, f.K, 40, 30)
-    cfg = TrainConfig(
-        iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0, live_view_budget=1.0
-    )
+    cfg = TrainConfig.from_settings(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
     renders = []
     window_close = window.close
 
@@ -149,7 +154,14 @@ def test_window_and_web_live_views_share_one_renderer(display, device, tmp_path)
         window_close()
 
     window.close = close
-    train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, live_hook=live_hook([window, live]))
+    train_run(
+        scene,
+        cfg,
+        device,
+        tmp_path / "run",
+        log=lambda msg: None,
+        live_hook=live_hook([window, live], LiveViewConfig(live_view_budget=1.0)),
+    )
     assert len(views) == 3 and all(v is views[0] for v in views)  # one renderer for both, every step
     assert renders == [3] and len(browser.images) == 1  # a window frame per step; the browser's asked view
     assert browser.images[0].shape == (30, 40, 3)

@@ -175,7 +175,7 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
 
     from spirula.train.config import TrainConfig
     from spirula.train.run import train_run
-    from spirula.view.live import live_hook
+    from spirula.view.live import LiveViewConfig, live_hook
 
     scene = tiny_scene(tmp_path / "tiny")
     live = web.live_view(scene, _free_port(), log=lambda msg: None)
@@ -186,10 +186,15 @@ def test_training_renders_one_asked_for_view_per_step_for_the_web_live_view(tmp_
     for c in (a, b):  # two browsers ask before the first step
         live.viewer.request(c, f.viewmat, f.K, 40, 30)
     rec = _Recorder()
-    cfg = TrainConfig(
-        iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0, live_view_budget=1.0
+    cfg = TrainConfig.from_settings(iterations=3, cap_max=600, sh_degree=1, save_every=0, log_every=100, eval_every=0)
+    train_run(
+        scene,
+        cfg,
+        device,
+        tmp_path / "run",
+        log=lambda msg: None,
+        live_hook=live_hook([rec, live], LiveViewConfig(live_view_budget=1.0)),
     )
-    train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None, live_hook=live_hook([rec, live]))
     assert rec.steps == [1, 2, 3] and rec.closed == 1 and rec.n_splats[-1] > 0
     # the first step rendered one of the two asked views, the second the other: one frame per step
     # (close() waits for the sender thread, so every image has gone out)
@@ -214,7 +219,7 @@ def test_live_views_render_the_trainers_splats_through_one_renderer(tmp_path, de
     from spirula.view.live import LiveHook
 
     scene = tiny_scene(tmp_path / "tiny")
-    cfg = TrainConfig(iterations=3, cap_max=600, sh_degree=1, save_every=0, eval_every=0, compact=compact)
+    cfg = TrainConfig.from_settings(iterations=3, cap_max=600, sh_degree=1, save_every=0, eval_every=0, compact=compact)
     tr = Trainer(scene, cfg, device, log=lambda msg: None)
     assert tr.model.params.compact == compact
     rec = _Recorder()

@@ -84,7 +84,7 @@ def refine(trainer, step: int):
     """The trainer's strategy refines its splats now, as after step ``step``,
     and the trainer takes the result over; returns the strategy's Changes."""
     s = trainer.strategy
-    if trainer.cfg.strategy == "mcmc":
+    if trainer.cfg.strategy.name == "mcmc":
         changes = s.refine(trainer.model, step, trainer.device)
     else:
         changes = s.refine(trainer.model, trainer.stats, step, trainer.extent, trainer.device)

@@ -158,7 +158,7 @@ def train(strategy: str = "mcmc", shuffle_sums: bool = False):
         init = random_init(300, 1, seed=1)
         if strategy == "mcmc":
             init["opacities"][::7] = -7.0  # dead: relocated onto live splats
-        cfg = TrainConfig(
+        cfg = TrainConfig.from_settings(
             iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, sh_every=2, grow_grad2d=1e-7, refine_start=1000
         )
         measure = Trainer._measure_intersections

@@ -20,7 +20,10 @@ from spirula.cli.common import (
     web_viewer_options,
 )
 from spirula.errors import SpirulaError
-from spirula.train.config import TrainConfig
+from spirula.train.config import TrainConfig, flatten
+from spirula.train.faults import FaultInjection
+from spirula.train.setting import SettingError
+from spirula.view.live import LiveViewConfig
 
 
 def _log(msg):
@@ -50,49 +53,68 @@ def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run
     return pipeline.prepare_capture(dataset, settings, log=_log, verbose=verbose())
 
 
-def _default(field: str) -> str:
-    """The help text's default of a TrainConfig field: the config's own, and
-    the demo's where it differs. Options default to None: only the ones typed
-    become fields (an untyped one leaves the config's default)."""
-    value, demo = getattr(TrainConfig(), field), getattr(TrainConfig.demo(), field)
+def _default_text(name: str, s) -> str:
+    """The help text's default of a training setting: the config's own, and
+    the demo's where it differs (or the Setting's ``default_help``)."""
+    if s.default_help is not None:
+        return "[default: %s]" % s.default_help
+    value, demo = TrainConfig().settings().get(name), TrainConfig.demo().settings().get(name)
+    if value is None:
+        return ""
     fmt = "{:,}".format if isinstance(value, int) and not isinstance(value, bool) else str
     return "[default: %s%s]" % (fmt(value), "; demo: %s" % fmt(demo) if demo != value else "")
+
+
+def _kind(name: str):
+    """The type of a training setting's values (its field's annotation)."""
+    from spirula.train.config import STRATEGIES
+    from spirula.train.setting import value_type
+
+    owners = (TrainConfig, *STRATEGIES.values())
+    return value_type(next(c for c in owners if name in c.__dataclass_fields__), name)[0]
+
+
+def _click_type(name: str, s):
+    """The click type of a training setting's option: its choices, a closed
+    integer range, else the Python type of its values (the rest of a range is
+    checked with the configuration, spirula/train/setting.py)."""
+    kind = _kind(name)
+    if s.choices is not None:
+        return click.Choice(list(s.choices))
+    if kind is int and s.ge is not None and s.le is not None:
+        return click.IntRange(int(s.ge), int(s.le))
+    return {int: int, float: float}.get(kind, str)
+
+
+def config_options(fn):
+    """The options of every training setting that has one (its Setting's
+    ``flag``, spirula/train/config.py), generated from the settings' metadata
+    in their order, as Brush derives its CLI from its config: help text and
+    default from the configuration; a boolean is a flag (``--x/--no-x`` when
+    negatable). Each defaults to None: only the options typed become settings
+    (an untyped one leaves the configuration's default)."""
+    from spirula.train.config import setting_names
+
+    for name, (_, s) in reversed(list(setting_names().items())):
+        if s.flag is None:
+            continue
+        help_text = " ".join(t for t in (s.help, _default_text(name, s)) if t) + "."
+        if s.negatable:
+            option = click.option("%s/--no-%s" % (s.flag, s.flag[2:]), name, default=None, help=help_text)
+        elif _kind(name) is bool:
+            option = click.option(s.flag, name, is_flag=True, default=None, help=s.help + ".")
+        else:
+            kind = _click_type(name, s)
+            option = click.option(s.flag, name, type=kind, default=None, metavar=s.metavar, help=help_text)
+        fn = option(fn)
+    return fn
 
 
 @click.command()
 @common_options
 @verbose_option
 @click.argument("dataset", required=False, type=click.Path(path_type=Path))
-@click.option("--iterations", type=int, default=None, help="Training steps %s." % _default("iterations"))
-@click.option(
-    "--strategy",
-    type=click.Choice(["mcmc", "adc"]),
-    default=None,
-    help="Densification: MCMC (budget --cap-max) or classic adaptive density control %s." % _default("strategy"),
-)
-@click.option("--cap-max", type=int, default=None, help="MCMC splat budget %s." % _default("cap_max"))
-@click.option(
-    "--vram-budget",
-    default=None,
-    metavar="SIZE",
-    help="Device memory the run may use (8GiB, 512MiB, 8GB, bytes); MCMC's cap and ADC's growth stop there"
-    " [default: 85%% of the device's memory].",
-)
-@click.option("--sh-degree", type=click.IntRange(0, 3), default=None, help=_default("sh_degree"))
-@click.option(
-    "--compact/--no-compact",
-    default=None,
-    help="Store the SH coefficients past the DC in fp16 and the Adam moments of the SH, means, quats"
-    " and scales in bf16, rounded stochastically (44%% fewer bytes per SH3 splat) %s." % _default("compact"),
-)
-@click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
-@click.option("--eval-split", default=None, help="interval:N or none %s." % _default("eval_split"))
-@click.option(
-    "--background",
-    type=click.Choice(["white", "black"]),
-    default=None,
-    help="Background colour [default: white for Blender scenes, black otherwise].",
-)
+@config_options
 @click.option(
     "--output",
     "-o",
@@ -103,14 +125,6 @@ def _default(field: str) -> str:
 @click.option(
     "--resume", type=click.Path(path_type=Path), default=None, help="Continue a run (its folder or a ckpt/step-*.npz)."
 )
-@click.option(
-    "--eval-every",
-    type=int,
-    default=None,
-    help="Evaluate on the test images every N steps (0: never) %s." % _default("eval_every"),
-)
-@click.option("--save-every", type=int, default=None, help="Checkpoint every N steps %s." % _default("save_every"))
-@click.option("--seed", type=int, default=None, help=_default("seed"))
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -153,37 +167,18 @@ def _default(field: str) -> str:
     "overrides",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Any other TrainConfig field, e.g. --set lr_opacities=0.05 (repeatable).",
+    help="Any setting by its name (docs/training.md, 'Settings'; the live views' and testing aids' too),"
+    " e.g. --set lr_opacities=0.05 (repeatable).",
 )
 @click.option(
     "--viewer",
     is_flag=True,
     help="Watch training in a window (docs/viewer.md); closing it keeps training. With --viewer-port: both.",
 )
-@click.option(
-    "--geometry",
-    is_flag=True,
-    default=None,
-    help="Regularize geometry for meshing: depth distortion and normal consistency (docs/training.md,"
-    " 'Geometry'; tune with --set distortion_weight=W --set distortion_from=STEP --set normal_weight=W"
-    " --set normal_from=STEP).",
-)
 def train(
     dataset,
-    iterations,
-    strategy,
-    cap_max,
-    vram_budget,
-    sh_degree,
-    compact,
-    downscale,
-    eval_split,
-    background,
     output,
     resume,
-    eval_every,
-    save_every,
-    seed,
     dry_run,
     fps,
     max_frames,
@@ -196,7 +191,7 @@ def train(
     ray_address,
     overrides,
     viewer,
-    geometry,
+    **settings,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
     a Blender/NeRF-synthetic folder (transforms_train.json), a nerfstudio
@@ -217,43 +212,28 @@ def train(
     from spirula.train.run import default_output_dir, train_run
     from spirula.view.live import live_hook
 
-    explicit = _explicit_options(
-        dict(
-            iterations=iterations,
-            strategy=strategy,
-            cap_max=cap_max,
-            vram_budget=vram_budget,
-            sh_degree=sh_degree,
-            compact=compact,
-            downscale=downscale,
-            eval_split=eval_split,
-            background=background,
-            eval_every=eval_every,
-            save_every=save_every,
-            seed=seed,
-            geometry=geometry,
-        )
-    )
-    explicit.update(_parse_overrides(overrides))
+    explicit = _explicit_options(settings)
+    sets = _parse_overrides(overrides)
+    explicit.update(sets["train"])
     if explicit.get("vram_budget") is not None:
         from spirula.runtime.buffers import parse_size
 
         parse_size(explicit["vram_budget"], "--vram-budget ")  # a bad SIZE: one line, exit status 2
-    try:  # a setting TrainConfig refuses (--set strategy=bad): one line, exit status 2
-        if resume is not None:
-            # a resumed run keeps its own configuration; options given now override it
-            saved = saved_config(resume)
-            dataset = dataset or Path(saved["dataset"])
-            cfg = TrainConfig.from_dict({**saved, **explicit})
-        elif dataset is None:
-            from spirula.data.demo import ensure_demo_scene
+    # a setting the configuration refuses (--set strategy=bad): one line naming it, exit status 2
+    if resume is not None:
+        # a resumed run keeps its own configuration; options given now override it
+        saved = saved_config(resume)
+        dataset = dataset or Path(saved["dataset"])
+        cfg = TrainConfig.from_dict({**flatten(saved), **explicit})
+    elif dataset is None:
+        from spirula.data.demo import ensure_demo_scene
 
-            dataset = ensure_demo_scene(log=_log)
-            cfg = TrainConfig.demo(**explicit)
-        else:
-            cfg = TrainConfig(**explicit)
-    except ValueError as exc:
-        raise SpirulaError("spirula train: %s" % exc) from None
+        cfg = TrainConfig.demo(**explicit)
+        dataset = ensure_demo_scene(log=_log)
+    else:
+        cfg = TrainConfig.from_settings(**explicit)
+    view_config = LiveViewConfig(**sets["view"])
+    faults = FaultInjection(**sets["faults"]) if sets["faults"] else None
     dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera)
     if dataset is None:
         return
@@ -302,7 +282,7 @@ def train(
             ", ".join(s for s, _ in sizes.most_common()),
             device.info.name,
             cfg.iterations,
-            "MCMC, cap %s" % f"{cfg.cap_max:,}" if cfg.strategy == "mcmc" else "ADC",
+            "MCMC, cap %s" % f"{cfg.strategy.cap_max:,}" if cfg.strategy.name == "mcmc" else "ADC",
         )
     )
     if viewer_port is not None:  # with --viewer too: both views, through the same hook and renderer
@@ -310,7 +290,16 @@ def train(
 
         viewers.append(live_view(scene, viewer_port, viewer_host, log=_log))
     try:
-        train_run(scene, cfg, device, output, resume=resume, log=_log, live_hook=live_hook(viewers))
+        train_run(
+            scene,
+            cfg,
+            device,
+            output,
+            resume=resume,
+            log=_log,
+            live_hook=live_hook(viewers, view_config),
+            faults=faults,
+        )
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the
@@ -347,21 +336,36 @@ def _run_folder(resume) -> Path:
     return resume if resume.is_dir() else resume.parent.parent
 
 
-def _parse_overrides(items) -> dict:
+def _set_groups() -> dict:
+    """Where ``--set NAME=VALUE`` puts NAME: ``train`` (TrainConfig and its
+    strategies, spirula/train/config.py), ``view`` (the live views',
+    spirula/view/live.py) or ``faults`` (testing aids, spirula/train/faults.py)."""
     import dataclasses
 
-    from spirula.train.config import TrainConfig
+    from spirula.train.config import setting_names
 
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    out = {}
+    return {
+        "train": set(setting_names()),
+        "view": {f.name for f in dataclasses.fields(LiveViewConfig)},
+        "faults": {f.name for f in dataclasses.fields(FaultInjection)},
+    }
+
+
+def _parse_overrides(items) -> dict:
+    """``--set`` items by group (:func:`_set_groups`): ``{group: {name: value}}``,
+    each value read as JSON, else as a string."""
+    groups = _set_groups()
+    names = set().union(*groups.values())
+    out = {group: {} for group in groups}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or key not in fields:
-            raise SpirulaError("--set %s: expected KEY=VALUE with KEY one of %s" % (item, ", ".join(sorted(fields))))
+        if not sep or key not in names:
+            raise SettingError("--set %s: expected KEY=VALUE with KEY one of %s" % (item, ", ".join(sorted(names))))
         try:
-            out[key] = json.loads(value)
+            parsed = json.loads(value)
         except ValueError:
-            out[key] = value
+            parsed = value
+        out[next(g for g, keys in groups.items() if key in keys)][key] = parsed
     return out
 
 

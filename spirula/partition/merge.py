@@ -72,8 +72,6 @@ def finetune_config(cfg, steps: int):
     the next SH band's step are shifted by the blocks' steps (the bands after
     it then come every ``sh_every``). Adam's moments start at zero: the
     blocks' are not merged."""
-    import dataclasses
-
     done = cfg.iterations
     total = done + steps
     lr_means = cfg.lr_means * (cfg.lr_means_final / cfg.lr_means) ** (done / total)
@@ -81,13 +79,12 @@ def finetune_config(cfg, steps: int):
     # a fresh run starts at SH degree 0: where the blocks had reached a band, all
     # their bands (they are trained) come on after one step
     sh_every = 1 if band > 0 else max(1, cfg.sh_every - done)
-    return dataclasses.replace(
-        cfg,
+    return cfg.replace(
         iterations=steps,
         lr_means=lr_means,
         sh_every=sh_every,
-        refine_start=max(0, cfg.refine_start - done),
-        refine_stop=max(0, cfg.refine_stop - done),
+        refine_start=max(0, cfg.strategy.refine_start - done),
+        refine_stop=max(0, cfg.strategy.refine_stop - done),
         eval_every=0,
         save_every=0,
     )

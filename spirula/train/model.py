@@ -154,11 +154,13 @@ class SplatModel:
             group.free(self.device)
 
 
-def init_from_points(points, colors, cfg, sh_coeffs: int, seed: int = 0) -> dict:
+def init_from_points(points, colors, strategy, sh_coeffs: int, seed: int = 0) -> dict:
     """Initial raw parameters from seed points (gsplat simple_trainer's init):
     log-scale = log(init_scale * mean distance to the 3 nearest other points)
     (scipy cKDTree), quats uniform in [0,1)^4, opacity logit(init_opacity),
-    SH DC from the point colours ((rgb - 0.5) / C0), higher bands 0."""
+    SH DC from the point colours ((rgb - 0.5) / C0), higher bands 0. ``strategy``:
+    the strategy's settings (:class:`~spirula.train.config.MCMC` or ``ADC``:
+    ``init_opacity``, ``init_scale``)."""
     from scipy.spatial import cKDTree
 
     points = np.asarray(points, np.float64)
@@ -174,11 +176,11 @@ def init_from_points(points, colors, cfg, sh_coeffs: int, seed: int = 0) -> dict
     sh = np.zeros((n, sh_coeffs, 3), np.float32)
     rgb = np.asarray(colors, np.float64) / 255.0 if colors is not None else np.full((n, 3), 0.5)
     sh[:, 0] = (rgb - 0.5) / 0.28209479177387814
-    o = float(cfg.init_opacity)
+    o = float(strategy.init_opacity)
     return {
         "means": points.astype(np.float32),
         "quats": rng.random((n, 4)).astype(np.float32),
-        "scales": np.repeat(np.log(d * cfg.init_scale)[:, None], 3, 1).astype(np.float32),
+        "scales": np.repeat(np.log(d * strategy.init_scale)[:, None], 3, 1).astype(np.float32),
         "opacities": np.full(n, np.log(o / (1 - o)), np.float32),
         "sh": sh,
     }

@@ -155,19 +155,21 @@ def train_run(
     log=print,
     live_hook=None,
     init: dict | None = None,
+    faults=None,
 ) -> dict:
     """Train, write the outputs, return the metrics dict.
 
-    ``live_hook``: None, or ``live_hook(device, world, background, max_alpha,
-    budget)`` -> a :class:`StepHook`, called once the trainer exists (``world``
-    its WorldTransform; ``background``, ``max_alpha`` and ``budget``, the
-    views' share of wall time, the run's); the hook gets ``on_step`` after
+    ``live_hook``: None, or ``live_hook(device, world, background, max_alpha)``
+    -> a :class:`StepHook`, called once the trainer exists (``world`` its
+    WorldTransform; ``background`` and ``max_alpha``, the run's; the views'
+    own settings, such as their share of wall time, are the hook's); the hook gets ``on_step`` after
     every step and ``close()`` when training ends. The live views (the native
     window, the web viewer) come as ``spirula.view.live.live_hook(viewers)``:
     training never imports the viewers. ``init``: raw splat parameters in dataset
     coordinates to start from (PARAM_NAMES arrays, as
     :meth:`Trainer.splat_arrays` gives; the merged blocks of spirula/partition/)
-    instead of the seed points."""
+    instead of the seed points. ``faults``: a testing aid's hook for the trainer
+    (:class:`~spirula.train.faults.FaultInjection`; the soak test)."""
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     state = None
@@ -176,12 +178,12 @@ def train_run(
         state = load_checkpoint(find_checkpoint(resume))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
         init = world.to_dataset(state["model"]["params"])
-    trainer = Trainer(scene, cfg, device, init=init, world=world, log=log)
+    trainer = Trainer(scene, cfg, device, init=init, world=world, log=log, faults=faults)
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
     (output / "config.json").write_text(
-        json.dumps(dict(json.loads(cfg.to_json()), dataset=str(scene.path)), indent=1, sort_keys=True)
+        json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
     )
     ckpt_dir = output / "ckpt"
     saved = {}  # the last checkpoint: step, path
@@ -202,7 +204,7 @@ def train_run(
     progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
     live = None
     if live_hook is not None:
-        live = live_hook(device, trainer.world, scene.background, cfg.max_alpha, cfg.live_view_budget)
+        live = live_hook(device, trainer.world, scene.background, cfg.max_alpha)
     t_start = time.perf_counter()
     step_ms = []
     start_step = trainer.step  # a resumed run's checkpoint step, else 0

@@ -27,7 +27,7 @@ def learning_rates(cfg, step: int, extent: float) -> LearningRates:
         means=lr0 * (lr1 / lr0) ** frac,
         quats=cfg.lr_quats,
         scales=cfg.lr_scales,
-        opacities=cfg.opacity_lr(),
+        opacities=cfg.lr_opacities,
         sh0=cfg.lr_sh0,
         shN=cfg.lr_sh0 / cfg.lr_shN_divisor,
     )

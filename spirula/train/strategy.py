@@ -35,8 +35,10 @@ from spirula.runtime.sequence import Threads
 
 
 def make(cfg):
-    """The strategy ``cfg.strategy`` names, with its settings from ``cfg``."""
-    return MCMC(cfg) if cfg.strategy == "mcmc" else ADC(cfg)
+    """The strategy of TrainConfig ``cfg``: its own settings (``cfg.strategy``,
+    :class:`~spirula.train.config.MCMC` or :class:`~spirula.train.config.ADC`)
+    and the run's seed."""
+    return STRATEGIES[cfg.strategy.name](cfg.strategy, cfg.seed)
 
 
 @dataclasses.dataclass
@@ -58,8 +60,8 @@ class Changes:
     opacities_reset: bool = False
 
 
-def _seed(cfg, step: int, salt: int) -> int:
-    return (cfg.seed * 0x9E3779B1 + step * 0x85EBCA77 + salt * 0xC2B2AE3D) & 0xFFFFFFFF
+def _seed(seed: int, step: int, salt: int) -> int:
+    return (seed * 0x9E3779B1 + step * 0x85EBCA77 + salt * 0xC2B2AE3D) & 0xFFFFFFFF
 
 
 def _scan_total(dev, scan, n: int) -> int:
@@ -68,11 +70,12 @@ def _scan_total(dev, scan, n: int) -> int:
 
 
 class Strategy:
-    """``cfg``: the :class:`~spirula.train.config.TrainConfig` (refine_*,
-    min_opacity and the strategy's own fields)."""
+    """``config``: the strategy's own settings (:class:`~spirula.train.config.MCMC`
+    or :class:`~spirula.train.config.ADC`: refine_*, min_opacity and the rest);
+    ``seed``: the run's (the refinements' random draws)."""
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, config, seed: int = 0):
+        self.config, self.seed = config, seed
 
     # the most splats the run may hold (device limits, memory budget), set by the trainer
     limit = 1 << 62
@@ -92,7 +95,7 @@ class Strategy:
         """A one-line message for the user (the trainer's log)."""
 
     def refine_due(self, step: int) -> bool:
-        c = self.cfg
+        c = self.config
         return c.refine_start < step < c.refine_stop and step % c.refine_every == 0
 
     def due(self, step: int) -> bool:
@@ -125,7 +128,7 @@ class Strategy:
         return dict(relocated=None, relocated_by_step=None)
 
 
-class MCMC(Strategy):
+class MCMCStrategy(Strategy):
     """Relocation and growth within ``cap_max`` splats. ``relocated``: dead
     splats moved by the last refinement; ``relocated_total``: by all;
     ``history``: [step, relocated] of every refinement (kept in checkpoints),
@@ -134,10 +137,10 @@ class MCMC(Strategy):
     relocated = 0
     relocated_total = 0
 
-    def __init__(self, cfg):
-        super().__init__(cfg)
+    def __init__(self, config, seed: int = 0):
+        super().__init__(config, seed)
         self.history = []
-        self.cap = cfg.cap_max  # the budget; the trainer lowers it to what the device and memory allow
+        self.cap = config.cap_max  # the budget; the trainer lowers it to what the device and memory allow
 
     def free(self, device):
         bufs = getattr(self, "_bufs", None)
@@ -195,7 +198,7 @@ class MCMC(Strategy):
         within the cap): nothing reallocates inside the recording."""
         from spirula.runtime.buffers import GROWTH
 
-        cfg, dev = self.cfg, device
+        cfg, dev = self.config, device
         n = model.n
         cap = max(min(cfg.cap_max, self.cap), n)
         n_add = max(0, min(cap, int(1.05 * n)) - n)
@@ -208,7 +211,7 @@ class MCMC(Strategy):
         dev.upload(b["counts"], np.array([0, n_add, 0, 0], np.uint32))
         rec = dev.recorder("mcmc.refine")
         self._record_draw(
-            rec, p, n, model.sh_coeffs, alive_only=True, count_offset=None, seed=_seed(cfg, step, 1), stream=0
+            rec, p, n, model.sh_coeffs, alive_only=True, count_offset=None, seed=_seed(self.seed, step, 1), stream=0
         )
         rec.dispatch(
             "densify_mcmc_relocate",
@@ -250,7 +253,7 @@ class MCMC(Strategy):
                 model.sh_coeffs,
                 alive_only=False,
                 count_offset=1,
-                seed=_seed(cfg, step, 2),
+                seed=_seed(self.seed, step, 2),
                 stream=2,
                 count_max=n_add,
             )
@@ -291,7 +294,7 @@ class MCMC(Strategy):
             "densify_mcmc_weights",
             Threads(n),
             dict(**p.bindings(), weights=b["weights"], dead=b["dead"]),
-            push=dict(n=n, min_opacity=self.cfg.min_opacity),
+            push=dict(n=n, min_opacity=self.config.min_opacity),
             spec=dict(ALIVE_ONLY=int(alive_only), SH_COEFFS=sh_coeffs, COMPACT_ROWS=int(p.compact)),
         )
         if count_offset is None:
@@ -321,7 +324,7 @@ class MCMC(Strategy):
         )
 
 
-class ADC(Strategy):
+class ADCStrategy(Strategy):
     """Clone, split, prune and opacity reset (gsplat DefaultStrategy defaults).
     Growth stops at ``limit`` splats (the device limits and memory budget):
     past it a refinement only prunes."""
@@ -330,7 +333,7 @@ class ADC(Strategy):
 
     def reset_due(self, step: int) -> bool:
         """Whether the opacity reset runs after step ``step`` (``opacity_reset`` on)."""
-        c = self.cfg
+        c = self.config
         return c.opacity_reset and step % c.reset_every == 0 and 0 < step < c.refine_stop
 
     def due(self, step: int) -> bool:
@@ -350,7 +353,7 @@ class ADC(Strategy):
         return changes
 
     def _classify(self, rec, model, stats, step, extent, scratch, grow: bool):
-        cfg, p = self.cfg, model.params
+        cfg, p = self.config, model.params
         actions, counts, offsets, scan = scratch
         n = model.n
         rec.dispatch(
@@ -377,7 +380,7 @@ class ADC(Strategy):
         """Clone, split and prune into new buffers, one group (parameters, first,
         second moments) at a time, each old group freed after its copy: the
         pool never holds two whole models. The statistics restart at 0."""
-        cfg, dev = self.cfg, device
+        dev = device
         n = model.n
         pool = dev.pool
         actions = pool.alloc("adc.actions", (max(n, 1),), np.uint32, "splat", scratch=True)
@@ -408,7 +411,7 @@ class ADC(Strategy):
                 dict(
                     **src.bindings("src_"), **dst.bindings("dst_"), actions=actions, offsets=offsets, out_counts=counts
                 ),
-                push=dict(n=n, seed=_seed(cfg, step, 3)),
+                push=dict(n=n, seed=_seed(self.seed, step, 3)),
                 spec=dict(GROUP=group, SH_COEFFS=model.sh_coeffs, COMPACT_ROWS=int(model.compact)),
             )
             rec.finish().run()
@@ -428,7 +431,7 @@ class ADC(Strategy):
 
     def reset_opacity(self, model, device) -> Changes:
         """Cap every opacity at twice min_opacity; their Adam moments restart at 0."""
-        cfg, dev = self.cfg, device
+        cfg, dev = self.config, device
         o = 2.0 * cfg.min_opacity
         rec = dev.recorder("adc.reset")
         rec.dispatch(
@@ -451,3 +454,6 @@ class ADC(Strategy):
                 device.pool.resize(stat, (max(n, 1),), keep=False)
                 if n:
                     device.upload(stat, np.asarray(state[key]))
+
+
+STRATEGIES = {"mcmc": MCMCStrategy, "adc": ADCStrategy}  # by the name of their settings' dataclass

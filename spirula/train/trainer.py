@@ -1,17 +1,13 @@
-"""The trainer: a whole 3DGS training step as one recorded GPU sequence.
+"""The trainer: the order of the steps, and everything around them.
 
 Per step the host writes a few scalars (step, learning rates, which image)
-into host-visible memory and evaluates the recorded step once:
-
-    copy step params + camera -> projection_fwd -> depth sort -> tile counts
-    -> prefix_sum -> intersect_tile_write -> tile sort -> tile_ranges
-    -> rasterize_fwd -> loss_fwd -> loss_bwd -> rasterize_bwd -> fpbo
-    -> copy loss and intersection count to host-visible memory
-
-No image, gradient or parameter crosses the bus; the host reads back four
-floats and one count. The sequence is recorded again only when the splat
-count, the SH degree or a buffer's allocation changes (densification, the
-SH schedule, intersection growth).
+into host-visible memory and evaluates the recorded step once
+(spirula/train/step.py: the groups of one image size, the sequence, the
+words in and out); no image, gradient or parameter crosses the bus; the
+host reads back four floats and one count. The sequence is recorded again
+only when the splat count, the SH degree or a buffer's allocation changes
+(densification, the SH schedule, intersection growth). The memory budget
+and the splat limit are spirula/train/memory.py's.
 
 Pipelined steps (``TrainConfig.pipeline_steps``, on by default): a waited-for
 evaluation costs a round trip (~0.6 ms on an H200, a fifth of a 256x256
@@ -20,7 +16,7 @@ submits the next step before waiting for this one: two slots of
 ``host_in``/``host_out`` (and a step sequence recorded for each), the GPU
 runs them in order, and the host reads step N's loss and intersection count
 while step N+1 runs. Where the host needs the state (densification, opacity
-reset, NaN injection after a step) nothing is submitted ahead; evaluation,
+reset, a fault injected after a step) nothing is submitted ahead; evaluation,
 checkpoints and exports call :meth:`Trainer.settle`, which completes a step
 in flight. The step in flight runs exactly what the synchronous loop would
 (the same image order, learning rates and seed); the results differ from a
@@ -28,9 +24,9 @@ synchronous run only as two synchronous runs do (rasterize_bwd's atomic
 float sums).
 
 Training images may differ in size (several COLMAP cameras, portrait and
-landscape photos): each size gets its own :class:`_ImageSize` (rasterizer,
-loss scratch, ground truth and recorded step); the splats, their optimizer
-state and the step parameters are shared.
+landscape photos): each size gets its own :class:`~spirula.train.step.ImageSize`
+(rasterizer, loss scratch, ground truth and recorded step); the splats, their
+optimizer state and the step parameters are shared.
 """
 
 from __future__ import annotations
@@ -41,136 +37,16 @@ from spirula.data.world import WorldTransform
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
-from spirula.runtime.buffers import GROWTH, NAN_WORD, fmt_bytes, parse_size
+from spirula.runtime.buffers import NAN_WORD
+from spirula.train import memory
 from spirula.train import strategy as strategies
 from spirula.train.config import TrainConfig
-from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
+from spirula.train.faults import FaultInjection
+from spirula.train.memory import ISECT_HEADROOM
 from spirula.train.model import PARAM_NAMES, SplatModel, init_from_points
-from spirula.train.normal_consistency import record_normal_consistency
-from spirula.train.optimizer import record_fpbo
-from spirula.train.schedule import learning_rates, sh_degree_at
-from spirula.train.step_params import (
-    NO_GUARD,
-    PREV_ISECTS_WORD,
-    STEP_PARAMS_HOST_WORDS,
-    STEP_PARAMS_WORDS,
-    step_params,
-)
-
-# Intersection buffers hold ISECT_HEADROOM x the most intersections a view has
-# needed: the count differs from view to view, and a view past the capacity
-# costs its step twice (run, grow, run again). 1.25 keeps the buffers within
-# the 1.3x of the live need (docs/design.md, memory); more is grown at 90%.
-ISECT_HEADROOM = 1.25
-# host_in words of one step: its StepParams, then its camera (viewmat [4,4], fx fy cx cy)
-HOST_IN_WORDS = STEP_PARAMS_WORDS + 20
-HOST_OUT_WORDS = 8  # loss, l1, ssim, mse, intersection count
-SLOTS = 2  # host_in/host_out slots: the step being read back and the one submitted ahead
-# The default memory budget: this fraction of the device's local memory. The
-# rest is for what the pool does not see: the driver, pipelines and
-# descriptor pools, Kompute's staging buffers, a display on the same GPU, and
-# the one buffer that exists twice while it grows.
-DEFAULT_BUDGET_FRACTION = 0.85
-
-
-def gt_chunk_bytes(device) -> int:
-    """The most bytes of ground truth in one buffer: the device's storage buffer range."""
-    return device.info.max_storage_buffer_range if device.info is not None else 1 << 62
-
-
-class _ImageSize:
-    """The training views of one image size: their ground truth on the GPU
-    (RGBA8, [I,H,W], in chunks of at most the device's storage buffer range:
-    42 views at 1080p are 332 MiB, and lavapipe binds 128 MiB a buffer), a
-    rasterizer and loss scratch of that size, and the step sequence recorded
-    for each chunk. ``images``: their train-list indices; ``capacity``:
-    splats the rasterizer starts with room for."""
-
-    def __init__(
-        self,
-        dev,
-        scene,
-        width: int,
-        height: int,
-        images: list,
-        name: str,
-        capacity: int,
-        max_alpha: float,
-        geometry: bool = False,
-        normals: bool = False,
-    ):
-        self.width, self.height, self.images = width, height, images
-        image_bytes = 4 * width * height
-        rng = gt_chunk_bytes(dev)
-        if image_bytes > rng:
-            raise OutOfMemoryError(
-                "a %dx%d training image needs %s but %s binds at most %s per buffer; lower --downscale"
-                % (width, height, fmt_bytes(image_bytes), dev.info.name, fmt_bytes(rng))
-            )
-        per_chunk = max(1, rng // image_bytes)
-        # train index -> (chunk, index in that chunk's gt buffer)
-        self.local = {img: (k // per_chunk, k % per_chunk) for k, img in enumerate(images)}
-        self.gt_chunks = []
-        self.masked = {}  # train index -> (masked_pixels, masked_valid) of its loss mask
-        for c in range(0, len(images), per_chunk):
-            part = images[c : c + per_chunk]
-            label = name + ".gt_images" + (".%d" % (c // per_chunk) if c else "")
-            buf = dev.pool.alloc(label, (len(part), height, width), np.uint32, "image")
-            pixels = [scene.load_image(scene.train[i]) for i in track(part, "loading images", unit="image")]
-            masks = [scene.load_mask(scene.train[i]) for i in part]
-            for i, m in zip(part, masks):
-                self.masked[i] = masked_counts(m)
-            keep = (
-                None
-                if all(m is None for m in masks)
-                else np.stack([np.ones((height, width), bool) if m is None else m for m in masks])
-            )
-            dev.upload(buf, pack_rgba8(np.stack(pixels), keep))
-            self.gt_chunks.append(buf)
-        self.chunk = 0  # the chunk of the image being trained
-        self.raster = Rasterizer(
-            dev,
-            width,
-            height,
-            1,
-            capacity=capacity,
-            name=name + ".raster",
-            max_alpha=max_alpha,
-            geometry=geometry,
-            normals=normals,
-        )
-        self.raster.set_backgrounds(scene.background[None])
-        # the normal consistency's dL/d per-pixel loss: the constant normal_weight / pixels
-        self.nc_grad_loss = (
-            dev.pool.alloc(name + ".nc_grad_loss", (1, height, width), np.float32, "image") if normals else None
-        )
-        self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
-        self.seqs = {}  # chunk -> (key, recorded step)
-
-    @property
-    def gt_images(self):
-        return self.gt_chunks[self.chunk]
-
-    def free(self, device):
-        self.raster.free()
-        self.loss.free()
-        if self.nc_grad_loss is not None:
-            device.pool.free(self.nc_grad_loss)
-        for buf in self.gt_chunks:
-            device.pool.free(buf)
-
-
-class _Step:
-    """One training step on its way: ``k`` its 0-based index, ``image`` its
-    train-list index, ``group``/``chunk`` where its ground truth is,
-    ``slot`` its host_in/host_out slot; once submitted, ``seq`` and the
-    intersection ``capacity`` it runs with."""
-
-    __slots__ = ("k", "image", "group", "chunk", "sh_degree", "slot", "seq", "capacity", "submitted")
-
-    def __init__(self, k, image, group, chunk, sh_degree, slot):
-        self.k, self.image, self.group, self.chunk, self.sh_degree, self.slot = k, image, group, chunk, sh_degree, slot
-        self.seq, self.capacity, self.submitted = None, 0, False
+from spirula.train.schedule import sh_degree_at
+from spirula.train.step import SLOTS, ImageSize, Step, StepIO, record_step
+from spirula.train.step_params import NO_GUARD
 
 
 class Trainer:
@@ -180,7 +56,9 @@ class Trainer:
     :meth:`evaluate` for test metrics, :meth:`state_dict` /
     :meth:`load_state_dict` for checkpoints and :meth:`splat_arrays` for
     export. Training happens in normalized coordinates (:mod:`spirula.data.world`);
-    ``init`` and :meth:`splat_arrays` are in the dataset's.
+    ``init`` and :meth:`splat_arrays` are in the dataset's. ``faults``: a
+    testing aid's hook (:class:`~spirula.train.faults.FaultInjection`), called
+    after every step.
     """
 
     def __init__(
@@ -191,7 +69,9 @@ class Trainer:
         init: dict | None = None,
         world: WorldTransform | None = None,
         log=None,
+        faults: FaultInjection | None = None,
     ):
+        self.faults = faults
         before = set(device.pool.buffers)
         try:
             self._build(scene, cfg, device, init, world, log)
@@ -225,13 +105,13 @@ class Trainer:
 
         if init is None:
             init = init_from_points(
-                self.world.points(scene.points), scene.point_colors, cfg, self.sh_coeffs, seed=cfg.seed
+                self.world.points(scene.points), scene.point_colors, cfg.strategy, self.sh_coeffs, seed=cfg.seed
             )
         else:
             init = self.world.to_training(init)
         n = len(init["means"])
         self.strategy = strategies.make(cfg)
-        self.budget = self._budget()
+        self.budget = memory.memory_budget(cfg.vram_budget, device)
         pool.set_budget(self.budget)
         try:
             self.model = SplatModel(device, n, self.strategy.capacity(n), self.sh_coeffs, compact=cfg.compact)
@@ -249,7 +129,7 @@ class Trainer:
             by_size.setdefault((f.width, f.height), []).append(k)
         sizes = sorted(by_size, key=lambda wh: (-len(by_size[wh]), wh))
         self.sizes = {
-            wh: _ImageSize(
+            wh: ImageSize(
                 device,
                 scene,
                 wh[0],
@@ -265,112 +145,42 @@ class Trainer:
         }
         self._size_of_image = [self.sizes[(f.width, f.height)] for f in frames]
         self._eval_rasters = {}
-        self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
-        self.host_in = pool.alloc("train.host_in", (SLOTS, HOST_IN_WORDS), np.uint32, host=True)
-        self.host_out = pool.alloc("train.host_out", (SLOTS, HOST_OUT_WORDS), np.float32, host=True)
+        self.io = StepIO(pool)  # the step parameters on the GPU, the host's slots in and out
         self._slot = 0  # the host_in/host_out slot of the next step submitted
-        self._ahead = None  # the _Step submitted ahead (pipelined), not yet read back
+        self._ahead = None  # the Step submitted ahead (pipelined), not yet read back
         self._settled = None  # the result of a step settle() completed, for the next train_step()
         self._isects_per_splat = 0.0
         for group in self.sizes.values():
             self._active = group
             self._measure_intersections()
         self._active = self.sizes[sizes[0]]
-        self.splat_limit = self._splat_limit()
+        self.splat_limit = memory.splat_limit(
+            cfg,
+            device,
+            self.budget,
+            self.splat_row_bytes(),
+            self.model,
+            self.sizes,
+            self._isects_per_splat,
+            self.strategy,
+            self._say,
+        )
         pool.track_ratio()
 
-    # -- memory -------------------------------------------------------------------
+    # -- memory (spirula/train/memory.py) ---------------------------------------------
     def _say(self, msg: str):
         self.notes.append(msg)
         if self._log is not None:
             self._log("spirula: " + msg)
 
-    def _budget(self) -> int | None:
-        """The memory budget in bytes: --vram-budget, else DEFAULT_BUDGET_FRACTION
-        of the device's local memory (None when the device does not say)."""
-        if self.cfg.vram_budget is not None:
-            return parse_size(self.cfg.vram_budget, "--vram-budget ")
-        info = self.device.info
-        local = getattr(info, "device_local_bytes", 0) if info is not None else 0
-        return int(local * DEFAULT_BUDGET_FRACTION) if local else None
-
     def splat_row_bytes(self) -> dict:
-        """Bytes per splat of every per-splat buffer, by name, from the buffers'
-        own layouts: the model, the statistics, the strategy's scratch and
-        every training rasterizer's per-view buffers."""
-        rows = dict(self.model.row_bytes())
-        for stat in self.stats:
-            rows[stat.name] = stat.dtype.itemsize
-        rows.update(self.strategy.row_bytes())
-        for group in self.sizes.values():
-            rows.update({"%s.%s" % (group.raster.name, k): v for k, v in group.raster.row_bytes().items()})
-        return rows
-
-    def _splat_limit(self) -> int:
-        """The most splats this run may hold: what every per-splat buffer can
-        bind (device limit) and what fits the budget; MCMC's cap and ADC's
-        growth stop there (one line each when it binds)."""
-        cfg, info, pool = self.cfg, self.device.info, self.device.pool
-        rows = self.splat_row_bytes()
-        deg = "SH degree %d" % cfg.sh_degree
-        limit, why = 1 << 62, None
-        rng = info.max_storage_buffer_range if info is not None else 1 << 62
-        name, row = max(rows.items(), key=lambda kv: kv[1])
-        by_range = rng // row
-        if by_range < limit:
-            limit = by_range
-            why = "buffer %s binds at most %s on %s" % (name, fmt_bytes(rng), info.name)
-        if self.budget is not None:
-            per_view_groups = len(self.sizes)
-            isect_bytes = max(g.raster.isect_bytes() for g in self.sizes.values())
-            isect = isect_bytes * ISECT_HEADROOM * self._isects_per_splat * per_view_groups
-            # one buffer exists twice while it grows; ADC writes one group at a time
-            model_rows = self.model.row_bytes()
-            largest_group = max(sum(model_rows[b.name] for b in group.buffers()) for group in self.model.groups())
-            transient = row if cfg.strategy == "mcmc" else largest_group + 12
-            per_splat = sum(rows.values()) + isect + transient
-            fixed = sum(b.capacity for b in pool.buffers.values() if b.category not in ("splat", "splat x img"))
-            fit = max(int((self.budget - fixed) // per_splat), 0)
-            source = (
-                "--vram-budget"
-                if cfg.vram_budget is not None
-                else "%d%% of %s's %s"
-                % (round(100 * DEFAULT_BUDGET_FRACTION), info.name, fmt_bytes(info.device_local_bytes))
-            )
-            self._say(
-                "memory budget %s (%s): %s splats fit at %s (%s a splat)"
-                % (fmt_bytes(self.budget), source, f"{fit:,}", deg, fmt_bytes(int(per_splat)))
-            )
-            if fit < limit:
-                limit = fit
-                why = "the memory budget %s holds %s splats at %s" % (fmt_bytes(self.budget), f"{fit:,}", deg)
-        limit = max(limit, self.model.n)
-        if cfg.strategy == "mcmc":
-            if limit < cfg.cap_max:
-                self._say("splat cap lowered to %s: %s" % (f"{limit:,}", why))
-            self.strategy.cap = min(cfg.cap_max, limit)
-        else:
-            self.strategy.limit = limit
-            self.strategy.limit_reason = why
-        self.strategy.say = self._say
-        return limit
+        """Bytes per splat of every per-splat buffer, by name (:func:`spirula.train.memory.splat_row_bytes`)."""
+        return memory.splat_row_bytes(self.model, self.stats, self.strategy, self.sizes)
 
     def fit_splat_buffers(self):
         """Room in the statistics and every view for the model's splats
-        (grown by GROWTH past their capacity, within the splat limit), shaped
-        for the live count."""
-        pool, n = self.device.pool, self.model.n
-        room = max(self.model.capacity, min(int(np.ceil(n * GROWTH)), getattr(self, "splat_limit", n)), n)
-        for stat in self.stats:
-            item = stat.dtype.itemsize
-            if stat.capacity < item * n or stat.capacity > item * room * GROWTH:
-                pool.reserve(stat, item * max(room, stat.shape[0]), keep=True)
-                pool.resize(stat, (n,), keep=True)
-                self.device.fill(stat, 0)
-            else:
-                pool.resize(stat, (n,), keep=True)
-        for group in self.sizes.values():
-            group.raster.reserve(n, room=room)
+        (:func:`spirula.train.memory.fit_splat_buffers`, within the splat limit)."""
+        memory.fit_splat_buffers(self.device, self.model, self.stats, self.sizes, getattr(self, "splat_limit", None))
 
     # The image size being trained (the last step's); for one size, the only one.
     raster = property(lambda self: self._active.raster)
@@ -392,7 +202,7 @@ class Trainer:
         if changes.n_after != changes.n_before or changes.model.capacity != self.stats[0].shape[0]:
             self.fit_splat_buffers()
 
-    # -- the recorded step --------------------------------------------------------
+    # -- the recorded step (spirula/train/step.py) -------------------------------------
     def _measure_intersections(self, views=8):
         """Size the active image size's intersection buffers from a few of its
         views (phase 1 only)."""
@@ -410,8 +220,8 @@ class Trainer:
         self.raster.reserve(self.model.n, most, isect_room=int(most * ISECT_HEADROOM))
 
     def _sequence(self, st):
-        """The recorded step for ``st`` (a :class:`_Step`): its image size and
-        chunk, its SH degree, its host_in/host_out slot."""
+        """The recorded step for ``st`` (a :class:`~spirula.train.step.Step`): its
+        image size and chunk, its SH degree, its host_in/host_out slot."""
         group = self._active = st.group
         group.chunk = st.chunk
         distortion = self._distortion_on(st.k)
@@ -419,7 +229,18 @@ class Trainer:
         key = (self.model.n, st.sh_degree, group.raster.isect_capacity, distortion, normals)
         old_key, seq = group.seqs.get((st.chunk, st.slot), (None, None))
         if seq is None or old_key != key or seq.stale:
-            seq = self._record(st.sh_degree, distortion, st.slot, normals)
+            seq = record_step(
+                self.device,
+                self.cfg,
+                self.model,
+                self.stats,
+                group,
+                self.io,
+                st.sh_degree,
+                st.slot,
+                distortion,
+                normals,
+            )
             group.seqs[(st.chunk, st.slot)] = (key, seq)
         return seq
 
@@ -435,119 +256,17 @@ class Trainer:
         k = self.step if k is None else k
         return self.cfg.normal_weight > 0 and k >= self.cfg.normal_from
 
-    def _record(self, sh_degree: int, distortion: bool, slot: int, normals: bool = False):
-        dev, raster, cfg = self.device, self.raster, self.cfg
-        rec = dev.recorder("train.step")
-        src = 4 * HOST_IN_WORDS * slot
-        # prev_isects is the GPU's (shaders/include/step_params.glsl): the host's copy stops before it
-        rec.copy(self.host_in, self.params, nbytes=4 * STEP_PARAMS_HOST_WORDS, src_offset=src)
-        rec.copy(self.host_in, raster.cameras, nbytes=80, src_offset=src + 4 * STEP_PARAMS_WORDS)
-        raster.record_project(rec, self.model.params, sh_degree, normals=normals)
-        # with the distortion the forward also keeps its running sum: rasterize_bwd's chunks start
-        # from the sums behind their end (chunk_state)
-        raster.record_raster(rec, distortion=distortion, normals=normals)
-        self.loss.record(rec, raster.out_colors, self.gt_images, self.params, raster.grad_colors)
-        if normals:
-            # normal consistency (2DGS): d(weight x mean over pixels of a (1 - N . n_d))/d pixel
-            # loss is one constant; its backward writes dL/d the normal image and dL/d the
-            # accumulated depth image, which rasterize_bwd (NORMALS) takes to the splats
-            grad = self._active.nc_grad_loss
-            rec.fill(grad, float(cfg.normal_weight / (raster.width * raster.height)))
-            record_normal_consistency(
-                rec,
-                raster.out_normals,
-                raster.out_depths,
-                raster.out_alphas,
-                raster.cameras,
-                raster.width,
-                raster.height,
-                raster.n_cameras,
-                grad_loss=grad,
-                grad_normals=raster.grad_normal_image,
-                grad_depths=raster.grad_depth_image,
-            )
-        if distortion:
-            # d(weight x mean over pixels of the distortion)/d pixel distortion: one constant.
-            rec.fill(raster.grad_distort, float(cfg.distortion_weight / (raster.width * raster.height)))
-        raster.record_raster_backward(rec, absgrad=cfg.absgrad, distortion=distortion, normals=normals)
-        record_fpbo(
-            rec,
-            self.model,
-            raster,
-            self.params,
-            self.stats,
-            sh_degree,
-            mcmc_noise=cfg.strategy == "mcmc",
-            adc_stats=cfg.strategy == "adc",
-            absgrad=cfg.absgrad,
-            depth_grad=distortion or normals,
-            flatten=cfg.flatten_weight > 0,
-            normals=normals,
-        )
-        dst = 4 * HOST_OUT_WORDS * slot
-        count = 4 * raster.total_offset
-        rec.copy(self.loss.loss_out, self.host_out, nbytes=16, dst_offset=dst)
-        rec.copy(raster.offsets_scan.scratch, self.host_out, nbytes=4, src_offset=count, dst_offset=dst + 16)
-        # the count for the next step's fpbo, which may run before the host has read this one's
-        rec.copy(raster.offsets_scan.scratch, self.params, nbytes=4, src_offset=count, dst_offset=4 * PREV_ISECTS_WORD)
-        return rec.finish()
-
     def _next_image(self) -> int:
         if not self._order:
             self._order = list(self.rng.permutation(len(self.viewmats)))
         return int(self._order.pop())
-
-    def _write_params(self, st, prev_capacity: int):
-        """Step ``st``'s StepParams and camera into its host_in slot.
-        ``prev_capacity``: the intersection capacity of the step before it on
-        the GPU when that one is still unread (fpbo skips this step if it
-        overflowed), else NO_GUARD."""
-        cfg, group = self.cfg, st.group
-        t = st.k + 1
-        lr = learning_rates(cfg, st.k, self.extent)
-        p = step_params(
-            step=t,
-            seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF,
-            n_views=1,
-            n_splats=self.model.n,
-            image_index=[group.local[st.image][1]] + [0] * 7,
-            masked_pixels=group.masked[st.image][0],
-            masked_valid=group.masked[st.image][1],
-            lr_means=lr.means,
-            lr_quats=lr.quats,
-            lr_scales=lr.scales,
-            lr_opacities=lr.opacities,
-            lr_sh0=lr.sh0,
-            lr_shN=lr.shN,
-            bias1=1 - cfg.beta1**t,
-            bias2=1 - cfg.beta2**t,
-            beta1=cfg.beta1,
-            beta2=cfg.beta2,
-            adam_eps=cfg.adam_eps,
-            l1_weight=cfg.l1_weight,
-            ssim_weight=cfg.ssim_weight,
-            opacity_reg=cfg.opacity_reg,
-            scale_reg=cfg.scale_reg,
-            flatten_reg=cfg.flatten_weight,
-            noise_scale=lr.means * cfg.noise_lr if cfg.strategy == "mcmc" else 0.0,
-            grad_norm_scale_x=group.width / 2.0,
-            grad_norm_scale_y=group.height / 2.0,
-            prev_capacity=prev_capacity,
-        )
-        view = self.host_in.host_view()[st.slot]
-        view[:STEP_PARAMS_WORDS] = np.frombuffer(p.tobytes(), np.uint32)
-        cam = np.zeros(20, np.float32)
-        cam[:16] = self.viewmats[st.image].reshape(-1)
-        K = self.Ks[st.image]
-        cam[16:] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
-        view[STEP_PARAMS_WORDS:] = cam.view(np.uint32)
 
     def _new_step(self, k: int):
         """Step ``k`` (0-based): its image (the next of the shuffled order), size
         group, chunk and SH degree, and a host_in/host_out slot."""
         image = self._next_image()
         group = self._size_of_image[image]
-        st = _Step(k, image, group, group.local[image][0], sh_degree_at(self.cfg, k), self._slot)
+        st = Step(k, image, group, group.local[image][0], sh_degree_at(self.cfg, k), self._slot)
         self._slot = (self._slot + 1) % SLOTS
         return st
 
@@ -556,18 +275,25 @@ class Trainer:
         submitted before it and not yet read back (None: known whole)."""
         st.seq = self._sequence(st)
         st.capacity = st.group.raster.isect_capacity
-        self._write_params(st, NO_GUARD if prev is None else prev.capacity)
+        self.io.write(
+            st,
+            self.cfg,
+            self.extent,
+            self.model.n,
+            self.viewmats[st.image],
+            self.Ks[st.image],
+            NO_GUARD if prev is None else prev.capacity,
+        )
         st.seq.run_async()
         st.submitted = True
 
     def _may_run_ahead(self, k: int) -> bool:
         """Whether step ``k + 1`` may be submitted before step ``k``'s results
         are read: nothing after step ``k`` needs the host (densification,
-        opacity reset, NaN injection)."""
-        cfg = self.cfg
-        if not cfg.pipeline_steps or self.strategy.due(k):
+        opacity reset, a fault injected)."""
+        if not self.cfg.pipeline_steps or self.strategy.due(k):
             return False
-        return not (cfg.inject_nan_every and (k + 1) % cfg.inject_nan_every == 0)
+        return not (self.faults is not None and self.faults.due(k + 1))
 
     def train_step(self, ahead: bool = False) -> dict:
         """One optimization step (re-run after growing the intersection
@@ -605,7 +331,7 @@ class Trainer:
             self._submit(nxt, prev=st)
         st.seq.wait()
         raster = st.group.raster
-        out = self.host_out.host_view()[st.slot].copy()
+        out = self.io.read(st.slot)
         n_isects = int(out[4:5].view(np.uint32)[0])
         if n_isects > raster.isect_capacity:
             if nxt is not None:
@@ -616,7 +342,7 @@ class Trainer:
                 raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
                 self._submit(st)
                 st.seq.wait()
-                out = self.host_out.host_view()[st.slot].copy()
+                out = self.io.read(st.slot)
                 n_isects = int(out[4:5].view(np.uint32)[0])
         self._ahead = nxt
         self._active = st.group
@@ -634,8 +360,8 @@ class Trainer:
         )
         if changes is not None:
             self.adopt(changes)
-        if self.cfg.inject_nan_every and self.step % self.cfg.inject_nan_every == 0:
-            self.inject_nan()
+        if self.faults is not None:
+            self.faults.after_step(self)
         return dict(
             loss=float(out[0]),
             l1=float(out[1]),
@@ -652,12 +378,11 @@ class Trainer:
         if self._ahead is not None and self._settled is None:
             self._settled = self._run_step(False)
 
-    def inject_nan(self) -> tuple:
-        """Testing aid (``inject_nan_every``): NaN into one parameter (means,
-        quats, scales, opacities, sh in turn) of 1% of the splats (at least
-        one), a run of rows from a place drawn from (seed, step). Returns
-        (parameter, first row, rows)."""
-        every = self.cfg.inject_nan_every or 1
+    def inject_nan(self, every: int = 1) -> tuple:
+        """Testing aid (:class:`~spirula.train.faults.FaultInjection`): NaN into
+        one parameter (means, quats, scales, opacities, sh in turn: the
+        ``step // every``-th) of 1% of the splats (at least one), a run of rows
+        from a place drawn from (seed, step). Returns (parameter, first row, rows)."""
         name = PARAM_NAMES[(self.step // every) % len(PARAM_NAMES)]
         n = self.model.n
         rows = max(1, n // 100)
@@ -761,6 +486,6 @@ class Trainer:
             group.free(self.device)
         for raster in self._eval_rasters.values():
             raster.free()
-        for b in (self.params, self.host_in, self.host_out) + self.stats:
+        for b in self.io.buffers() + self.stats:
             self.device.pool.free(b)
         self.device.pool.set_budget(None)  # the budget was this run's

@@ -18,7 +18,8 @@ Rules for an implementation:
 - ``on_step`` returns quickly: at most one frame of work (poll input, render
   once if the camera moved or new splats are due). Training waits for it.
   The hook also holds the views to a share of the wall time
-  (``TrainConfig.live_view_budget``, 0.1): after a step whose views took time ``c``, it
+  (``LiveViewConfig.live_view_budget``, 0.1; ``spirula train --set
+  live_view_budget=0.2``): after a step whose views took time ``c``, it
   skips them until training has run about ``c / budget`` again, so a frame
   that costs more than a step (a 1280x720 frame is ~13 ms against a 2 ms step
   on a small scene on the H200) slows training by at most the budget
@@ -37,6 +38,24 @@ import time
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+
+from spirula.train.setting import setting, validate
+
+
+@dataclasses.dataclass
+class LiveViewConfig:
+    """The live views' own settings (not training's: never in a run's config.json)."""
+
+    # issue #15: at most 10% slower with a viewer open (docs/viewer.md)
+    live_view_budget: float = setting(
+        0.1,
+        "The share of wall time the live views (--viewer, --viewer-port) may take; 1: a frame every step",
+        gt=0,
+        le=1,
+    )
+
+    def __post_init__(self):
+        validate(self)
 
 
 @dataclasses.dataclass
@@ -91,7 +110,16 @@ class LiveHook:
     seconds, monotonic (a test's fake).
     """
 
-    def __init__(self, viewers, device, world, background, max_alpha: float, budget: float, clock=time.perf_counter):
+    def __init__(
+        self,
+        viewers,
+        device,
+        world,
+        background,
+        max_alpha: float,
+        budget: float = LiveViewConfig.live_view_budget,
+        clock=time.perf_counter,
+    ):
         from spirula.view.session import ViewRenderer
 
         self.viewers = list(viewers)
@@ -125,8 +153,10 @@ class LiveHook:
             self.view.close()
 
 
-def live_hook(viewers):
+def live_hook(viewers, config: LiveViewConfig | None = None):
     """What ``train_run(..., live_hook=...)`` takes for ``viewers`` (LiveView
-    objects): the maker of their :class:`LiveHook`; None without viewers."""
+    objects) with their ``config`` (default :class:`LiveViewConfig`): the maker
+    of their :class:`LiveHook`; None without viewers."""
     viewers = list(viewers)
-    return functools.partial(LiveHook, viewers) if viewers else None
+    budget = (config or LiveViewConfig()).live_view_budget
+    return functools.partial(LiveHook, viewers, budget=budget) if viewers else None

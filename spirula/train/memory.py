@@ -1,0 +1,123 @@
+"""A run's memory: the budget, the bytes a splat costs, the most splats that
+fit, and room for the splats in every per-splat buffer.
+
+Nothing is allocated for the splat budget: every per-splat buffer is sized
+for the splats alive and grows by GROWTH as densification adds more
+(docs/design.md §2.5). At start :func:`splat_limit` works out how many splats
+the run may hold (what the largest per-splat buffer can bind on the device,
+and what fits the memory budget, ``--vram-budget`` or
+:data:`DEFAULT_BUDGET_FRACTION` of the device), says so in one line, and
+sets the strategy's stop there: MCMC's cap comes down to it, ADC stops
+growing at it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spirula.runtime.buffers import GROWTH, fmt_bytes, parse_size
+
+# Intersection buffers hold ISECT_HEADROOM x the most intersections a view has
+# needed: the count differs from view to view, and a view past the capacity
+# costs its step twice (run, grow, run again). 1.25 keeps the buffers within
+# the 1.3x of the live need (docs/design.md, memory); more is grown at 90%.
+ISECT_HEADROOM = 1.25
+# The default memory budget: this fraction of the device's local memory. The
+# rest is for what the pool does not see: the driver, pipelines and
+# descriptor pools, Kompute's staging buffers, a display on the same GPU, and
+# the one buffer that exists twice while it grows.
+DEFAULT_BUDGET_FRACTION = 0.85
+
+
+def memory_budget(vram_budget, device) -> int | None:
+    """The memory budget in bytes: ``vram_budget`` (--vram-budget), else
+    DEFAULT_BUDGET_FRACTION of the device's local memory (None when the
+    device does not say)."""
+    if vram_budget is not None:
+        return parse_size(vram_budget, "--vram-budget ")
+    info = device.info
+    local = getattr(info, "device_local_bytes", 0) if info is not None else 0
+    return int(local * DEFAULT_BUDGET_FRACTION) if local else None
+
+
+def splat_row_bytes(model, stats, strategy, sizes) -> dict:
+    """Bytes per splat of every per-splat buffer, by name, from the buffers'
+    own layouts: the model, the statistics, the strategy's scratch and every
+    training rasterizer's per-view buffers (``sizes``: the image-size groups)."""
+    rows = dict(model.row_bytes())
+    for stat in stats:
+        rows[stat.name] = stat.dtype.itemsize
+    rows.update(strategy.row_bytes())
+    for group in sizes.values():
+        rows.update({"%s.%s" % (group.raster.name, k): v for k, v in group.raster.row_bytes().items()})
+    return rows
+
+
+def splat_limit(cfg, device, budget, rows: dict, model, sizes, isects_per_splat: float, strategy, say) -> int:
+    """The most splats this run may hold: what every per-splat buffer (``rows``,
+    :func:`splat_row_bytes`) can bind (device limit) and what fits ``budget``
+    with intersections at ``isects_per_splat``; MCMC's cap and ADC's growth
+    stop there (``strategy``'s), with one line each (``say``) when it binds."""
+    info, pool = device.info, device.pool
+    deg = "SH degree %d" % cfg.sh_degree
+    mcmc = cfg.strategy.name == "mcmc"
+    limit, why = 1 << 62, None
+    rng = info.max_storage_buffer_range if info is not None else 1 << 62
+    name, row = max(rows.items(), key=lambda kv: kv[1])
+    by_range = rng // row
+    if by_range < limit:
+        limit = by_range
+        why = "buffer %s binds at most %s on %s" % (name, fmt_bytes(rng), info.name)
+    if budget is not None:
+        per_view_groups = len(sizes)
+        isect_bytes = max(g.raster.isect_bytes() for g in sizes.values())
+        isect = isect_bytes * ISECT_HEADROOM * isects_per_splat * per_view_groups
+        # one buffer exists twice while it grows; ADC writes one group at a time
+        model_rows = model.row_bytes()
+        largest_group = max(sum(model_rows[b.name] for b in group.buffers()) for group in model.groups())
+        transient = row if mcmc else largest_group + 12
+        per_splat = sum(rows.values()) + isect + transient
+        fixed = sum(b.capacity for b in pool.buffers.values() if b.category not in ("splat", "splat x img"))
+        fit = max(int((budget - fixed) // per_splat), 0)
+        source = (
+            "--vram-budget"
+            if cfg.vram_budget is not None
+            else "%d%% of %s's %s"
+            % (round(100 * DEFAULT_BUDGET_FRACTION), info.name, fmt_bytes(info.device_local_bytes))
+        )
+        say(
+            "memory budget %s (%s): %s splats fit at %s (%s a splat)"
+            % (fmt_bytes(budget), source, f"{fit:,}", deg, fmt_bytes(int(per_splat)))
+        )
+        if fit < limit:
+            limit = fit
+            why = "the memory budget %s holds %s splats at %s" % (fmt_bytes(budget), f"{fit:,}", deg)
+    limit = max(limit, model.n)
+    if mcmc:
+        cap_max = cfg.strategy.cap_max
+        if limit < cap_max:
+            say("splat cap lowered to %s: %s" % (f"{limit:,}", why))
+        strategy.cap = min(cap_max, limit)
+    else:
+        strategy.limit = limit
+        strategy.limit_reason = why
+    strategy.say = say
+    return limit
+
+
+def fit_splat_buffers(device, model, stats, sizes, limit: int | None = None):
+    """Room in the statistics and every view (``sizes``: the image-size groups)
+    for ``model``'s splats (grown by GROWTH past their capacity, within the
+    splat ``limit``), shaped for the live count."""
+    pool, n = device.pool, model.n
+    room = max(model.capacity, min(int(np.ceil(n * GROWTH)), n if limit is None else limit), n)
+    for stat in stats:
+        item = stat.dtype.itemsize
+        if stat.capacity < item * n or stat.capacity > item * room * GROWTH:
+            pool.reserve(stat, item * max(room, stat.shape[0]), keep=True)
+            pool.resize(stat, (n,), keep=True)
+            device.fill(stat, 0)
+        else:
+            pool.resize(stat, (n,), keep=True)
+    for group in sizes.values():
+        group.raster.reserve(n, room=room)

@@ -1,0 +1,265 @@
+"""A training step as the GPU runs it: the image-size groups, the recorded
+sequence, and the words the host writes before it and reads after it.
+
+    copy step params + camera -> projection_fwd -> depth sort -> tile counts
+    -> prefix_sum -> intersect_tile_write -> tile sort -> tile_ranges
+    -> rasterize_fwd -> loss_fwd -> loss_bwd -> rasterize_bwd -> fpbo
+    -> copy loss and intersection count to host-visible memory
+
+:class:`ImageSize`: the training views of one image size (ground truth,
+rasterizer, loss scratch, the recorded steps); :class:`Step`: one step on its
+way; :class:`StepIO`: the step parameters on the GPU and the host's two
+slots (written by :meth:`StepIO.write`, read back after the step);
+:func:`record_step`: the sequence of one step. spirula/train/trainer.py
+decides which step runs when.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from spirula.errors import OutOfMemoryError
+from spirula.progress import track
+from spirula.render.raster_buffers import CAMERA_FLOATS
+from spirula.render.rasterizer import Rasterizer
+from spirula.runtime.buffers import fmt_bytes
+from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
+from spirula.train.normal_consistency import record_normal_consistency
+from spirula.train.optimizer import record_fpbo
+from spirula.train.schedule import learning_rates
+from spirula.train.step_params import PREV_ISECTS_WORD, STEP_PARAMS_HOST_WORDS, STEP_PARAMS_WORDS, step_params
+
+# host_in words of one step: its StepParams, then its camera (viewmat [4,4], fx fy cx cy)
+HOST_IN_WORDS = STEP_PARAMS_WORDS + CAMERA_FLOATS
+HOST_OUT_WORDS = 8  # loss, l1, ssim, mse, intersection count
+SLOTS = 2  # host_in/host_out slots: the step being read back and the one submitted ahead
+
+
+def gt_chunk_bytes(device) -> int:
+    """The most bytes of ground truth in one buffer: the device's storage buffer range."""
+    return device.info.max_storage_buffer_range if device.info is not None else 1 << 62
+
+
+class ImageSize:
+    """The training views of one image size: their ground truth on the GPU
+    (RGBA8, [I,H,W], in chunks of at most the device's storage buffer range:
+    42 views at 1080p are 332 MiB, and lavapipe binds 128 MiB a buffer), a
+    rasterizer and loss scratch of that size, and the step sequence recorded
+    for each chunk. ``images``: their train-list indices; ``capacity``:
+    splats the rasterizer starts with room for."""
+
+    def __init__(
+        self,
+        dev,
+        scene,
+        width: int,
+        height: int,
+        images: list,
+        name: str,
+        capacity: int,
+        max_alpha: float,
+        geometry: bool = False,
+        normals: bool = False,
+    ):
+        self.width, self.height, self.images = width, height, images
+        image_bytes = 4 * width * height
+        rng = gt_chunk_bytes(dev)
+        if image_bytes > rng:
+            raise OutOfMemoryError(
+                "a %dx%d training image needs %s but %s binds at most %s per buffer; lower --downscale"
+                % (width, height, fmt_bytes(image_bytes), dev.info.name, fmt_bytes(rng))
+            )
+        per_chunk = max(1, rng // image_bytes)
+        # train index -> (chunk, index in that chunk's gt buffer)
+        self.local = {img: (k // per_chunk, k % per_chunk) for k, img in enumerate(images)}
+        self.gt_chunks = []
+        self.masked = {}  # train index -> (masked_pixels, masked_valid) of its loss mask
+        for c in range(0, len(images), per_chunk):
+            part = images[c : c + per_chunk]
+            label = name + ".gt_images" + (".%d" % (c // per_chunk) if c else "")
+            buf = dev.pool.alloc(label, (len(part), height, width), np.uint32, "image")
+            pixels = [scene.load_image(scene.train[i]) for i in track(part, "loading images", unit="image")]
+            masks = [scene.load_mask(scene.train[i]) for i in part]
+            for i, m in zip(part, masks):
+                self.masked[i] = masked_counts(m)
+            keep = (
+                None
+                if all(m is None for m in masks)
+                else np.stack([np.ones((height, width), bool) if m is None else m for m in masks])
+            )
+            dev.upload(buf, pack_rgba8(np.stack(pixels), keep))
+            self.gt_chunks.append(buf)
+        self.chunk = 0  # the chunk of the image being trained
+        self.raster = Rasterizer(
+            dev,
+            width,
+            height,
+            1,
+            capacity=capacity,
+            name=name + ".raster",
+            max_alpha=max_alpha,
+            geometry=geometry,
+            normals=normals,
+        )
+        self.raster.set_backgrounds(scene.background[None])
+        # the normal consistency's dL/d per-pixel loss: the constant normal_weight / pixels
+        self.nc_grad_loss = (
+            dev.pool.alloc(name + ".nc_grad_loss", (1, height, width), np.float32, "image") if normals else None
+        )
+        self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
+        self.seqs = {}  # chunk -> (key, recorded step)
+
+    @property
+    def gt_images(self):
+        return self.gt_chunks[self.chunk]
+
+    def free(self, device):
+        self.raster.free()
+        self.loss.free()
+        if self.nc_grad_loss is not None:
+            device.pool.free(self.nc_grad_loss)
+        for buf in self.gt_chunks:
+            device.pool.free(buf)
+
+
+class Step:
+    """One training step on its way: ``k`` its 0-based index, ``image`` its
+    train-list index, ``group``/``chunk`` where its ground truth is (an
+    :class:`ImageSize` and its chunk),
+    ``slot`` its host_in/host_out slot; once submitted, ``seq`` and the
+    intersection ``capacity`` it runs with."""
+
+    __slots__ = ("k", "image", "group", "chunk", "sh_degree", "slot", "seq", "capacity", "submitted")
+
+    def __init__(self, k, image, group, chunk, sh_degree, slot):
+        self.k, self.image, self.group, self.chunk, self.sh_degree, self.slot = k, image, group, chunk, sh_degree, slot
+        self.seq, self.capacity, self.submitted = None, 0, False
+
+
+class StepIO:
+    """The words every step moves: ``params`` (its StepParams on the GPU, which
+    every kernel of the step reads), ``host_in`` [SLOTS, HOST_IN_WORDS] (a
+    slot's StepParams and camera, written by the host) and ``host_out`` [SLOTS,
+    HOST_OUT_WORDS] (loss, l1, ssim, mse and the intersection count, read back)."""
+
+    def __init__(self, pool):
+        self.params = pool.alloc("train.params", (STEP_PARAMS_WORDS,), np.uint32, "other", zero=True)
+        self.host_in = pool.alloc("train.host_in", (SLOTS, HOST_IN_WORDS), np.uint32, host=True)
+        self.host_out = pool.alloc("train.host_out", (SLOTS, HOST_OUT_WORDS), np.float32, host=True)
+
+    def buffers(self) -> tuple:
+        return (self.params, self.host_in, self.host_out)
+
+    def read(self, slot: int) -> np.ndarray:
+        """What step of ``slot`` left in host_out: [HOST_OUT_WORDS] float32 (a copy)."""
+        return self.host_out.host_view()[slot].copy()
+
+    def write(self, st: Step, cfg, extent: float, n_splats: int, viewmat, K, prev_capacity: int):
+        """Step ``st``'s StepParams and camera (training coordinates ``viewmat``,
+        ``K``) into its host_in slot. ``prev_capacity``: the intersection
+        capacity of the step before it on the GPU when that one is still
+        unread (fpbo skips this step if it overflowed), else NO_GUARD."""
+        group, strategy = st.group, cfg.strategy
+        t = st.k + 1
+        lr = learning_rates(cfg, st.k, extent)
+        p = step_params(
+            step=t,
+            seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF,
+            n_views=1,
+            n_splats=n_splats,
+            image_index=[group.local[st.image][1]] + [0] * 7,
+            masked_pixels=group.masked[st.image][0],
+            masked_valid=group.masked[st.image][1],
+            lr_means=lr.means,
+            lr_quats=lr.quats,
+            lr_scales=lr.scales,
+            lr_opacities=lr.opacities,
+            lr_sh0=lr.sh0,
+            lr_shN=lr.shN,
+            bias1=1 - cfg.beta1**t,
+            bias2=1 - cfg.beta2**t,
+            beta1=cfg.beta1,
+            beta2=cfg.beta2,
+            adam_eps=cfg.adam_eps,
+            l1_weight=cfg.l1_weight,
+            ssim_weight=cfg.ssim_weight,
+            opacity_reg=strategy.opacity_reg,
+            scale_reg=strategy.scale_reg,
+            flatten_reg=cfg.flatten_weight,
+            noise_scale=lr.means * strategy.noise_lr if strategy.name == "mcmc" else 0.0,
+            grad_norm_scale_x=group.width / 2.0,
+            grad_norm_scale_y=group.height / 2.0,
+            prev_capacity=prev_capacity,
+        )
+        view = self.host_in.host_view()[st.slot]
+        view[:STEP_PARAMS_WORDS] = np.frombuffer(p.tobytes(), np.uint32)
+        cam = np.zeros(CAMERA_FLOATS, np.float32)
+        cam[:16] = np.asarray(viewmat).reshape(-1)
+        cam[16:] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
+        view[STEP_PARAMS_WORDS:] = cam.view(np.uint32)
+
+
+def record_step(
+    device, cfg, model, stats, group: ImageSize, io: StepIO, sh_degree: int, slot: int, distortion: bool, normals: bool
+):
+    """The recorded sequence of one step of ``group``'s image size (its ground
+    truth chunk ``group.chunk``) with ``model``'s splats at ``sh_degree``,
+    reading its StepParams and camera from host_in slot ``slot``.
+    ``distortion``, ``normals``: the geometry terms are in this step's loss;
+    ``stats``: the density statistics fpbo accumulates (ADC)."""
+    raster, strategy = group.raster, cfg.strategy
+    rec = device.recorder("train.step")
+    src = 4 * HOST_IN_WORDS * slot
+    # prev_isects is the GPU's (shaders/include/step_params.glsl): the host's copy stops before it
+    rec.copy(io.host_in, io.params, nbytes=4 * STEP_PARAMS_HOST_WORDS, src_offset=src)
+    rec.copy(io.host_in, raster.cameras, nbytes=4 * CAMERA_FLOATS, src_offset=src + 4 * STEP_PARAMS_WORDS)
+    raster.record_project(rec, model.params, sh_degree, normals=normals)
+    # with the distortion the forward also keeps its running sum: rasterize_bwd's chunks start
+    # from the sums behind their end (chunk_state)
+    raster.record_raster(rec, distortion=distortion, normals=normals)
+    group.loss.record(rec, raster.out_colors, group.gt_images, io.params, raster.grad_colors)
+    if normals:
+        # normal consistency (2DGS): d(weight x mean over pixels of a (1 - N . n_d))/d pixel
+        # loss is one constant; its backward writes dL/d the normal image and dL/d the
+        # accumulated depth image, which rasterize_bwd (NORMALS) takes to the splats
+        grad = group.nc_grad_loss
+        rec.fill(grad, float(cfg.normal_weight / (raster.width * raster.height)))
+        record_normal_consistency(
+            rec,
+            raster.out_normals,
+            raster.out_depths,
+            raster.out_alphas,
+            raster.cameras,
+            raster.width,
+            raster.height,
+            raster.n_cameras,
+            grad_loss=grad,
+            grad_normals=raster.grad_normal_image,
+            grad_depths=raster.grad_depth_image,
+        )
+    if distortion:
+        # d(weight x mean over pixels of the distortion)/d pixel distortion: one constant.
+        rec.fill(raster.grad_distort, float(cfg.distortion_weight / (raster.width * raster.height)))
+    absgrad = getattr(strategy, "absgrad", False)  # ADC's
+    raster.record_raster_backward(rec, absgrad=absgrad, distortion=distortion, normals=normals)
+    record_fpbo(
+        rec,
+        model,
+        raster,
+        io.params,
+        stats,
+        sh_degree,
+        mcmc_noise=strategy.name == "mcmc",
+        adc_stats=strategy.name == "adc",
+        absgrad=absgrad,
+        depth_grad=distortion or normals,
+        flatten=cfg.flatten_weight > 0,
+        normals=normals,
+    )
+    dst = 4 * HOST_OUT_WORDS * slot
+    count = 4 * raster.total_offset
+    rec.copy(group.loss.loss_out, io.host_out, nbytes=16, dst_offset=dst)
+    rec.copy(raster.offsets_scan.scratch, io.host_out, nbytes=4, src_offset=count, dst_offset=dst + 16)
+    # the count for the next step's fpbo, which may run before the host has read this one's
+    rec.copy(raster.offsets_scan.scratch, io.params, nbytes=4, src_offset=count, dst_offset=4 * PREV_ISECTS_WORD)
+    return rec.finish()
