@@ -7,7 +7,7 @@ signal, no checkpoint) or a hang (no output for --stall seconds).
         [--inject-nan-every 1000] [--cap-max 1000000] [--backend vulkan|cuda] [--set KEY=VALUE ...]
 
 It runs the CLI in a subprocess with ``--set inject_nan_every=N`` (every N
-steps NaN into one parameter of 1% of the splats, spirula/train/trainer.py)
+steps NaN into one parameter of 1% of the splats, spirula/train/faults.py)
 and ``SPIRULA_MEMORY_LIMIT`` (spirula/runtime/buffers.py), watches its
 progress lines, and prints one summary line:
 

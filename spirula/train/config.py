@@ -22,6 +22,7 @@ config.json before the strategies had their own dataclasses held all of them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from typing import ClassVar
 
@@ -318,6 +319,7 @@ def _drop_nulls(cls, values: dict) -> dict:
     return {k: v for k, v in values.items() if v is not None or value_type(cls, k)[1]}
 
 
+@functools.cache
 def setting_names() -> dict:
     """``{flat name: (owner classes, Setting)}`` of every training setting, in
     order: TrainConfig's, with each strategy's after ``strategy`` (a shared

@@ -16,6 +16,7 @@ naming the setting and what it accepts (:class:`SettingError`, exit status 2).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -65,6 +66,11 @@ def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=data
 def setting_fields(cls) -> dict:
     """``{name: (field, Setting)}`` of the fields of dataclass ``cls`` (or an
     instance) that carry a Setting, in field order."""
+    return _setting_fields(cls if isinstance(cls, type) else type(cls))
+
+
+@functools.cache
+def _setting_fields(cls: type) -> dict:
     return {f.name: (f, f.metadata[KEY]) for f in dataclasses.fields(cls) if KEY in f.metadata}
 
 
@@ -72,7 +78,12 @@ def value_type(cls, name: str) -> tuple:
     """(the type a value of field ``name`` of ``cls`` has, whether None is
     allowed), from the field's annotation: ``int``, ``float``, ``bool``,
     ``str``, or the class itself (a nested dataclass)."""
-    hint = typing.get_type_hints(cls if isinstance(cls, type) else type(cls))[name]
+    return _value_type(cls if isinstance(cls, type) else type(cls), name)
+
+
+@functools.cache
+def _value_type(cls: type, name: str) -> tuple:
+    hint = typing.get_type_hints(cls)[name]
     args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union else ()
     if not args:
         return hint, False
@@ -113,40 +124,52 @@ def check(cls, name: str, value):
     stored (an integer given to a number becomes a float, an integral float
     given to an integer an int), or a :class:`SettingError` naming the setting
     and what it accepts."""
-    field, s = setting_fields(cls)[name]
+    s = setting_fields(cls)[name][1]
     kind, optional = value_type(cls, name)
-    bad = SettingError("%s: expected %s" % (label(name, s, value), accepted(kind, s, optional)))
+    stored = _stored(kind, s, optional, value)
+    if stored is _BAD:
+        raise SettingError("%s: expected %s" % (label(name, s, value), accepted(kind, s, optional)))
+    return stored
+
+
+_BAD = object()
+
+
+def _stored(kind, s: Setting, optional: bool, value):
+    """``value`` as a setting of ``kind`` stores it, or _BAD."""
     if value is None:
-        if optional:
-            return None
-        raise bad
+        return None if optional else _BAD
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if kind is bool:
         if not isinstance(value, bool):
-            raise bad
+            return _BAD
     elif kind is int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool):
-            raise bad
+            return _BAD
     elif kind is float:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise bad
+        if not number:
+            return _BAD
         value = float(value)
     elif kind is str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if number:
             value = str(value)  # --set vram_budget=8000000000: the JSON number as its text
         if not isinstance(value, str):
-            raise bad
+            return _BAD
     if s.choices is not None and value not in s.choices:
-        raise bad
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not (
+        return _BAD
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not (
             (s.ge is None or value >= s.ge)
             and (s.gt is None or value > s.gt)
             and (s.le is None or value <= s.le)
             and (s.lt is None or value < s.lt)
-        ):
-            raise bad
+        )
+    ):
+        return _BAD
     return value
 
 
