@@ -12,7 +12,7 @@ import pytest
 
 from spirula.train.config import ADC, MCMC, TrainConfig, setting_names
 from spirula.train.schedule import learning_rates, sh_degree_at
-from spirula.train.setting import SettingError, value_type
+from spirula.train.spec import SettingError, value_type
 
 # What the configuration of tests/workloads.py's ADC run wrote to config.json before the
 # strategies had their own settings (flat: every field of both strategies, the testing aid,
@@ -161,7 +161,7 @@ def test_explicit_values_are_kept_even_when_falsy():
     ],
 )
 def test_invalid_config_is_refused_in_one_line_naming_the_setting(bad, words):
-    """The settings' metadata (spirula/train/setting.py) says what each accepts:
+    """The settings' metadata (spirula/train/spec.py) says what each accepts:
     a value outside is a SettingError (a SpirulaError, exit status 2; also a
     ValueError) naming the option, or the setting, and what it accepts."""
     with pytest.raises(SettingError) as err:

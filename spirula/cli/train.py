@@ -22,7 +22,7 @@ from spirula.cli.common import (
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
-from spirula.train.setting import SettingError
+from spirula.train.spec import SettingError
 from spirula.view.live import LiveViewConfig
 
 
@@ -55,7 +55,7 @@ def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run
 
 def _default_text(name: str, s) -> str:
     """The help text's default of a training setting: the config's own, and
-    the demo's where it differs (or the Setting's ``default_help``)."""
+    the demo's where it differs (or the Spec's ``default_help``)."""
     if s.default_help is not None:
         return "[default: %s]" % s.default_help
     value, demo = TrainConfig().settings().get(name), TrainConfig.demo().settings().get(name)
@@ -68,7 +68,7 @@ def _default_text(name: str, s) -> str:
 def _kind(name: str):
     """The type of a training setting's values (its field's annotation)."""
     from spirula.train.config import STRATEGIES
-    from spirula.train.setting import value_type
+    from spirula.train.spec import value_type
 
     owners = (TrainConfig, *STRATEGIES.values())
     return value_type(next(c for c in owners if name in c.__dataclass_fields__), name)[0]
@@ -77,7 +77,7 @@ def _kind(name: str):
 def _click_type(name: str, s):
     """The click type of a training setting's option: its choices, a closed
     integer range, else the Python type of its values (the rest of a range is
-    checked with the configuration, spirula/train/setting.py)."""
+    checked with the configuration, spirula/train/spec.py)."""
     kind = _kind(name)
     if s.choices is not None:
         return click.Choice(list(s.choices))
@@ -87,7 +87,7 @@ def _click_type(name: str, s):
 
 
 def config_options(fn):
-    """The options of every training setting that has one (its Setting's
+    """The options of every training setting that has one (its Spec's
     ``flag``, spirula/train/config.py), generated from the settings' metadata
     in their order, as Brush derives its CLI from its config: help text and
     default from the configuration; a boolean is a flag (``--x/--no-x`` when

@@ -5,7 +5,7 @@ an ``MCMCStrategy`` or a ``DefaultStrategy``); defaults in docs/design.md §9
 
 Every default lives here: the fields' own, each strategy's (its dataclass's
 fields) and the demo's (:meth:`TrainConfig.demo`). Each field's metadata is a
-:class:`~spirula.train.setting.Setting` (help text, ``spirula train``
+:class:`~spirula.train.spec.Spec` (help text, ``spirula train``
 option, accepted values, whether it may change on ``--resume``): the CLI
 generates its options from them and maps only the options a user typed onto
 fields.
@@ -26,7 +26,7 @@ import functools
 import json
 from typing import ClassVar
 
-from spirula.train.setting import SettingError, check, setting, setting_fields, validate, value_type
+from spirula.train.spec import SettingError, check, setting, spec_fields, validate, value_type
 
 # --geometry's distortion weight. Spirula's depths are camera z in a world normalized to the
 # cameras' extent (data/world.py), so |z_i - z_j| is O(0.01..1) where 2DGS's NDC depth differences
@@ -265,7 +265,7 @@ class TrainConfig:
     # -- flat settings: --set, config.json --------------------------------------------
     def settings(self) -> dict:
         """The flat settings: ``strategy`` its name, its fields beside the others."""
-        out = {name: getattr(self, name) for name in setting_fields(self) if name != "strategy"}
+        out = {name: getattr(self, name) for name in spec_fields(self) if name != "strategy"}
         out["strategy"] = self.strategy.name
         out.update(dataclasses.asdict(self.strategy))
         return out
@@ -291,8 +291,8 @@ class TrainConfig:
         flat = flatten(d)
         name = check(cls, "strategy", flat.get("strategy", MCMC.name))
         strategy = STRATEGIES[name]
-        own = {k: v for k, v in flat.items() if k in setting_fields(strategy)}
-        top = {k: v for k, v in flat.items() if k in setting_fields(cls) and k != "strategy"}
+        own = {k: v for k, v in flat.items() if k in spec_fields(strategy)}
+        top = {k: v for k, v in flat.items() if k in spec_fields(cls) and k != "strategy"}
         return cls(strategy=strategy(**_drop_nulls(strategy, own)), **_drop_nulls(cls, top))
 
     def replace(self, **flat) -> TrainConfig:
@@ -321,15 +321,15 @@ def _drop_nulls(cls, values: dict) -> dict:
 
 @functools.cache
 def setting_names() -> dict:
-    """``{flat name: (owner classes, Setting)}`` of every training setting, in
+    """``{flat name: (owner classes, Spec)}`` of every training setting, in
     order: TrainConfig's, with each strategy's after ``strategy`` (a shared
     setting once, with both owners)."""
     out = {}
-    for name, (_, s) in setting_fields(TrainConfig).items():
+    for name, (_, s) in spec_fields(TrainConfig).items():
         out[name] = ((TrainConfig,), s)
         if name == "strategy":
             for strategy in STRATEGIES.values():
-                for sname, (_, ss) in setting_fields(strategy).items():
+                for sname, (_, ss) in spec_fields(strategy).items():
                     owners = out.get(sname, ((), ss))[0]
                     out[sname] = (owners + (strategy,), ss)
     return out

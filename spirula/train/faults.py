@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from spirula.train.setting import setting, validate
+from spirula.train.spec import setting, validate
 
 
 @dataclasses.dataclass

@@ -39,7 +39,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from spirula.train.setting import setting, validate
+from spirula.train.spec import setting, validate
 
 
 @dataclasses.dataclass

@@ -1,9 +1,10 @@
-"""What a setting is, kept in its dataclass field's metadata, and the check of
-a value against it.
+"""What a training setting is (its spec), kept in its dataclass field's
+metadata, and the check of a value against it. (Environment variables are
+spirula/settings.py's.)
 
     cap_max: int = setting(1_000_000, "MCMC splat budget", flag="--cap-max", ge=1)
 
-A :class:`Setting` says what the help text says, the option of ``spirula
+A :class:`Spec` says what the help text says, the option of ``spirula
 train`` if the setting has one (every setting is reachable with ``--set
 NAME=VALUE`` under its field's name), the values it accepts (the field's type
 annotation, ``choices``, the bounds ``ge``/``gt``/``le``/``lt``) and whether
@@ -23,7 +24,7 @@ import typing
 
 from spirula.errors import UsageError
 
-KEY = "spirula"  # the metadata key of a field's Setting
+KEY = "spirula"  # the metadata key of a field's Spec
 
 
 class SettingError(UsageError, ValueError):
@@ -32,7 +33,7 @@ class SettingError(UsageError, ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Setting:
+class Spec:
     """A setting's description (module docstring).
 
     ``flag``: the ``spirula train`` option (``--cap-max``), None when the
@@ -59,18 +60,18 @@ class Setting:
 
 
 def setting(default=dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING, **kw):
-    """A dataclass field whose metadata is ``Setting(help, **kw)``."""
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={KEY: Setting(help, **kw)})
+    """A dataclass field whose metadata is ``Spec(help, **kw)``."""
+    return dataclasses.field(default=default, default_factory=default_factory, metadata={KEY: Spec(help, **kw)})
 
 
-def setting_fields(cls) -> dict:
-    """``{name: (field, Setting)}`` of the fields of dataclass ``cls`` (or an
-    instance) that carry a Setting, in field order."""
-    return _setting_fields(cls if isinstance(cls, type) else type(cls))
+def spec_fields(cls) -> dict:
+    """``{name: (field, Spec)}`` of the fields of dataclass ``cls`` (or an
+    instance) that carry a Spec, in field order."""
+    return _spec_fields(cls if isinstance(cls, type) else type(cls))
 
 
 @functools.cache
-def _setting_fields(cls: type) -> dict:
+def _spec_fields(cls: type) -> dict:
     return {f.name: (f, f.metadata[KEY]) for f in dataclasses.fields(cls) if KEY in f.metadata}
 
 
@@ -91,7 +92,7 @@ def _value_type(cls: type, name: str) -> tuple:
     return (kinds[0] if len(kinds) == 1 else tuple(kinds)), type(None) in args
 
 
-def accepted(kind, s: Setting, optional: bool) -> str:
+def accepted(kind, s: Spec, optional: bool) -> str:
     """What a setting accepts, in words: ``an integer from 0 to 3``, ``a number > 0``."""
     if s.choices is not None:
         text = "one of " + ", ".join(map(str, s.choices))
@@ -113,7 +114,7 @@ def _num(x) -> str:
     return "%d" % x if float(x).is_integer() and abs(x) < 1e15 else "%g" % x
 
 
-def label(name: str, s: Setting, value) -> str:
+def label(name: str, s: Spec, value) -> str:
     """How a value given to a setting is named in an error: ``--sh-degree 4``, ``flatten_weight=-1``."""
     shown = json.dumps(value) if isinstance(value, (str, bool)) or value is None else str(value)
     return "%s %s" % (s.flag, shown) if s.flag else "%s=%s" % (name, shown)
@@ -124,7 +125,7 @@ def check(cls, name: str, value):
     stored (an integer given to a number becomes a float, an integral float
     given to an integer an int), or a :class:`SettingError` naming the setting
     and what it accepts."""
-    s = setting_fields(cls)[name][1]
+    s = spec_fields(cls)[name][1]
     kind, optional = value_type(cls, name)
     stored = _stored(kind, s, optional, value)
     if stored is _BAD:
@@ -135,7 +136,7 @@ def check(cls, name: str, value):
 _BAD = object()
 
 
-def _stored(kind, s: Setting, optional: bool, value):
+def _stored(kind, s: Spec, optional: bool, value):
     """``value`` as a setting of ``kind`` stores it, or _BAD."""
     if value is None:
         return None if optional else _BAD
@@ -174,9 +175,9 @@ def _stored(kind, s: Setting, optional: bool, value):
 
 
 def validate(obj):
-    """Check every Setting field of dataclass instance ``obj`` (:func:`check`),
+    """Check every Spec field of dataclass instance ``obj`` (:func:`check`),
     storing each value as checked. Nested dataclasses validate themselves."""
-    for name in setting_fields(obj):
+    for name in spec_fields(obj):
         value = getattr(obj, name)
         if dataclasses.is_dataclass(value):
             continue
