@@ -51,7 +51,7 @@ FAR_PLANE = 1e10
 # 100k 1.5/1.9 ms; notes/performance-history.md, "Tile-list splitting"); smaller chunks write more boundary state.
 CHUNK = 1024
 CHUNK_ENV = settings.RASTER_CHUNK.name
-CHUNK_NONE = 0xFFFFFFFF  # a chunk_table entry of no chunk (shaders/include/raster.glsl)
+CHUNK_NONE = shader_constant("include/raster.glsl", "CHUNK_NONE")  # a chunk_table entry of no chunk
 # The kernels' own constants, for host code that must agree with what they draw (the
 # mesh's bounds and colours), read from shaders/include/projection.glsl and sh.glsl
 # a splat fainter than this is not drawn, nor a fainter pixel of one
