@@ -56,7 +56,7 @@ def test_a_long_small_run_does_not_overfit_harder_than_measured(device, tmp_path
         log=None,
     )
     scene = load_dataset(tmp_path / "scene", background="black")
-    cfg = TrainConfig(iterations=STEPS, cap_max=100_000, save_every=0, background="black")
+    cfg = TrainConfig.from_settings(iterations=STEPS, cap_max=100_000, save_every=0, background="black")
     assert not cfg.compact  # the float32 path the bounds were measured on
     m = train_run(scene, cfg, device, Path(tmp_path / "run"), log=lambda *a: None)
     tests = [t for t, _ in MEASURED.values()]
