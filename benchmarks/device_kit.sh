@@ -15,6 +15,12 @@ cd "$(dirname "$0")/.."
 bash ../shared/device/prepare.sh
 L=.device/local
 mkdir -p $L/bin
+# the patched sdist, and the kp module an earlier call built from it, follow the patch
+PATCH_SUM=$(sha256sum third_party/kompute/kp-0.9.0-spirula.patch | cut -c1-16)
+if [ "$(cat $L/kp-patch.sum 2>/dev/null)" != "$PATCH_SUM" ]; then
+    rm -f $L/kp-0.9.0-spirula.tar.gz $L/kp.cpython-*.so
+    echo "$PATCH_SUM" > $L/kp-patch.sum
+fi
 if [ ! -f $L/kp-0.9.0-spirula.tar.gz ]; then
     T=$(mktemp -d)
     tar xzf .cache/kp/kp-0.9.0.tar.gz -C "$T"
