@@ -120,8 +120,9 @@ def test_train_a_video_end_to_end_then_from_the_cache(tmp_path):
     clip = encode(tmp_path / "orbit.mp4", [np.asarray(Image.open(frames / n)) for n in names], rate=8)
     env = dict(SPIRULA_CAPTURE_CACHE=str(tmp_path / "captures"))
     args = ["train", clip, "--fps", "8", "--eval-split", "interval:6"]
-    # 300 steps: the sparse SfM seeds (0.1 x their spacing, MCMC's init) need ~250 to cover the views
-    first = spirula(*args, "--iterations", "300", "-o", tmp_path / "run1", "--profile", env=env, timeout=600)
+    # 450 steps: the sparse SfM seeds (0.1 x their spacing, MCMC's init) need ~250 to cover the
+    # views; at 300 the test PSNR is still climbing steeply (23.1 dB, 25.8 at 450)
+    first = spirula(*args, "--iterations", "450", "-o", tmp_path / "run1", "--profile", env=env, timeout=600)
     assert first.returncode == 0, first.stderr
     assert "spirula: frames: 24 images from orbit.mp4" in first.stderr
     assert "spirula: camera poses ready" in first.stderr
@@ -135,7 +136,8 @@ def test_train_a_video_end_to_end_then_from_the_cache(tmp_path):
     for view in metrics["per_image"]:
         img = np.asarray(Image.open(dataset / "images" / view["image"]), np.float64) / 255
         flat.append(-10 * np.log10(((img - img.mean((0, 1))) ** 2).mean()))
-    assert metrics["psnr"] > np.mean(flat) + 3, (metrics["psnr"], flat)
+    gate = [line for line in first.stderr.splitlines() if "registered" in line]
+    assert metrics["psnr"] > np.mean(flat) + 3, (metrics["psnr"], flat, gate)
     again = spirula(*args, "--iterations", "1", "-o", tmp_path / "run2", env=env, timeout=600)
     assert again.returncode == 0, again.stderr
     assert "using the frames and camera poses made earlier" in again.stderr

@@ -53,6 +53,9 @@ CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
 MAX_EXHAUSTIVE = 300  # above this, exhaustive matching's n^2/2 pairs take hours on a CPU
 SEQUENTIAL_OVERLAP = 10  # frames matched ahead (plus 2^k further with quadratic overlap)
+# RANSAC and the mappers sample from this seed instead of the clock, so the same
+# images give the same poses (up to the order of multi-threaded sums).
+RANDOM_SEED = 0
 
 
 class SfmError(SpirulaError):
@@ -286,6 +289,8 @@ def _run(
     db = work / "database.db"
     matching = pycolmap.FeatureMatchingOptions()
     matching.num_threads = num_threads
+    verification = pycolmap.TwoViewGeometryOptions()
+    verification.ransac.random_seed = RANDOM_SEED
     if matcher == "sequential":
         pairing = pycolmap.SequentialPairingOptions()
         pairing.overlap = SEQUENTIAL_OVERLAP
@@ -297,6 +302,7 @@ def _run(
             db,
             matching_options=matching,
             pairing_options=pairing,
+            verification_options=verification,
             device=device,
             total=len(names),
             unit="image",
@@ -304,7 +310,14 @@ def _run(
         how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
     else:
         stages.run(
-            "match", pycolmap.match_exhaustive, db, matching_options=matching, device=device, total=None, unit="block"
+            "match",
+            pycolmap.match_exhaustive,
+            db,
+            matching_options=matching,
+            verification_options=verification,
+            device=device,
+            total=None,
+            unit="block",
         )
         how = "exhaustive, %s pairs" % format(len(names) * (len(names) - 1) // 2, ",")
     times["match"] = time.perf_counter() - t0
@@ -317,12 +330,14 @@ def _run(
     if mapper == "incremental":
         options = pycolmap.IncrementalPipelineOptions()
         options.num_threads = num_threads
+        options.random_seed = RANDOM_SEED
         models = stages.run(
             "map", pycolmap.incremental_mapping, db, src, sparse, options, total=len(names), unit="image"
         )
     else:
         options = pycolmap.GlobalPipelineOptions()
         options.num_threads = num_threads
+        options.random_seed = RANDOM_SEED
         models = stages.run("map", pycolmap.global_mapping, db, src, sparse, options)
     ranked = sorted(models.items(), key=lambda kv: -kv[1].num_reg_images())
     sizes = [rec.num_reg_images() for _, rec in ranked]
