@@ -41,3 +41,16 @@ class UsageError(SpirulaError):
     size for a video, an unwritable output, an empty splat file); exit 2."""
 
     exit_code = 2
+
+
+class DiskFullError(UsageError):
+    """Too little free disk space for a file: before writing it (the space
+    checked) or while writing it (``ENOSPC``, ``EDQUOT``); nothing half-written
+    is left. ``path``: the file; ``needed``, ``free``: bytes, where known.
+    Exit 2: freeing space (or another ``--output``) fixes it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, path=None, needed: int | None = None, free: int | None = None):
+        super().__init__(message)
+        self.path, self.needed, self.free = path, needed, free

@@ -20,6 +20,7 @@ from spirula.cli.common import (
     web_viewer_options,
 )
 from spirula.errors import SpirulaError
+from spirula.files import check_output_folder
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
 from spirula.train.spec import SettingError
@@ -209,7 +210,7 @@ def train(
     naming the file when it cannot be read).
     """
     from spirula.data import load_dataset
-    from spirula.train.run import default_output_dir, train_run
+    from spirula.train.run import check_output_space, default_output_dir, train_run
     from spirula.view.live import live_hook
 
     explicit = _explicit_options(settings)
@@ -219,6 +220,8 @@ def train(
         from spirula.runtime.buffers import parse_size
 
         parse_size(explicit["vram_budget"], "--vram-budget ")  # a bad SIZE: one line, exit status 2
+    if output is not None:
+        check_output_folder(output)  # a file, or a folder that cannot be written: one line, exit status 2
     # a setting the configuration refuses (--set strategy=bad): one line naming it, exit status 2
     if resume is not None:
         # a resumed run keeps its own configuration; options given now override it
@@ -264,14 +267,15 @@ def train(
         output = output or default_output_dir(Path(dataset))
         train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log, verbose=verbose())
         return
-    viewers = _live_viewers(scene) if viewer else []
-    device = open_cli_device()
     if output is None:
         output = (
             _run_folder(resume)
             if resume is not None
             else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
         )
+    check_output_space(output, scene, cfg)  # before the device: a full disk is one line
+    viewers = _live_viewers(scene) if viewer else []
+    device = open_cli_device()
     _log(
         "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
         % (
