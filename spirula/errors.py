@@ -5,9 +5,18 @@ class SpirulaError(Exception):
     """A problem the user can act on: bad input, a missing driver, no memory.
 
     The message is one line that names the file or object and what is wrong.
-    ``exit_code`` is what the CLI exits with (2: the environment or the
-    command line is unusable; 1: the run itself failed).
+    ``exit_code`` is what the CLI exits with: 2, the user can fix it (the
+    command line, the input, the environment: a driver, memory, disk space);
+    1 only for :class:`InternalError` (and an uncaught exception, a bug).
     """
+
+    exit_code = 2
+
+
+class InternalError(SpirulaError):
+    """Spirula (or the driver under it) computed something wrong, such as a
+    kernel that differs from the reference in the selftest: nothing the user
+    did or can change; exit 1."""
 
     exit_code = 1
 
@@ -33,7 +42,8 @@ class ShaderCompileError(SpirulaError):
 
 
 class OutOfMemoryError(SpirulaError):
-    """A GPU allocation failed; the message gives the sizes asked for."""
+    """A GPU allocation failed; the message gives the sizes asked for and what
+    to lower (exit 2)."""
 
 
 class UsageError(SpirulaError):

@@ -75,16 +75,57 @@ def _kind(name: str):
     return value_type(next(c for c in owners if name in c.__dataclass_fields__), name)[0]
 
 
+class _SettingValue(click.ParamType):
+    """An option's text as its setting's value, checked against the setting's
+    Spec as it is parsed (spirula/train/spec.py): a value outside it is one
+    line naming the option and what it accepts (``--iterations -5: expected
+    an integer from 1 to 1000000000``), exit status 2."""
+
+    def __init__(self, name: str):
+        from spirula.train.config import setting_names
+
+        self.setting = name
+        self.owner = setting_names()[name][0][0]
+        self.kind = _kind(name)
+        self.name = {int: "integer", float: "float"}.get(self.kind, "text")
+
+    def convert(self, value, param, ctx):
+        from spirula.train.spec import check
+
+        if isinstance(value, str):
+            value = _number(value, self.kind)
+        return check(self.owner, self.setting, value)
+
+
+def _number(text: str, kind):
+    """``text`` as an int or a float where ``kind`` is one and it reads as one, else the text."""
+    if kind not in (int, float):
+        return text
+    try:
+        return int(text) if kind is int else float(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)  # 1e3 for an integer: check() takes an integral float
+    except ValueError:
+        return text
+
+
 def _click_type(name: str, s):
-    """The click type of a training setting's option: its choices, a closed
-    integer range, else the Python type of its values (the rest of a range is
-    checked with the configuration, spirula/train/spec.py)."""
-    kind = _kind(name)
+    """The click type of a training setting's option: its choices, else
+    :class:`_SettingValue` (the value checked against the setting's Spec)."""
     if s.choices is not None:
         return click.Choice(list(s.choices))
-    if kind is int and s.ge is not None and s.le is not None:
-        return click.IntRange(int(s.ge), int(s.le))
-    return {int: int, float: float}.get(kind, str)
+    return _SettingValue(name)
+
+
+def _range_text(name: str, s) -> str:
+    """``[>= 1]``, ``[0 to 3]``: the bounds of a numeric setting, for its help."""
+    from spirula.train.spec import accepted
+
+    if s.choices is not None or _kind(name) not in (int, float) or (s.ge, s.gt, s.le, s.lt) == (None,) * 4:
+        return ""
+    return "[%s]" % accepted(_kind(name), s, False).split(" ", 2)[2]
 
 
 def config_options(fn):
@@ -99,7 +140,7 @@ def config_options(fn):
     for name, (_, s) in reversed(list(setting_names().items())):
         if s.flag is None:
             continue
-        help_text = " ".join(t for t in (s.help, _default_text(name, s)) if t) + "."
+        help_text = " ".join(t for t in (s.help, _default_text(name, s), _range_text(name, s)) if t) + "."
         if s.negatable:
             option = click.option("%s/--no-%s" % (s.flag, s.flag[2:]), name, default=None, help=help_text)
         elif _kind(name) is bool:
@@ -210,6 +251,7 @@ def train(
     naming the file when it cannot be read).
     """
     from spirula.data import load_dataset
+    from spirula.train.memory import memory_budget
     from spirula.train.run import check_output_space, default_output_dir, train_run
     from spirula.view.live import live_hook
 
@@ -276,6 +318,7 @@ def train(
     check_output_space(output, scene, cfg)  # before the device: a full disk is one line
     viewers = _live_viewers(scene) if viewer else []
     device = open_cli_device()
+    memory_budget(cfg.vram_budget, device)  # more than the device has: one line, exit status 2
     _log(
         "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
         % (
