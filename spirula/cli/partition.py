@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.common import common_options, open_cli_device
+from spirula.cli.common import FiniteFloat, common_options, open_cli_device
 
 
 def _log(msg):
@@ -48,11 +48,13 @@ def partition():
 @click.option("--grid", default=None, metavar="AxB", help="Blocks along the two ground axes, e.g. 3x2.")
 @click.option(
     "--margin",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="Each block's overlap, as a fraction of its core's size on every side [default: 0.2].",
 )
-@click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
+@click.option(
+    "--downscale", type=click.IntRange(min=1), default=None, help="Use images_N (computed and cached when missing)."
+)
 @click.option("--eval-split", default="interval:8", show_default=True, help="Views kept out of every block.")
 def split(dataset, out, n_blocks, grid, margin, downscale, eval_split):
     """Write DATASET's training views and seed points as block datasets in OUT,

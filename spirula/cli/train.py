@@ -14,6 +14,7 @@ from spirula.cli.common import (
     common_options,
     open_cli_device,
     open_run,
+    positive_float,
     saved_config,
     verbose,
     verbose_option,
@@ -21,6 +22,7 @@ from spirula.cli.common import (
 )
 from spirula.errors import SpirulaError
 from spirula.files import check_output_folder
+from spirula.sfm.colmap import CAMERA_MODELS
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
 from spirula.train.spec import SettingError
@@ -173,8 +175,10 @@ def config_options(fn):
     help="Load and check the dataset as training would (every image decoded), print what was found, and stop:"
     " no GPU, no output folder.",
 )
-@click.option("--fps", type=float, default=None, help="A video: frames kept per second (see `spirula frames`).")
-@click.option("--max-frames", type=int, default=None, help="A video: at most this many frames.")
+@click.option(
+    "--fps", type=positive_float(), default=None, help="A video: frames kept per second (see `spirula frames`)."
+)
+@click.option("--max-frames", type=click.IntRange(min=1), default=None, help="A video: at most this many frames.")
 @click.option(
     "--matcher",
     type=click.Choice(["auto", "sequential", "exhaustive"]),
@@ -182,7 +186,10 @@ def config_options(fn):
     help="Photos or a video: feature matching for SfM (see `spirula sfm`) [default: auto].",
 )
 @click.option(
-    "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
+    "--camera-model",
+    type=click.Choice(CAMERA_MODELS),
+    default=None,
+    help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`).",
 )
 @click.option(
     "--single-camera/--camera-per-image",

@@ -31,6 +31,8 @@ def view_command(source, width, height, port, viewer_host):
     """
     from spirula.view.mesh import is_mesh_file
 
+    if not source.exists():
+        raise UsageError("%s: no such splat.ply, run folder or checkpoint" % source)
     if is_mesh_file(source):
         from spirula.view.mesh import load_mesh, serve_mesh
 
