@@ -136,6 +136,8 @@ def saved_config(run) -> dict:
     run = Path(run)
     if not run.exists():
         raise SpirulaError("%s: no such run folder or checkpoint" % run)
+    if run.is_file() and run.parent.name != "ckpt":
+        raise SpirulaError("%s: not a run folder or a checkpoint (RUN/ckpt/step-*.npz)" % run)
     folder = run if run.is_dir() else run.parent.parent
     try:
         return json.loads((folder / "config.json").read_text())

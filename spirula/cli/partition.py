@@ -44,7 +44,7 @@ def partition():
 @common_options
 @click.argument("dataset", type=click.Path(exists=True, path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--blocks", "n_blocks", type=click.IntRange(min=1), default=None, help="Number of blocks (a grid).")
+@click.option("--blocks", "n_blocks", type=click.IntRange(1, 4096), default=None, help="Number of blocks (a grid).")
 @click.option("--grid", default=None, metavar="AxB", help="Blocks along the two ground axes, e.g. 3x2.")
 @click.option(
     "--margin",
@@ -53,7 +53,7 @@ def partition():
     help="Each block's overlap, as a fraction of its core's size on every side [default: 0.2].",
 )
 @click.option(
-    "--downscale", type=click.IntRange(min=1), default=None, help="Use images_N (computed and cached when missing)."
+    "--downscale", type=click.IntRange(1, 1000), default=None, help="Use images_N (computed and cached when missing)."
 )
 @click.option("--eval-split", default="interval:8", show_default=True, help="Views kept out of every block.")
 def split(dataset, out, n_blocks, grid, margin, downscale, eval_split):
@@ -76,7 +76,7 @@ def split(dataset, out, n_blocks, grid, margin, downscale, eval_split):
 @click.option(
     "--finetune-steps",
     "steps",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1_000_000_000),
     default=None,
     help="Steps of the fine-tune on the whole dataset [default: 10%% of the blocks' steps].",
 )

@@ -178,7 +178,9 @@ def config_options(fn):
 @click.option(
     "--fps", type=positive_float(), default=None, help="A video: frames kept per second (see `spirula frames`)."
 )
-@click.option("--max-frames", type=click.IntRange(min=1), default=None, help="A video: at most this many frames.")
+@click.option(
+    "--max-frames", type=click.IntRange(1, 10_000_000), default=None, help="A video: at most this many frames."
+)
 @click.option(
     "--matcher",
     type=click.Choice(["auto", "sequential", "exhaustive"]),
@@ -200,7 +202,7 @@ def config_options(fn):
 @click.option(
     "--partition",
     "n_blocks",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 4096),
     default=None,
     help="Split the scene into N spatial blocks, train them as Ray tasks, merge and fine-tune (docs/partition.md).",
 )

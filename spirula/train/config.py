@@ -276,9 +276,13 @@ class TrainConfig:
         """A config from flat settings (:meth:`settings`' names); a name that
         is no setting is a :class:`SettingError`; a setting of the strategy
         not chosen is ignored."""
-        unknown = sorted(set(flat) - set(setting_names()))
+        names = setting_names()
+        unknown = sorted(set(flat) - set(names))
         if unknown:
-            raise SettingError("%s: no such setting (one of %s)" % (unknown[0], ", ".join(sorted(setting_names()))))
+            raise SettingError("%s: no such setting (one of %s)" % (unknown[0], ", ".join(sorted(names))))
+        for name, value in flat.items():  # the other strategy's too: ignored, but not nonsense
+            if name != "strategy" and not dataclasses.is_dataclass(value):
+                check(names[name][0][0], name, value)
         return cls.from_dict(flat)
 
     @classmethod
