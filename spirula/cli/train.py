@@ -21,7 +21,7 @@ from spirula.cli.common import (
     web_viewer_options,
 )
 from spirula.errors import SpirulaError
-from spirula.files import check_output_folder
+from spirula.files import atomic_write, check_output_folder
 from spirula.sfm.colmap import CAMERA_MODELS
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
@@ -446,4 +446,4 @@ def eval_command(run):
         % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"])
     )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
-    (folder / "metrics-eval.json").write_text(json.dumps(metrics, indent=1))
+    atomic_write(folder / "metrics-eval.json", json.dumps(metrics, indent=1))
