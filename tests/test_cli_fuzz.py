@@ -387,3 +387,31 @@ def test_as_a_subprocess(world, args, words):
         assert w in lines[0], (w, lines[0])
     assert _snapshot(world["run"], world["data"]) == before
     assert not (world["root"] / "new").exists()
+
+
+# -- exit codes and help ------------------------------------------------------------------
+def test_exit_status_is_2_for_what_the_user_can_fix_and_1_for_internal_errors():
+    import inspect
+
+    from spirula import errors
+
+    kinds = [c for _, c in inspect.getmembers(errors, inspect.isclass) if issubclass(c, errors.SpirulaError)]
+    assert {c.__name__: c.exit_code for c in kinds if c.exit_code != 2} == {"InternalError": 1}
+    code, err = run_main(["--backend", "nosuch", "devices"])
+    assert code == 2 and err.startswith("spirula: error: ")
+
+
+def test_every_train_option_has_help_and_no_doubled_percent():
+    from spirula.cli.main import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = " ".join(out.getvalue().split())
+    assert "%%" not in text and "85% of the device's memory" in text
+    from spirula.cli.train import train
+
+    for p in train.params:
+        if isinstance(p, click.Option):
+            assert p.help, p.opts
+    assert "SH degree" in text and "Random seed" in text
