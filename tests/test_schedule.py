@@ -154,9 +154,9 @@ def test_explicit_values_are_kept_even_when_falsy():
         (dict(flatten_weight=-1), "flatten_weight=-1: expected a number >= 0"),
         (dict(max_alpha=1.0), "max_alpha=1.0: expected a number > 0 and < 1"),
         (dict(world_center="middle"), 'world_center="middle": expected one of cameras, focus'),
-        (dict(cap_max=0), "--cap-max 0: expected an integer >= 1"),
+        (dict(cap_max=0), "--cap-max 0: expected an integer from 1 to 2147483647"),
         (dict(strategy="adc", opacity_reset="yes"), 'opacity_reset="yes": expected true or false'),
-        (dict(iterations=1.5), "--iterations 1.5: expected an integer >= 0"),
+        (dict(iterations=1.5), "--iterations 1.5: expected an integer from 1 to 1000000000"),
         (dict(background="blue"), "--background"),
     ],
 )

@@ -9,6 +9,7 @@ import it, and spirula/cli/main.py attaches them to the ``spirula`` group.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import click
@@ -133,6 +134,10 @@ def common_options(fn):
 def saved_config(run) -> dict:
     """The ``config.json`` of a run folder (or of a checkpoint's run folder) as saved."""
     run = Path(run)
+    if not run.exists():
+        raise SpirulaError("%s: no such run folder or checkpoint" % run)
+    if run.is_file() and run.parent.name != "ckpt":
+        raise SpirulaError("%s: not a run folder or a checkpoint (RUN/ckpt/step-*.npz)" % run)
     folder = run if run.is_dir() else run.parent.parent
     try:
         return json.loads((folder / "config.json").read_text())
@@ -156,3 +161,19 @@ def open_run(run: Path):
         seed=cfg.seed,
     )
     return cfg, params, ckpt, scene
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option within bounds (click.FloatRange's), and never NaN or
+    infinite (FloatRange lets both through): one line naming the option."""
+
+    def convert(self, value, param, ctx):
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail("%s is not a finite number" % (value,), param, ctx)
+        return rv
+
+
+def positive_float() -> FiniteFloat:
+    """A finite float > 0 (a frame rate)."""
+    return FiniteFloat(min=0, min_open=True)

@@ -59,11 +59,38 @@ def main(argv=None):
     except click.exceptions.Abort as exc:
         _interrupted(exc.__cause__)  # click turns a KeyboardInterrupt into Abort
     except click.ClickException as exc:
-        exc.show()
+        # one line, as a SpirulaError: a bad option value (click's UsageError) exits 2
+        click.echo("spirula: error: %s" % _one_line(_click_message(exc)), err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt as exc:
         _interrupted(exc)
+    except OSError as exc:
+        # a file the system refused (permissions, a full disk, a name too long) that no
+        # check caught: one line naming it, exit 2 (the environment is for the user to fix)
+        click.echo("spirula: error: %s" % _os_message(exc), err=True)
+        sys.exit(2)
     sys.exit(0)
+
+
+def _click_message(exc) -> str:
+    """A click error's text, with the command it concerns (``spirula train:``)."""
+    ctx = getattr(exc, "ctx", None)
+    msg = exc.format_message()
+    if isinstance(exc, click.UsageError) and ctx is not None and ctx.command_path:
+        return "%s: %s (see %s --help)" % (ctx.command_path, msg, ctx.command_path)
+    return msg
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _os_message(exc: OSError) -> str:
+    from spirula.files import no_space
+
+    where = " -> ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    what = "out of disk space" if no_space(exc) else exc.strerror or str(exc)
+    return "%s: %s" % (where, what) if where else what
 
 
 def _interrupted(exc):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.common import common_options, open_cli_device
+from spirula.cli.common import FiniteFloat, common_options, open_cli_device
 
 
 def _log(msg):
@@ -44,15 +44,17 @@ def partition():
 @common_options
 @click.argument("dataset", type=click.Path(exists=True, path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
-@click.option("--blocks", "n_blocks", type=click.IntRange(min=1), default=None, help="Number of blocks (a grid).")
+@click.option("--blocks", "n_blocks", type=click.IntRange(1, 4096), default=None, help="Number of blocks (a grid).")
 @click.option("--grid", default=None, metavar="AxB", help="Blocks along the two ground axes, e.g. 3x2.")
 @click.option(
     "--margin",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="Each block's overlap, as a fraction of its core's size on every side [default: 0.2].",
 )
-@click.option("--downscale", type=int, default=None, help="Use images_N (computed and cached when missing).")
+@click.option(
+    "--downscale", type=click.IntRange(1, 1000), default=None, help="Use images_N (computed and cached when missing)."
+)
 @click.option("--eval-split", default="interval:8", show_default=True, help="Views kept out of every block.")
 def split(dataset, out, n_blocks, grid, margin, downscale, eval_split):
     """Write DATASET's training views and seed points as block datasets in OUT,
@@ -74,7 +76,7 @@ def split(dataset, out, n_blocks, grid, margin, downscale, eval_split):
 @click.option(
     "--finetune-steps",
     "steps",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1_000_000_000),
     default=None,
     help="Steps of the fine-tune on the whole dataset [default: 10%% of the blocks' steps].",
 )

@@ -8,13 +8,15 @@ from pathlib import Path
 import click
 import numpy as np
 
-from spirula.cli.common import common_options, open_cli_device, open_run
+from spirula.cli.common import FiniteFloat, common_options, open_cli_device, open_run, positive_float
 from spirula.errors import UsageError
 
 DEFAULT_SIZE = (1280, 720)  # a path's image size without a dataset
 DEFAULT_FOV = 50.0  # degrees, vertical, without a dataset
 DEFAULT_FPS = 30.0
 DEFAULT_FRAMES = 120
+MAX_SIZE = 16384  # an image side, in pixels
+MAX_FRAMES = 1_000_000
 
 
 def _positive(name, value):
@@ -49,17 +51,35 @@ def _positive(name, value):
 )
 @click.option("--video", type=click.Path(path_type=Path), default=None, help="Write the path as a video (out.mp4).")
 @click.option("--images", type=click.Path(path_type=Path), default=None, help="Write the path as PNGs in this folder.")
-@click.option("--width", type=int, default=None, help="Image width [default: the dataset's, else 1280].")
-@click.option("--height", type=int, default=None, help="Image height [default: the dataset's, else 720].")
-@click.option("--fps", type=float, default=DEFAULT_FPS, show_default=True, help="Video frame rate.")
-@click.option("--frames", type=int, default=DEFAULT_FRAMES, show_default=True, help="Frames along the path.")
 @click.option(
-    "--fov", type=float, default=None, help="Vertical field of view, degrees [default: the dataset's, else 50]."
+    "--width", type=click.IntRange(1, MAX_SIZE), default=None, help="Image width [default: the dataset's, else 1280]."
+)
+@click.option(
+    "--height", type=click.IntRange(1, MAX_SIZE), default=None, help="Image height [default: the dataset's, else 720]."
+)
+@click.option("--fps", type=positive_float(), default=None, help="Video frame rate [default: %g]." % DEFAULT_FPS)
+@click.option(
+    "--frames",
+    type=click.IntRange(1, MAX_FRAMES),
+    default=None,
+    help="Frames along the path [default: %d]." % DEFAULT_FRAMES,
+)
+@click.option(
+    "--fov",
+    type=FiniteFloat(0, 180, min_open=True, max_open=True),
+    default=None,
+    help="Vertical field of view, degrees [default: the dataset's, else 50].",
 )
 def render_command(source, dataset, cameras, out, camera_path, video, images, width, height, fps, frames, fov):
     """Render a run (folder or checkpoint) or a SPLAT.ply: dataset views to PNG
     files, or, with --video or --images, frames along a camera path."""
     path_mode = camera_path is not None or video is not None or images is not None
+    shape = dict(width=width, height=height, fps=fps, frames=frames, fov=fov)
+    given = ["--" + k for k, v in shape.items() if v is not None]
+    if given and not path_mode:
+        raise UsageError("%s: only with a camera path (--video FILE or --images DIR)" % ", ".join(given))
+    fps = DEFAULT_FPS if fps is None else fps
+    frames = DEFAULT_FRAMES if frames is None else frames
     if path_mode:
         if (video is None) == (images is None):
             raise UsageError("a camera path needs exactly one of --video FILE and --images DIR")

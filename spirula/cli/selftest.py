@@ -7,7 +7,7 @@ import time
 import click
 
 from spirula.cli.common import common_options, open_cli_device
-from spirula.errors import SpirulaError
+from spirula.errors import InternalError
 
 
 @click.command()
@@ -29,7 +29,7 @@ def selftest(size):
     click.echo(checks.table(rows))
     failed = [r.kernel for r in rows if not r.ok]
     if failed:
-        raise SpirulaError(
+        raise InternalError(
             "selftest FAILED on %s (%s): %s differ from the reference" % (dev.info.name, dev.backend, ", ".join(failed))
         )
     click.echo("selftest passed: %d checks in %.1f s" % (len(rows), time.perf_counter() - t0))

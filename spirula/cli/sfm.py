@@ -61,10 +61,14 @@ def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
     """
     from spirula.sfm.colmap import run_sfm
 
+    started = []
+
     def log(msg):
+        if not started:  # once the input is checked: a bad one is the only line
+            started.append(True)
+            click.echo("sfm: %s on %d cores" % (images, cores()), err=True)
         click.echo("sfm: " + msg, err=True)
 
-    log("%s on %d cores" % (images, cores()))
     result = run_sfm(
         images,
         out,

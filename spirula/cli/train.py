@@ -14,12 +14,15 @@ from spirula.cli.common import (
     common_options,
     open_cli_device,
     open_run,
+    positive_float,
     saved_config,
     verbose,
     verbose_option,
     web_viewer_options,
 )
 from spirula.errors import SpirulaError
+from spirula.files import atomic_write, check_output_folder
+from spirula.sfm.colmap import CAMERA_MODELS
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
 from spirula.train.spec import SettingError
@@ -74,16 +77,57 @@ def _kind(name: str):
     return value_type(next(c for c in owners if name in c.__dataclass_fields__), name)[0]
 
 
+class _SettingValue(click.ParamType):
+    """An option's text as its setting's value, checked against the setting's
+    Spec as it is parsed (spirula/train/spec.py): a value outside it is one
+    line naming the option and what it accepts (``--iterations -5: expected
+    an integer from 1 to 1000000000``), exit status 2."""
+
+    def __init__(self, name: str):
+        from spirula.train.config import setting_names
+
+        self.setting = name
+        self.owner = setting_names()[name][0][0]
+        self.kind = _kind(name)
+        self.name = {int: "integer", float: "float"}.get(self.kind, "text")
+
+    def convert(self, value, param, ctx):
+        from spirula.train.spec import check
+
+        if isinstance(value, str):
+            value = _number(value, self.kind)
+        return check(self.owner, self.setting, value)
+
+
+def _number(text: str, kind):
+    """``text`` as an int or a float where ``kind`` is one and it reads as one, else the text."""
+    if kind not in (int, float):
+        return text
+    try:
+        return int(text) if kind is int else float(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)  # 1e3 for an integer: check() takes an integral float
+    except ValueError:
+        return text
+
+
 def _click_type(name: str, s):
-    """The click type of a training setting's option: its choices, a closed
-    integer range, else the Python type of its values (the rest of a range is
-    checked with the configuration, spirula/train/spec.py)."""
-    kind = _kind(name)
+    """The click type of a training setting's option: its choices, else
+    :class:`_SettingValue` (the value checked against the setting's Spec)."""
     if s.choices is not None:
         return click.Choice(list(s.choices))
-    if kind is int and s.ge is not None and s.le is not None:
-        return click.IntRange(int(s.ge), int(s.le))
-    return {int: int, float: float}.get(kind, str)
+    return _SettingValue(name)
+
+
+def _range_text(name: str, s) -> str:
+    """``[>= 1]``, ``[0 to 3]``: the bounds of a numeric setting, for its help."""
+    from spirula.train.spec import accepted
+
+    if s.choices is not None or _kind(name) not in (int, float) or (s.ge, s.gt, s.le, s.lt) == (None,) * 4:
+        return ""
+    return "[%s]" % accepted(_kind(name), s, False).split(" ", 2)[2]
 
 
 def config_options(fn):
@@ -98,7 +142,7 @@ def config_options(fn):
     for name, (_, s) in reversed(list(setting_names().items())):
         if s.flag is None:
             continue
-        help_text = " ".join(t for t in (s.help, _default_text(name, s)) if t) + "."
+        help_text = " ".join(t for t in (s.help, _default_text(name, s), _range_text(name, s)) if t) + "."
         if s.negatable:
             option = click.option("%s/--no-%s" % (s.flag, s.flag[2:]), name, default=None, help=help_text)
         elif _kind(name) is bool:
@@ -131,8 +175,12 @@ def config_options(fn):
     help="Load and check the dataset as training would (every image decoded), print what was found, and stop:"
     " no GPU, no output folder.",
 )
-@click.option("--fps", type=float, default=None, help="A video: frames kept per second (see `spirula frames`).")
-@click.option("--max-frames", type=int, default=None, help="A video: at most this many frames.")
+@click.option(
+    "--fps", type=positive_float(), default=None, help="A video: frames kept per second (see `spirula frames`)."
+)
+@click.option(
+    "--max-frames", type=click.IntRange(1, 10_000_000), default=None, help="A video: at most this many frames."
+)
 @click.option(
     "--matcher",
     type=click.Choice(["auto", "sequential", "exhaustive"]),
@@ -140,7 +188,10 @@ def config_options(fn):
     help="Photos or a video: feature matching for SfM (see `spirula sfm`) [default: auto].",
 )
 @click.option(
-    "--camera-model", default=None, help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`)."
+    "--camera-model",
+    type=click.Choice(CAMERA_MODELS),
+    default=None,
+    help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`).",
 )
 @click.option(
     "--single-camera/--camera-per-image",
@@ -151,7 +202,7 @@ def config_options(fn):
 @click.option(
     "--partition",
     "n_blocks",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 4096),
     default=None,
     help="Split the scene into N spatial blocks, train them as Ray tasks, merge and fine-tune (docs/partition.md).",
 )
@@ -209,7 +260,8 @@ def train(
     naming the file when it cannot be read).
     """
     from spirula.data import load_dataset
-    from spirula.train.run import default_output_dir, train_run
+    from spirula.train.memory import memory_budget
+    from spirula.train.run import check_output_space, default_output_dir, train_run
     from spirula.view.live import live_hook
 
     explicit = _explicit_options(settings)
@@ -219,6 +271,8 @@ def train(
         from spirula.runtime.buffers import parse_size
 
         parse_size(explicit["vram_budget"], "--vram-budget ")  # a bad SIZE: one line, exit status 2
+    if output is not None:
+        check_output_folder(output)  # a file, or a folder that cannot be written: one line, exit status 2
     # a setting the configuration refuses (--set strategy=bad): one line naming it, exit status 2
     if resume is not None:
         # a resumed run keeps its own configuration; options given now override it
@@ -264,14 +318,16 @@ def train(
         output = output or default_output_dir(Path(dataset))
         train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log, verbose=verbose())
         return
-    viewers = _live_viewers(scene) if viewer else []
-    device = open_cli_device()
     if output is None:
         output = (
             _run_folder(resume)
             if resume is not None
             else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
         )
+    check_output_space(output, scene, cfg)  # before the device: a full disk is one line
+    viewers = _live_viewers(scene) if viewer else []
+    device = open_cli_device()
+    memory_budget(cfg.vram_budget, device)  # more than the device has: one line, exit status 2
     _log(
         "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
         % (
@@ -390,4 +446,4 @@ def eval_command(run):
         % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"])
     )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
-    (folder / "metrics-eval.json").write_text(json.dumps(metrics, indent=1))
+    atomic_write(folder / "metrics-eval.json", json.dumps(metrics, indent=1))

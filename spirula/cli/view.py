@@ -14,8 +14,10 @@ from spirula.errors import UsageError
 @click.command("view")
 @common_options
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("--width", type=click.IntRange(1), default=1280, show_default=True, help="Window width in pixels.")
-@click.option("--height", type=click.IntRange(1), default=720, show_default=True, help="Window height in pixels.")
+@click.option("--width", type=click.IntRange(1, 16384), default=1280, show_default=True, help="Window width in pixels.")
+@click.option(
+    "--height", type=click.IntRange(1, 16384), default=720, show_default=True, help="Window height in pixels."
+)
 @web_viewer_options(
     "--port", "Serve the web viewer on this port instead of opening a window (remote GPUs; docs/viewer.md)."
 )
@@ -31,6 +33,8 @@ def view_command(source, width, height, port, viewer_host):
     """
     from spirula.view.mesh import is_mesh_file
 
+    if not source.exists():
+        raise UsageError("%s: no such splat.ply, run folder or checkpoint" % source)
     if is_mesh_file(source):
         from spirula.view.mesh import load_mesh, serve_mesh
 

@@ -14,13 +14,12 @@ the log, ``rot`` the quaternion wxyz (not necessarily normalized); normals are 0
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from spirula.errors import DatasetError
+from spirula.files import atomic_write
 
 _TYPES = {
     "char": "i1",
@@ -93,23 +92,7 @@ def write_splat_ply(path, means, quats, log_scales, opacity_logits, sh_coeffs) -
     header = ["ply", "format binary_little_endian 1.0", "element vertex %d" % n]
     header += ["property float %s" % nm for nm in names]
     header += ["end_header"]
-    _atomic_write(Path(path), ("\n".join(header) + "\n").encode("ascii"), cols.tobytes())
-
-
-def _atomic_write(path: Path, *chunks) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for c in chunks:
-                f.write(c)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write(Path(path), [("\n".join(header) + "\n").encode("ascii"), cols.tobytes()])
 
 
 def read_ply_vertices(path) -> np.ndarray:

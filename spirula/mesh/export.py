@@ -14,11 +14,10 @@ interrupted export leaves the old file (if any) as it was.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from spirula.errors import SpirulaError
+from spirula.files import atomic_write
 
 FORMATS = ("glb", "obj", "ply")
 
@@ -59,7 +58,7 @@ def export_mesh(mesh, path, fmt: str | None = None) -> list:
     written = []
     for name in sorted(files, key=lambda n: n == path.name):  # the main file last: complete once it appears
         target = path.parent / name
-        _atomic_write(target, files[name])
+        atomic_write(target, files[name])
         written.append(target)
     return written
 
@@ -75,20 +74,3 @@ def _rename_texture(files: dict, stem: str) -> dict:
     new = stem + Path(old).suffix
     text = files[mtl].decode() if isinstance(files[mtl], bytes) else files[mtl]
     return {mtl: text.replace(old, new).encode(), new: files[old]}
-
-
-def _atomic_write(path: Path, data) -> None:
-    data = data.encode() if isinstance(data, str) else bytes(data)
-    fd, tmp = tempfile.mkstemp(prefix="." + path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

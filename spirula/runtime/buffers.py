@@ -57,7 +57,7 @@ def parse_size(text, what: str) -> int:
         if match is None:
             raise ValueError
         value = float(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
-        if not value >= 1:
+        if not 1 <= value < 2**63:  # nor NaN, nor infinite
             raise ValueError
     except (KeyError, ValueError):
         err = SpirulaError("%s%s: expected a size such as 512MiB, 2GiB or a number of bytes" % (what, text))

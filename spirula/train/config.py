@@ -83,6 +83,7 @@ class MCMC(StrategyConfig):
         "MCMC splat budget (lowered to what the device limits and --vram-budget allow)",
         flag="--cap-max",
         ge=1,
+        le=2**31 - 1,  # splat indices are 32-bit
     )
     noise_lr: float = setting(5e5, "MCMC position noise, x the means' learning rate", ge=0)
     # gsplat 1.5.3's relocate keeps a relocated slot's moments: +0.6 dB against restarting them (docs/design.md §9)
@@ -139,7 +140,7 @@ class TrainConfig:
     """Every training setting; ``strategy`` holds the densification's own
     (:class:`MCMC` or :class:`ADC`; a name gives that strategy's defaults)."""
 
-    iterations: int = setting(30_000, "Training steps", flag="--iterations", ge=0)
+    iterations: int = setting(30_000, "Training steps", flag="--iterations", ge=1, le=1_000_000_000)
     strategy: MCMC | ADC = setting(
         default_factory=MCMC,
         help="Densification: MCMC (budget --cap-max) or classic adaptive density control",
@@ -275,9 +276,13 @@ class TrainConfig:
         """A config from flat settings (:meth:`settings`' names); a name that
         is no setting is a :class:`SettingError`; a setting of the strategy
         not chosen is ignored."""
-        unknown = sorted(set(flat) - set(setting_names()))
+        names = setting_names()
+        unknown = sorted(set(flat) - set(names))
         if unknown:
-            raise SettingError("%s: no such setting (one of %s)" % (unknown[0], ", ".join(sorted(setting_names()))))
+            raise SettingError("%s: no such setting (one of %s)" % (unknown[0], ", ".join(sorted(names))))
+        for name, value in flat.items():  # the other strategy's too: ignored, but not nonsense
+            if name != "strategy" and not dataclasses.is_dataclass(value):
+                check(names[name][0][0], name, value)
         return cls.from_dict(flat)
 
     @classmethod

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spirula.errors import UsageError
 from spirula.runtime.buffers import GROWTH, fmt_bytes, parse_size
 
 # Intersection buffers hold ISECT_HEADROOM x the most intersections a view has
@@ -33,10 +34,16 @@ def memory_budget(vram_budget, device) -> int | None:
     """The memory budget in bytes: ``vram_budget`` (--vram-budget), else
     DEFAULT_BUDGET_FRACTION of the device's local memory (None when the
     device does not say)."""
-    if vram_budget is not None:
-        return parse_size(vram_budget, "--vram-budget ")
     info = device.info
     local = getattr(info, "device_local_bytes", 0) if info is not None else 0
+    if vram_budget is not None:
+        budget = parse_size(vram_budget, "--vram-budget ")
+        if local and budget > local:
+            raise UsageError(
+                "--vram-budget %s: more than the %s of memory %s has (give at most %s)"
+                % (vram_budget, fmt_bytes(local), info.name, fmt_bytes(local))
+            )
+        return budget
     return int(local * DEFAULT_BUDGET_FRACTION) if local else None
 
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Protocol
@@ -23,7 +21,8 @@ from typing import Protocol
 import numpy as np
 
 from spirula.data.world import WorldTransform
-from spirula.errors import SpirulaError
+from spirula.errors import DiskFullError, SpirulaError
+from spirula.files import atomic_write, check_space, shortfall
 from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
@@ -37,35 +36,41 @@ def default_output_dir(dataset: Path) -> Path:
     return Path("outputs") / ("%s-%s" % (dataset.name or "dataset", stamp))
 
 
-def _atomic_write_bytes(path: Path, write):
-    """Write through a temporary file in the same folder, then rename over
-    ``path``: an interrupted write never leaves a truncated file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def checkpoint_bytes(n: int, sh_coeffs: int) -> int:
+    """About the bytes of a checkpoint of ``n`` splats with ``sh_coeffs`` SH
+    coefficients per colour: the float32 parameters and their two Adam
+    moments, plus the strategy's per-splat state and the archive's headers."""
+    floats = 3 + 4 + 3 + 1 + 3 * sh_coeffs
+    return n * (12 * floats + 16) + (64 << 10)
 
 
-def _fsync_dir(folder: Path):
-    """Make a rename in ``folder`` durable (POSIX; elsewhere a no-op)."""
+def ply_bytes(n: int, sh_coeffs: int) -> int:
+    """The bytes of a ``splat.ply`` of ``n`` splats (spirula/data/ply.py's layout)."""
+    return n * 4 * (14 + 3 * sh_coeffs) + 4096
+
+
+def expected_bytes(trainer: Trainer, cfg: TrainConfig) -> int:
+    """The free space a run needs for its outputs at the most splats it may
+    reach (MCMC: its cap; ADC: the splats it has now, its growth unknown):
+    a checkpoint, and either a second one (while a checkpoint replaces the
+    last) or splat.ply, whichever is larger."""
+    n = trainer.model.n
+    if cfg.strategy.name == "mcmc":
+        n = max(n, min(cfg.strategy.cap_max, getattr(trainer, "splat_limit", n)))
+    ckpt, ply = checkpoint_bytes(n, trainer.sh_coeffs), ply_bytes(n, trainer.sh_coeffs)
+    again = cfg.save_every and cfg.save_every < cfg.iterations
+    return ckpt + max(ply, ckpt if again else 0) + (64 << 10)
+
+
+def check_output_space(output: Path, scene, cfg: TrainConfig):
+    """Before the device opens: room for a checkpoint and splat.ply of the
+    seed points (a lower bound: :func:`train_run` checks again at the splat
+    budget); else a one-line DiskFullError."""
+    n, k = len(scene.points), (cfg.sh_degree + 1) ** 2
     try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        check_space(output, checkpoint_bytes(n, k) + ply_bytes(n, k), "the outputs of %s" % output)
+    except DiskFullError as exc:
+        raise _disk_full(exc, output, {}) from None
 
 
 def _say(write, *args):
@@ -103,7 +108,8 @@ def save_checkpoint(trainer: Trainer, path: Path):
         format=1,
     )
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
-    _atomic_write_bytes(path, lambda f: np.savez(f, **arrays))
+    size = sum(a.nbytes + 256 for a in arrays.values())  # each entry's zip and .npy headers
+    atomic_write(path, write=lambda f: np.savez(f, **arrays), size=size)
 
 
 def load_checkpoint(path: Path) -> dict:
@@ -171,7 +177,6 @@ def train_run(
     instead of the seed points. ``faults``: a testing aid's hook for the trainer
     (:class:`~spirula.train.faults.FaultInjection`; the soak test)."""
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     state = None
     world = None
     if resume is not None:
@@ -182,23 +187,31 @@ def train_run(
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
-    (output / "config.json").write_text(
-        json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
-    )
-    ckpt_dir = output / "ckpt"
     saved = {}  # the last checkpoint: step, path
+    if resume is not None:
+        saved.update(step=trainer.step, path=find_checkpoint(resume), kept=True, resume=resume)
+    # the outputs' space before any is written (and before the run folder exists)
+    try:
+        check_space(output, expected_bytes(trainer, cfg), "the outputs of %s" % output)
+    except DiskFullError as exc:
+        trainer.free()
+        raise _disk_full(exc, output, saved) from None
+    output.mkdir(parents=True, exist_ok=True)
+    config = json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
+    atomic_write(output / "config.json", config)
+    ckpt_dir = output / "ckpt"
 
     def checkpoint():
         trainer.settle()  # a step in flight completes first: the checkpoint holds whole steps
-        if saved.get("step") == trainer.step:
+        if saved.get("step") == trainer.step and not saved.get("kept"):
             return saved["path"]
         path = ckpt_dir / ("step-%07d.npz" % trainer.step)
         with stop.saving():
-            save_checkpoint(trainer, path)
+            save_checkpoint(trainer, path)  # the space checked first; nothing half-written on failure
             for old in ckpt_dir.glob("step-*.npz"):
                 if old != path:
                     old.unlink()
-        saved.update(step=trainer.step, path=path)
+        saved.update(step=trainer.step, path=path, kept=False)
         return path
 
     progress = TrainProgress(cfg.iterations, start=trainer.step, every=cfg.log_every)
@@ -237,7 +250,10 @@ def train_run(
             path = checkpoint()
         except KeyboardInterrupt as exc:
             # the checkpoint first: after SIGHUP the terminal may be gone, and writing to it fails
-            path = checkpoint()
+            try:
+                path = checkpoint()
+            except DiskFullError as full:
+                raise _disk_full(full, output, saved) from None
             by_signal = isinstance(exc, Stopped) and exc.signum != signal.SIGINT
             what = "stopped by %s" % signal_name(exc.signum) if by_signal else "interrupted"
             _say(progress.close)
@@ -245,6 +261,9 @@ def train_run(
             _say(log, msg % (what, trainer.step, path, output))
             exc.reported = True
             raise
+        except DiskFullError as exc:
+            _say(progress.close)
+            raise _disk_full(exc, output, saved) from None
         except SpirulaError as exc:
             # out of memory mid-run (splats or intersections grew past the budget): keep the steps done
             _say(progress.close)
@@ -273,9 +292,12 @@ def train_run(
             % (nonfinite, len(finite))
         )
         arrays = {k: v[finite] for k, v in arrays.items()}
-    write_splat_ply(
-        output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"], arrays["opacities"], arrays["sh"]
-    )
+    try:
+        write_splat_ply(
+            output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"], arrays["opacities"], arrays["sh"]
+        )
+    except DiskFullError as exc:
+        raise _disk_full(exc, output, saved) from None
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
     # the fit to the training views beside it: the train-test gap says how hard the model
     # overfits (issue #46); up to 12 training views, evenly spread, keep it cheap
@@ -304,7 +326,10 @@ def train_run(
         train_ssim=fit["ssim"],
         train_views=len(train_views),
     )
-    (output / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    try:
+        atomic_write(output / "metrics.json", json.dumps(metrics, indent=1))
+    except DiskFullError as exc:
+        raise _disk_full(exc, output, saved) from None
     log(
         "spirula: %d steps in %.1f s%s; %s splats; test PSNR %s SSIM %s"
         % (
@@ -319,6 +344,19 @@ def train_run(
     log("spirula: wrote %s, %s, %s" % (output / "splat.ply", output / "metrics.json", path))
     trainer.free()
     return metrics
+
+
+def _disk_full(exc: DiskFullError, output: Path, saved: dict) -> DiskFullError:
+    """``exc`` with what to do next: continue from the last checkpoint, or run again."""
+    if saved.get("path") is not None:
+        hint = "free %s, then continue with --resume %s (its checkpoint of step %d is kept)" % (
+            shortfall(exc),
+            saved.get("resume", output) if saved.get("kept") else output,
+            saved["step"],
+        )
+    else:
+        hint = "free %s or choose another --output" % shortfall(exc)
+    return DiskFullError("%s; %s" % (exc, hint), path=exc.path, needed=exc.needed, free=exc.free)
 
 
 # ---- existing runs: evaluate and render ------------------------------------------------

@@ -19,12 +19,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import types
 import typing
 
 from spirula.errors import UsageError
 
 KEY = "spirula"  # the metadata key of a field's Spec
+INT_LIMIT = 1 << 63  # an integer setting is a signed 64-bit one
 
 
 class SettingError(UsageError, ValueError):
@@ -141,14 +143,16 @@ def _stored(kind, s: Spec, optional: bool, value):
     if value is None:
         return None if optional else _BAD
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and not math.isfinite(value):
+        return _BAD  # NaN and infinities: no setting takes them
     if kind is bool:
         if not isinstance(value, bool):
             return _BAD
     elif kind is int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return _BAD
+        if not isinstance(value, int) or isinstance(value, bool) or not -INT_LIMIT <= value < INT_LIMIT:
+            return _BAD  # an integer a 64-bit one holds (config.json, numpy)
     elif kind is float:
         if not number:
             return _BAD
