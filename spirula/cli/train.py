@@ -22,6 +22,7 @@ from spirula.cli.common import (
 from spirula.errors import SpirulaError
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
+from spirula.train.run_folder import check_train_target, recorded_dataset, run_folder_of
 from spirula.train.spec import SettingError
 from spirula.view.live import LiveViewConfig
 
@@ -126,6 +127,11 @@ def config_options(fn):
     "--resume", type=click.Path(path_type=Path), default=None, help="Continue a run (its folder or a ckpt/step-*.npz)."
 )
 @click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the run in --output if there is one (its splats, checkpoint and everything made from them).",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Load and check the dataset as training would (every image decoded), print what was found, and stop:"
@@ -179,6 +185,7 @@ def train(
     dataset,
     output,
     resume,
+    overwrite,
     dry_run,
     fps,
     max_frames,
@@ -220,10 +227,12 @@ def train(
 
         parse_size(explicit["vram_budget"], "--vram-budget ")  # a bad SIZE: one line, exit status 2
     # a setting the configuration refuses (--set strategy=bad): one line naming it, exit status 2
+    saved = None
+    given = dataset  # DATASET as typed: a resumed run's must be its own (spirula/train/run_folder.py)
     if resume is not None:
         # a resumed run keeps its own configuration; options given now override it
         saved = saved_config(resume)
-        dataset = dataset or Path(saved["dataset"])
+        dataset = dataset or recorded_dataset(run_folder_of(resume), saved)
         cfg = TrainConfig.from_dict({**flatten(saved), **explicit})
     elif dataset is None:
         from spirula.data.demo import ensure_demo_scene
@@ -232,11 +241,15 @@ def train(
         dataset = ensure_demo_scene(log=_log)
     else:
         cfg = TrainConfig.from_settings(**explicit)
+    # before anything is loaded or written: a run folder changes only by a run that owns it
+    check_train_target(output, resume, overwrite, saved, cfg, given)
     view_config = LiveViewConfig(**sets["view"])
     faults = FaultInjection(**sets["faults"]) if sets["faults"] else None
     dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera)
     if dataset is None:
         return
+    if resume is not None and given is not None and dataset != given:  # a video or photos: their SfM dataset
+        check_train_target(output, resume, overwrite, saved, cfg, dataset)
     scene = load_dataset(
         dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
     )
@@ -256,22 +269,23 @@ def train(
             )
         )
         return
+    if output is None:
+        output = (
+            run_folder_of(resume)
+            if resume is not None
+            else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
+        )
     if n_blocks is not None:
         from spirula.partition.pipeline import train_partitioned
 
         if resume is not None:
             raise SpirulaError("--partition and --resume: resume a block's run, then `spirula partition merge`")
-        output = output or default_output_dir(Path(dataset))
+        _claim(output, resume, overwrite, dataset)
         train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log, verbose=verbose())
         return
     viewers = _live_viewers(scene) if viewer else []
     device = open_cli_device()
-    if output is None:
-        output = (
-            _run_folder(resume)
-            if resume is not None
-            else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
-        )
+    _claim(output, resume, overwrite, dataset)
     _log(
         "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
         % (
@@ -331,9 +345,13 @@ def _demo_path():
     return demo_path()
 
 
-def _run_folder(resume) -> Path:
-    resume = Path(resume)
-    return resume if resume.is_dir() else resume.parent.parent
+def _claim(output, resume, overwrite, dataset):
+    """Lock the run folder ``output`` until the command ends (and empty it for
+    --overwrite): a second writer is refused (spirula/train/run_folder.py)."""
+    from spirula.train.run_folder import claim
+
+    lock = claim(output, resume, overwrite, dataset, log=_log)
+    click.get_current_context().call_on_close(lock.release)
 
 
 def _set_groups() -> dict:

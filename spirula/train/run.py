@@ -27,6 +27,7 @@ from spirula.errors import SpirulaError
 from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
+from spirula.train.run_folder import RunFolderError, resume_conflict
 from spirula.train.schedule import sh_degree_at
 from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
@@ -176,15 +177,26 @@ def train_run(
     world = None
     if resume is not None:
         state = load_checkpoint(find_checkpoint(resume))
+        # a setting the checkpoint depends on (its Spec's resumable=False) stays as it was
+        conflict = resume_conflict(json.loads(state["config"]), cfg)
+        if conflict:
+            raise RunFolderError("%s: %s" % (resume, conflict))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
         init = world.to_dataset(state["model"]["params"])
     trainer = Trainer(scene, cfg, device, init=init, world=world, log=log, faults=faults)
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
-    (output / "config.json").write_text(
-        json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
-    )
+
+    def write_config():
+        (output / "config.json").write_text(
+            json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
+        )
+
+    # a new run says what it is at once; a resumed one keeps the run's config.json until
+    # it commits (its first checkpoint, or its end): a run that fails before leaves it as it was
+    if state is None:
+        write_config()
     ckpt_dir = output / "ckpt"
     saved = {}  # the last checkpoint: step, path
 
@@ -195,6 +207,8 @@ def train_run(
         path = ckpt_dir / ("step-%07d.npz" % trainer.step)
         with stop.saving():
             save_checkpoint(trainer, path)
+            if not saved and state is not None:
+                write_config()
             for old in ckpt_dir.glob("step-*.npz"):
                 if old != path:
                     old.unlink()
