@@ -394,6 +394,7 @@ def eval_command(run):
     """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
     image and mean, written to RUN/metrics-eval.json."""
     from spirula.train.run import evaluate_run
+    from spirula.train.run_folder import checkpoint_source, stale_notes
 
     cfg, params, ckpt, scene = open_run(run)
     if not scene.test:
@@ -408,4 +409,7 @@ def eval_command(run):
         % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"])
     )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
+    metrics.update(source=checkpoint_source(folder, ckpt))  # what it scored: stale once the run moves on
     (folder / "metrics-eval.json").write_text(json.dumps(metrics, indent=1))
+    for note in stale_notes(folder):  # the mesh and renders made from older splats
+        click.echo(note, err=True)
