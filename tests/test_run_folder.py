@@ -301,3 +301,14 @@ def test_mesh_says_when_splat_ply_is_behind_the_checkpoint(tmp_path):
     assert note.startswith("spirula: note: ") and "step 20" in note and "step 35" in note
     (run / "metrics.json").write_text(json.dumps(dict(step=35)))
     assert splat_behind_note(run) is None
+
+
+def test_default_output_folders_are_never_shared(tmp_path, monkeypatch):
+    """Two runs started in the same second without --output get a folder each."""
+    from spirula.train.run import default_output_dir
+
+    monkeypatch.chdir(tmp_path)
+    first = default_output_dir(tmp_path / "data")
+    first.mkdir(parents=True)
+    second = default_output_dir(tmp_path / "data")
+    assert second != first and not second.exists() and second.name.startswith("data-")

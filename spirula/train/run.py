@@ -34,8 +34,15 @@ from spirula.train.trainer import Trainer
 
 
 def default_output_dir(dataset: Path) -> Path:
+    """``outputs/<dataset>-<timestamp>``, with ``-2``, ``-3``... when a run of
+    the same second has it (a run folder is never shared: spirula/train/run_folder.py)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("outputs") / ("%s-%s" % (dataset.name or "dataset", stamp))
+    base = Path("outputs") / ("%s-%s" % (dataset.name or "dataset", stamp))
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name("%s-%d" % (base.name, n))
+    return out
 
 
 def _atomic_write_bytes(path: Path, write):
