@@ -242,13 +242,14 @@ def train(
     else:
         cfg = TrainConfig.from_settings(**explicit)
     # before anything is loaded or written: a run folder changes only by a run that owns it
-    check_train_target(output, resume, overwrite, saved, cfg, given)
+    # (a video or photos are compared as the dataset SfM makes of them, below)
+    check_train_target(output, resume, overwrite, saved, cfg, None if _is_capture(given) else given)
     view_config = LiveViewConfig(**sets["view"])
     faults = FaultInjection(**sets["faults"]) if sets["faults"] else None
     dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera)
     if dataset is None:
         return
-    if resume is not None and given is not None and dataset != given:  # a video or photos: their SfM dataset
+    if resume is not None and _is_capture(given):  # a video or photos: the dataset SfM made of them
         check_train_target(output, resume, overwrite, saved, cfg, dataset)
     scene = load_dataset(
         dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
@@ -343,6 +344,13 @@ def _demo_path():
     from spirula.data.demo import demo_path
 
     return demo_path()
+
+
+def _is_capture(dataset) -> bool:
+    """DATASET is a video or a folder of photos (spirula/sfm/pipeline.py)."""
+    from spirula.sfm.pipeline import capture_kind
+
+    return dataset is not None and capture_kind(dataset) is not None
 
 
 def _claim(output, resume, overwrite, dataset):
