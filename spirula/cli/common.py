@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from spirula import settings
-from spirula.errors import SpirulaError
+from spirula.errors import UsageError
 
 
 def _set_profile(ctx, param, value):
@@ -132,17 +132,20 @@ def common_options(fn):
 
 
 def saved_config(run) -> dict:
-    """The ``config.json`` of a run folder (or of a checkpoint's run folder) as saved."""
-    run = Path(run)
-    if not run.exists():
-        raise SpirulaError("%s: no such run folder or checkpoint" % run)
-    if run.is_file() and run.parent.name != "ckpt":
-        raise SpirulaError("%s: not a run folder or a checkpoint (RUN/ckpt/step-*.npz)" % run)
-    folder = run if run.is_dir() else run.parent.parent
+    """The ``config.json`` of a run folder (or of a checkpoint's run folder) as
+    saved; a path that is no run is one line naming it (exit status 2)."""
+    from spirula.train.run_folder import run_folder_of
+
+    folder = run_folder_of(run)
     try:
-        return json.loads((folder / "config.json").read_text())
+        saved = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError) as exc:
-        raise SpirulaError("%s: no readable config.json (%s)" % (folder, exc)) from None
+        raise UsageError("%s: no readable config.json (%s)" % (folder, exc)) from None
+    if not isinstance(saved, dict) or not isinstance(saved.get("dataset"), str):
+        raise UsageError(
+            "%s: config.json names no dataset (not written by `spirula train`?)" % (folder / "config.json")
+        )
+    return saved
 
 
 def open_run(run: Path):

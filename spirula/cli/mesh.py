@@ -88,5 +88,30 @@ def mesh(run_or_ply, dataset, resolution, fmt, colour, colour_source, texture_si
     if not out.parent.is_dir():
         raise MeshOptionError("--output %s: the folder %s does not exist" % (out, out.parent))
     log("mesh: %s: %s splats" % (inp.ply, f"{len(inp.splats['means']):,}"))
+    run = _run_of(run_or_ply)
+    source = None
+    if run is not None:
+        from spirula.train.run_folder import splat_behind_note, splat_source
+
+        note = splat_behind_note(run)
+        if note:
+            log(note)
+        source = splat_source(run, inp.ply)  # as read, before the mesh takes minutes
     result = run_mesh(open_cli_device(), inp, cfg, out, log=log)
+    if source is not None and out.parent.resolve() == run.resolve():
+        from spirula.train.run_folder import SOURCE_SUFFIX, write_source
+
+        # RUN/mesh.glb.source.json: the splat.ply it came from (spirula view and eval say when stale)
+        write_source(out.with_name(out.name + SOURCE_SUFFIX), source)
     log("mesh: total     %6.1f s  %d faces -> %s" % (sum(result["times"].values()), result["faces"], out))
+
+
+def _run_of(run_or_ply: Path):
+    """The run folder of RUN or RUN/splat.ply, else None (a splat PLY elsewhere)."""
+    from spirula.train.run_folder import is_run_folder
+
+    if run_or_ply.is_dir():
+        return run_or_ply
+    if run_or_ply.name == "splat.ply" and is_run_folder(run_or_ply.parent):
+        return run_or_ply.parent
+    return None

@@ -92,6 +92,12 @@ def render_command(source, dataset, cameras, out, camera_path, video, images, wi
     splats, sh_degree, scene, max_alpha, folder = _load_source(source, dataset, need_scene=not path_mode)
     if not path_mode:
         _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out)
+        if out is None and not (source.is_file() and source.suffix.lower() == ".ply"):
+            from spirula.train.run_folder import RENDERS_SOURCE, checkpoint_source, latest_checkpoint, write_source
+
+            # RUN/renders says which checkpoint it shows (stale once the run moves on)
+            ckpt = source if source.is_file() else latest_checkpoint(folder)
+            write_source(folder / "renders" / RENDERS_SOURCE, checkpoint_source(folder, ckpt))
         return
     size = (width, height)
     _render_path(splats, sh_degree, scene, max_alpha, camera_path or "orbit", video, images, size, fps, frames, fov)

@@ -25,6 +25,7 @@ from spirula.files import atomic_write, check_output_folder
 from spirula.sfm.colmap import CAMERA_MODELS
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
+from spirula.train.run_folder import check_train_target, recorded_dataset, run_folder_of
 from spirula.train.spec import SettingError
 from spirula.view.live import LiveViewConfig
 
@@ -170,6 +171,11 @@ def config_options(fn):
     "--resume", type=click.Path(path_type=Path), default=None, help="Continue a run (its folder or a ckpt/step-*.npz)."
 )
 @click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace the run in --output if there is one (its splats, checkpoint and everything made from them).",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Load and check the dataset as training would (every image decoded), print what was found, and stop:"
@@ -230,6 +236,7 @@ def train(
     dataset,
     output,
     resume,
+    overwrite,
     dry_run,
     fps,
     max_frames,
@@ -274,10 +281,12 @@ def train(
     if output is not None:
         check_output_folder(output)  # a file, or a folder that cannot be written: one line, exit status 2
     # a setting the configuration refuses (--set strategy=bad): one line naming it, exit status 2
+    saved = None
+    given = dataset  # DATASET as typed: a resumed run's must be its own (spirula/train/run_folder.py)
     if resume is not None:
         # a resumed run keeps its own configuration; options given now override it
         saved = saved_config(resume)
-        dataset = dataset or Path(saved["dataset"])
+        dataset = dataset or recorded_dataset(run_folder_of(resume), saved)
         cfg = TrainConfig.from_dict({**flatten(saved), **explicit})
     elif dataset is None:
         from spirula.data.demo import ensure_demo_scene
@@ -286,11 +295,16 @@ def train(
         dataset = ensure_demo_scene(log=_log)
     else:
         cfg = TrainConfig.from_settings(**explicit)
+    # before anything is loaded or written: a run folder changes only by a run that owns it
+    # (a video or photos are compared as the dataset SfM makes of them, below)
+    check_train_target(output, resume, overwrite, saved, cfg, None if _is_capture(given) else given)
     view_config = LiveViewConfig(**sets["view"])
     faults = FaultInjection(**sets["faults"]) if sets["faults"] else None
     dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera)
     if dataset is None:
         return
+    if resume is not None and _is_capture(given):  # a video or photos: the dataset SfM made of them
+        check_train_target(output, resume, overwrite, saved, cfg, dataset)
     scene = load_dataset(
         dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
     )
@@ -310,24 +324,25 @@ def train(
             )
         )
         return
+    if output is None:
+        output = (
+            run_folder_of(resume)
+            if resume is not None
+            else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
+        )
     if n_blocks is not None:
         from spirula.partition.pipeline import train_partitioned
 
         if resume is not None:
             raise SpirulaError("--partition and --resume: resume a block's run, then `spirula partition merge`")
-        output = output or default_output_dir(Path(dataset))
+        _claim(output, resume, overwrite, dataset)
         train_partitioned(scene, cfg, output, n_blocks, ray_address, open_cli_device, log=_log, verbose=verbose())
         return
-    if output is None:
-        output = (
-            _run_folder(resume)
-            if resume is not None
-            else default_output_dir(Path("demo") if dataset == _demo_path() else Path(dataset))
-        )
     check_output_space(output, scene, cfg)  # before the device: a full disk is one line
     viewers = _live_viewers(scene) if viewer else []
     device = open_cli_device()
     memory_budget(cfg.vram_budget, device)  # more than the device has: one line, exit status 2
+    _claim(output, resume, overwrite, dataset)
     _log(
         "spirula: training %s (%s, %d train / %d test images, %s) on %s, %d steps, %s"
         % (
@@ -387,9 +402,20 @@ def _demo_path():
     return demo_path()
 
 
-def _run_folder(resume) -> Path:
-    resume = Path(resume)
-    return resume if resume.is_dir() else resume.parent.parent
+def _is_capture(dataset) -> bool:
+    """DATASET is a video or a folder of photos (spirula/sfm/pipeline.py)."""
+    from spirula.sfm.pipeline import capture_kind
+
+    return dataset is not None and capture_kind(dataset) is not None
+
+
+def _claim(output, resume, overwrite, dataset):
+    """Lock the run folder ``output`` until the command ends (and empty it for
+    --overwrite): a second writer is refused (spirula/train/run_folder.py)."""
+    from spirula.train.run_folder import claim
+
+    lock = claim(output, resume, overwrite, dataset, log=_log)
+    click.get_current_context().call_on_close(lock.release)
 
 
 def _set_groups() -> dict:
@@ -432,6 +458,7 @@ def eval_command(run):
     """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
     image and mean, written to RUN/metrics-eval.json."""
     from spirula.train.run import evaluate_run
+    from spirula.train.run_folder import checkpoint_source, stale_notes
 
     cfg, params, ckpt, scene = open_run(run)
     if not scene.test:
@@ -446,4 +473,7 @@ def eval_command(run):
         % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"])
     )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
+    metrics.update(source=checkpoint_source(folder, ckpt))  # what it scored: stale once the run moves on
     atomic_write(folder / "metrics-eval.json", json.dumps(metrics, indent=1))
+    for note in stale_notes(folder):  # the mesh and renders made from older splats
+        click.echo(note, err=True)

@@ -35,6 +35,8 @@ def view_command(source, width, height, port, viewer_host):
 
     if not source.exists():
         raise UsageError("%s: no such splat.ply, run folder or checkpoint" % source)
+    for note in _stale_notes(source):
+        click.echo(note, err=True)
     if is_mesh_file(source):
         from spirula.view.mesh import load_mesh, serve_mesh
 
@@ -56,6 +58,19 @@ def view_command(source, width, height, port, viewer_host):
     finally:
         window.close()
         session.free()
+
+
+def _stale_notes(source: Path) -> list:
+    """A line for what is stale among a run's derived files: the mesh viewed
+    (RUN/mesh.glb against RUN/splat.ply), or, for a run folder, each of them."""
+    from spirula.train.run_folder import stale_notes
+
+    source = Path(source)
+    if source.is_dir():
+        return stale_notes(source)
+    if source.is_file():
+        return stale_notes(source.parent, only=source)
+    return []
 
 
 def open_view(source: Path, width: int, height: int, device):

@@ -26,14 +26,22 @@ from spirula.files import atomic_write, check_space, shortfall
 from spirula.progress import TrainProgress, track
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
+from spirula.train.run_folder import RunFolderError, resume_conflict
 from spirula.train.schedule import sh_degree_at
 from spirula.train.signals import Stopped, StopSignals, signal_name
 from spirula.train.trainer import Trainer
 
 
 def default_output_dir(dataset: Path) -> Path:
+    """``outputs/<dataset>-<timestamp>``, with ``-2``, ``-3``... when a run of
+    the same second has it (a run folder is never shared: spirula/train/run_folder.py)."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("outputs") / ("%s-%s" % (dataset.name or "dataset", stamp))
+    base = Path("outputs") / ("%s-%s" % (dataset.name or "dataset", stamp))
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name("%s-%d" % (base.name, n))
+    return out
 
 
 def checkpoint_bytes(n: int, sh_coeffs: int) -> int:
@@ -181,6 +189,10 @@ def train_run(
     world = None
     if resume is not None:
         state = load_checkpoint(find_checkpoint(resume))
+        # a setting the checkpoint depends on (its Spec's resumable=False) stays as it was
+        conflict = resume_conflict(json.loads(state["config"]), cfg)
+        if conflict:
+            raise RunFolderError("%s: %s" % (resume, conflict))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
         init = world.to_dataset(state["model"]["params"])
     trainer = Trainer(scene, cfg, device, init=init, world=world, log=log, faults=faults)
@@ -198,7 +210,11 @@ def train_run(
         raise _disk_full(exc, output, saved) from None
     output.mkdir(parents=True, exist_ok=True)
     config = json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
-    atomic_write(output / "config.json", config)
+    # a new run says what it is at once; a resumed one keeps the run's config.json until
+    # it commits (its first checkpoint, or its end): a run that fails before leaves it as it was
+    config_due = [state is not None]
+    if state is None:
+        atomic_write(output / "config.json", config)
     ckpt_dir = output / "ckpt"
 
     def checkpoint():
@@ -208,6 +224,9 @@ def train_run(
         path = ckpt_dir / ("step-%07d.npz" % trainer.step)
         with stop.saving():
             save_checkpoint(trainer, path)  # the space checked first; nothing half-written on failure
+            if config_due[0]:
+                atomic_write(output / "config.json", config)
+                config_due[0] = False
             for old in ckpt_dir.glob("step-*.npz"):
                 if old != path:
                     old.unlink()

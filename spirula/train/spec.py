@@ -46,7 +46,8 @@ class Spec:
     option's help. ``choices``, ``ge``, ``gt``, ``le``, ``lt``: the values
     accepted besides the field's type. ``resumable``: the setting may change
     when a run continues (``spirula train --resume RUN``); False where the
-    checkpoint depends on it (issue #45 enforces it)."""
+    checkpoint depends on it (``--resume`` refuses a change with one line:
+    spirula/train/run_folder.py)."""
 
     help: str
     flag: str | None = None
