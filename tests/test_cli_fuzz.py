@@ -302,7 +302,6 @@ def test_a_full_disk_is_one_line_before_the_gpu(world, guarded, monkeypatch):
     assert_refused(world, ["train", world["data"], "-o", world["root"] / "new"], "disk space", "--output")
 
 
-@pytest.mark.xfail(reason="item 1 on branch runfolder", strict=False)
 def test_an_existing_run_of_another_dataset_is_one_line(world, guarded):
     assert_refused(world, ["train", world["other"], "-o", world["run"]], str(world["run"]))
 
