@@ -34,7 +34,8 @@ def view_command(source, width, height, port, viewer_host):
     from spirula.view.mesh import is_mesh_file
 
     if not source.exists():
-        raise UsageError("%s: no such splat.ply, run folder or checkpoint" % source)
+        what = "mesh file" if is_mesh_file(source) else "file, run folder or checkpoint"
+        raise UsageError("%s: no such %s" % (source, what))
     for note in _stale_notes(source):
         click.echo(note, err=True)
     if is_mesh_file(source):

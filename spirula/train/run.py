@@ -184,6 +184,27 @@ def train_run(
     :meth:`Trainer.splat_arrays` gives; the merged blocks of spirula/partition/)
     instead of the seed points. ``faults``: a testing aid's hook for the trainer
     (:class:`~spirula.train.faults.FaultInjection`; the soak test)."""
+    made = []  # the trainer, once it exists: freed on any exit (a library caller's device lives on)
+    try:
+        return _train_run(made, scene, cfg, device, output, resume, log, live_hook, init, faults)
+    finally:
+        for trainer in made:
+            trainer.free()
+
+
+def _train_run(
+    made: list,
+    scene,
+    cfg: TrainConfig,
+    device,
+    output: Path,
+    resume: Path | None = None,
+    log=print,
+    live_hook=None,
+    init: dict | None = None,
+    faults=None,
+) -> dict:
+    """:func:`train_run`'s body; the trainer it makes goes into ``made``."""
     output = Path(output)
     state = None
     world = None
@@ -196,6 +217,7 @@ def train_run(
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
         init = world.to_dataset(state["model"]["params"])
     trainer = Trainer(scene, cfg, device, init=init, world=world, log=log, faults=faults)
+    made.append(trainer)
     if state is not None:
         trainer.load_state_dict(state)
         log("spirula: resumed from step %d (%s)" % (trainer.step, resume))
@@ -206,7 +228,6 @@ def train_run(
     try:
         check_space(output, expected_bytes(trainer, cfg), "the outputs of %s" % output)
     except DiskFullError as exc:
-        trainer.free()
         raise _disk_full(exc, output, saved) from None
     output.mkdir(parents=True, exist_ok=True)
     config = json.dumps(dict(cfg.settings(), dataset=str(scene.path)), indent=1, sort_keys=True)
@@ -361,7 +382,6 @@ def train_run(
         )
     )
     log("spirula: wrote %s, %s, %s" % (output / "splat.ply", output / "metrics.json", path))
-    trainer.free()
     return metrics
 
 
