@@ -30,6 +30,16 @@ BOXES = [
     ((-0.2, -1.0, 0.0), (0.3, -0.6, 1.3)),
 ]
 TARGET = np.array([0.0, 0.3, 0.5])
+# A room for orbits and walk-throughs (camera paths that go all the way round):
+# the blocks of BOXES in the middle of a 14 x 14 m floor, walls 2.5 m high all
+# round, so every view, whichever way it looks, sees textured surfaces.
+ROOM = [
+    ((-7.0, -7.0, -0.2), (7.0, 7.0, 0.0)),  # floor
+    ((-7.0, 6.8, 0.0), (7.0, 7.0, 2.5)),  # walls
+    ((-7.0, -7.0, 0.0), (7.0, -6.8, 2.5)),
+    ((-7.0, -6.8, 0.0), (-6.8, 6.8, 2.5)),
+    ((6.8, -6.8, 0.0), (7.0, 6.8, 2.5)),
+] + BOXES[3:]
 
 
 def look_at(center, target=TARGET, up=(0.0, 0.0, 1.0)) -> tuple:
@@ -68,8 +78,8 @@ def _texture(u, v, table) -> np.ndarray:
     return out / total
 
 
-def render(R, t, K, width, height, table) -> np.ndarray:
-    """[H,W,3] uint8 image of the boxes seen by the camera (R, t, K), one ray per pixel centre."""
+def render(R, t, K, width, height, table, boxes=BOXES) -> np.ndarray:
+    """[H,W,3] uint8 image of the ``boxes`` seen by the camera (R, t, K), one ray per pixel centre."""
     px, py = np.meshgrid(np.arange(width) + 0.5, np.arange(height) + 0.5)
     d_cam = np.stack([(px - K[0, 2]) / K[0, 0], (py - K[1, 2]) / K[1, 1], np.ones_like(px)], -1).reshape(-1, 3)
     d = d_cam @ R  # camera -> world: R^T d
@@ -79,7 +89,7 @@ def render(R, t, K, width, height, table) -> np.ndarray:
     hit_box = np.full(len(d), -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = 1.0 / d
-        for b, (lo, hi) in enumerate(BOXES):
+        for b, (lo, hi) in enumerate(boxes):
             t0 = (np.asarray(lo) - o) * inv
             t1 = (np.asarray(hi) - o) * inv
             tmin, tmax = np.minimum(t0, t1), np.maximum(t0, t1)
