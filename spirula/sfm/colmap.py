@@ -10,8 +10,9 @@
   per image); video frames are one such group, a folder of photos from two
   cameras or in portrait and landscape several (spirula/sfm/photos.py).
 - **match**: sequential (each frame against the next ``overlap`` frames, with
-  quadratic overlap; loop detection off, as it needs a vocabulary tree file)
-  or exhaustive (every pair). ``matcher="auto"`` picks sequential for
+  quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
+  tree file, and loop candidates from :mod:`spirula.sfm.loops` matched
+  instead) or exhaustive (every pair). ``matcher="auto"`` picks sequential for
   consecutively numbered frames (what ``spirula frames`` writes) or more than
   :data:`MAX_EXHAUSTIVE` images, exhaustive otherwise.
 - **map**: incremental mapping with bundle adjustment (default) or global
