@@ -109,13 +109,13 @@ def loop_pairs(database, names, gap: int, per_image: int = PER_IMAGE) -> list:
     (in capture order) from the SIFT descriptors in the COLMAP ``database``."""
     import pycolmap
 
+    if len(names) <= gap + 1:
+        return []
     db = pycolmap.Database.open(str(database))
     try:
         ids = {im.name: im.image_id for im in db.read_all_images()}
         descriptors = [np.asarray(db.read_descriptors(ids[name]).data) for name in names]
     finally:
         db.close()
-    if len(names) <= gap + 1:
-        return []
     g = global_descriptors(descriptors)
     return [(names[i], names[j]) for i, j in candidates(g, gap, per_image)]
