@@ -6,7 +6,9 @@ face is textured with multi-octave value noise sampled in world units: blobs
 from ~1 cm to ~30 cm, which SIFT finds at several scales and matches across
 views. Cameras sit on an arc of radius 4 at height 1.6 (world z up) looking at
 a point above the floor centre; the images are pinhole with fx = fy = 0.95 W
-and the principal point at the centre.
+and the principal point at the centre. For videos that go all the way
+round (tests/test_video_sfm.py), ROOM puts the blocks in a walled room and
+orbit_path / walk_path give the cameras, render_path their views.
 
 Written independently of spirula.data and pycolmap: the test compares the
 poses COLMAP recovers with these.
@@ -30,6 +32,19 @@ BOXES = [
     ((-0.2, -1.0, 0.0), (0.3, -0.6, 1.3)),
 ]
 TARGET = np.array([0.0, 0.3, 0.5])
+# A room for orbits and walk-throughs (camera paths that go all the way round):
+# the blocks of BOXES in the middle of a 14 x 14 m floor, walls 2.5 m high all
+# round, so every view, whichever way it looks, sees textured surfaces.
+ROOM = (
+    [
+        ((-7.0, -7.0, -0.2), (7.0, 7.0, 0.0)),  # floor
+        ((-7.0, 6.8, 0.0), (7.0, 7.0, 2.5)),  # walls
+        ((-7.0, -7.0, 0.0), (7.0, -6.8, 2.5)),
+        ((-7.0, -6.8, 0.0), (-6.8, 6.8, 2.5)),
+        ((6.8, -6.8, 0.0), (7.0, 6.8, 2.5)),
+    ]
+    + BOXES[3:]
+)
 
 
 def look_at(center, target=TARGET, up=(0.0, 0.0, 1.0)) -> tuple:
@@ -68,8 +83,8 @@ def _texture(u, v, table) -> np.ndarray:
     return out / total
 
 
-def render(R, t, K, width, height, table) -> np.ndarray:
-    """[H,W,3] uint8 image of the boxes seen by the camera (R, t, K), one ray per pixel centre."""
+def render(R, t, K, width, height, table, boxes=BOXES) -> np.ndarray:
+    """[H,W,3] uint8 image of the ``boxes`` seen by the camera (R, t, K), one ray per pixel centre."""
     px, py = np.meshgrid(np.arange(width) + 0.5, np.arange(height) + 0.5)
     d_cam = np.stack([(px - K[0, 2]) / K[0, 0], (py - K[1, 2]) / K[1, 1], np.ones_like(px)], -1).reshape(-1, 3)
     d = d_cam @ R  # camera -> world: R^T d
@@ -79,7 +94,7 @@ def render(R, t, K, width, height, table) -> np.ndarray:
     hit_box = np.full(len(d), -1)
     with np.errstate(divide="ignore", invalid="ignore"):
         inv = 1.0 / d
-        for b, (lo, hi) in enumerate(BOXES):
+        for b, (lo, hi) in enumerate(boxes):
             t0 = (np.asarray(lo) - o) * inv
             t1 = (np.asarray(hi) - o) * inv
             tmin, tmax = np.minimum(t0, t1), np.maximum(t0, t1)
@@ -159,3 +174,44 @@ def make_photos(folder, kinds, seed=0, name="IMG_%04d.jpg"):
         Ks.append(K)
         sizes.append((w, h))
     return names, np.array(Rs), np.array(ts), np.array(Ks), sizes
+
+
+def orbit_path(n: int, radius=3.0, height=1.6) -> tuple:
+    """``n`` cameras on one full turn round the blocks of ROOM, looking at
+    TARGET, the last one a step short of the first: ``(centres [n,3], targets [n,3])``."""
+    a = 2 * np.pi * np.arange(n) / n
+    c = np.stack([radius * np.sin(a), -radius * np.cos(a), np.full(n, height)], axis=1)
+    return c, np.repeat(TARGET[None], n, axis=0)
+
+
+def walk_path(n: int, pause=(0.3, 0.42)) -> tuple:
+    """``n`` cameras walking once round ROOM and back past the start (1.04
+    turns, radius 3.2-4.8 m, height 1.4-1.8 m), looking ahead and 50 degrees
+    in towards the middle, a little down; standing still over the fraction
+    ``pause`` of the clip. ``(centres [n,3], targets [n,3])``."""
+    u = np.linspace(0.0, 1.0, n)
+    progress = np.interp(u, [0.0, pause[0], pause[1], 1.0], [0.0, 0.35, 0.35, 1.04])
+    a = 2 * np.pi * progress
+    r = 4.0 + 0.8 * np.sin(2 * a)
+    c = np.stack([r * np.sin(a), -r * np.cos(a), 1.6 + 0.2 * np.sin(3 * a)], axis=1)
+    ahead = np.stack([np.cos(a), np.sin(a), np.zeros(n)], axis=1)
+    inward = -c * [1.0, 1.0, 0.0]
+    inward /= np.linalg.norm(inward, axis=1, keepdims=True)
+    look = np.cos(np.radians(50)) * ahead + np.sin(np.radians(50)) * inward
+    look[:, 2] = -0.25
+    return c, c + look
+
+
+def render_path(centres, targets, width=256, height=192, seed=0, boxes=ROOM) -> tuple:
+    """The views of cameras at ``centres`` looking at ``targets``: ``(images
+    [[H,W,3] uint8], R [n,3,3], t [n,3], K [3,3])``, pinhole as make_scene's."""
+    table = _noise_table(seed)
+    f = 0.95 * width
+    K = np.array([[f, 0, width / 2], [0, f, height / 2], [0, 0, 1.0]])
+    images, Rs, ts = [], [], []
+    for c, target in zip(centres, targets):
+        R, t = look_at(c, target)
+        images.append(render(R, t, K, width, height, table, boxes))
+        Rs.append(R)
+        ts.append(t)
+    return images, np.array(Rs), np.array(ts), K

@@ -91,7 +91,7 @@ def test_the_sharp_frame_of_each_window_is_kept(clip):
 @pytest.mark.parametrize(
     "args, count",
     [
-        ((), 6),  # default: 2 fps
+        (("--fps", "2"), 6),
         (("--fps", "10"), 30),
         (("--every", "10"), 9),
         (("--every", "7"), 13),  # ceil(90 / 7)
@@ -107,6 +107,80 @@ def test_counts_follow_the_options(clip, tmp_path, args, count):
     assert names == [fr.NAME % k for k in range(1, count + 1)]
     with Image.open(out / names[0]) as im:
         assert im.size == (W, H) and im.format == "JPEG"
+
+
+def texture2d(shape=(480, 640), seed=3) -> np.ndarray:
+    """Smooth 2D noise (blobs of a few pixels) to cut views from."""
+    rng = np.random.default_rng(seed)
+    return ndimage.gaussian_filter(rng.random(shape) * 255, 1.5).astype(np.float32)
+
+
+def test_view_motion_measures_a_shift():
+    big = texture2d()
+    a = big[100:244, 100:292]  # 192 x 144, as MOTION_SIDE makes it
+    for dy, dx in [(0, 2), (3, -4), (-5, 5), (8, 0)]:
+        b = ndimage.shift(big, (dy, dx), order=3)[100:244, 100:292]
+        got = fr.view_motion(a, b) * 192
+        assert abs(got - np.hypot(dy, dx)) < 0.2 * np.hypot(dy, dx) + 0.3, (dy, dx, got)
+    assert fr.view_motion(a, a) < 1e-6
+    unrelated = texture2d(seed=4)[:144, :192]
+    assert fr.view_motion(a, unrelated) is None  # nothing to follow
+
+
+def test_motion_meter_adds_up_a_pan_but_not_noise():
+    big = texture2d()
+    rng = np.random.default_rng(0)
+    pan, still = fr.MotionMeter(), fr.MotionMeter()
+    for k in range(100):  # 1 px a frame for 100 frames: 100 / 192 of the long side
+        pan(big[100:244, 100 + k : 292 + k])
+        still(big[100:244, 100:292] + rng.normal(0, 4, (144, 192)))
+    assert 0.8 * 100 / 192 < pan.value < 1.2 * 100 / 192, pan.value
+    assert still.value < fr.ANCHOR_STEP, still.value  # noise never moves the reference on
+
+
+def test_auto_count_rule():
+    step = fr.MOTION_STEP
+    assert fr.auto_count(3600, 200 * step, 300) == (200, "one per 3% of the frame's long side")
+    n, why = fr.auto_count(3600, 20 * step, 300)  # a slow, short move: at least 60
+    assert n == fr.MIN_AUTO_FRAMES == 60 and why.startswith("at least 60")
+    n, why = fr.auto_count(3600, 1000 * step, 300)  # a 2-minute walk-through: the cap
+    assert n == 300 and "at most 300" in why
+    assert fr.auto_count(3600, 1000 * step, 120)[0] == 120  # --max-frames
+    assert fr.auto_count(3600, 10 * step, 40)[0] == 40  # --max-frames below the minimum wins
+    n, why = fr.auto_count(96, 120 * step, 300)  # a fast 4-second orbit: every frame
+    assert n == 96 and why.startswith("every frame")
+    assert fr.auto_count(40, 0.0, 300)[0] == 40  # a short still clip: every frame
+
+
+def test_motion_windows_share_the_motion():
+    # still for 100 frames, then moving steadily for 100
+    motion = np.concatenate([np.zeros(100), np.linspace(0.01, 1.0, 100)])
+    starts = fr.motion_windows(motion, 20)
+    assert len(starts) == 20 and starts[0] == 0 and np.all(np.diff(starts) >= 1)
+    assert (starts >= 100).sum() >= 18  # the windows follow the motion
+    # a clip that never moves: even in time
+    assert fr.motion_windows(np.zeros(100), 10).tolist() == list(range(0, 100, 10))
+    # one jump bigger than a window: still n windows, each of at least one frame
+    jump = np.concatenate([np.zeros(50), np.ones(50)])
+    starts = fr.motion_windows(jump, 30)
+    assert len(starts) == 30 and np.all(np.diff(starts) >= 1) and starts[-1] <= 99
+    assert fr.motion_windows(np.arange(5.0), 8).tolist() == [0, 1, 2, 3, 4]
+
+
+def test_automatic_frames_follow_the_motion(tmp_path):
+    """No options: a clip standing still for 2 s then panning for 2 s keeps
+    most of its frames from the pan, and says how many and why."""
+    big = texture2d((120, 600)).clip(0, 255).astype(np.uint8)
+    views = [big[:, :W]] * 60 + [big[:, 3 * k : 3 * k + W] for k in range(60)]  # 3 px a frame
+    clip = encode(tmp_path / "pan.mp4", [np.repeat(v[..., None], 3, 2) for v in views])
+    proc = spirula("frames", clip, tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    kept = sorted((tmp_path / "out").glob("frame_*.jpg"))
+    line = proc.stderr.splitlines()[0]
+    assert "-> %d frames" % len(kept) in line and "the view moves" in line, line
+    picks = [p.index for p in fr.pick_frames(clip)]
+    assert len(picks) == len(kept) >= fr.MIN_AUTO_FRAMES
+    assert sum(i < 58 for i in picks) <= 3, picks  # the still part: one window or so
 
 
 def test_a_second_run_leaves_no_stale_frames(clip, tmp_path):

@@ -291,7 +291,7 @@ def test_ransac_and_the_mapper_draw_from_a_fixed_seed(scene, tmp_path, monkeypat
 
         return call
 
-    for name in ("match_exhaustive", "match_sequential", "incremental_mapping"):
+    for name in ("match_exhaustive", "match_sequential", "match_image_pairs", "incremental_mapping"):
         monkeypatch.setattr(pycolmap, name, spy(name, getattr(pycolmap, name)))
     with pytest.raises(KeyboardInterrupt):
         colmap.run_sfm(scene[0] / "images", tmp_path / "out", log=lambda m: None)

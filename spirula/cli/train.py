@@ -182,7 +182,10 @@ def config_options(fn):
     " no GPU, no output folder.",
 )
 @click.option(
-    "--fps", type=positive_float(), default=None, help="A video: frames kept per second (see `spirula frames`)."
+    "--fps",
+    type=positive_float(),
+    default=None,
+    help="A video: frames kept per second [default: automatic, by the view's motion; see `spirula frames`].",
 )
 @click.option(
     "--max-frames", type=click.IntRange(1, 10_000_000), default=None, help="A video: at most this many frames."

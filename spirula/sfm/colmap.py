@@ -10,8 +10,9 @@
   per image); video frames are one such group, a folder of photos from two
   cameras or in portrait and landscape several (spirula/sfm/photos.py).
 - **match**: sequential (each frame against the next ``overlap`` frames, with
-  quadratic overlap; loop detection off, as it needs a vocabulary tree file)
-  or exhaustive (every pair). ``matcher="auto"`` picks sequential for
+  quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
+  tree file, and loop candidates from :mod:`spirula.sfm.loops` matched
+  instead) or exhaustive (every pair). ``matcher="auto"`` picks sequential for
   consecutively numbered frames (what ``spirula frames`` writes) or more than
   :data:`MAX_EXHAUSTIVE` images, exhaustive otherwise.
 - **map**: incremental mapping with bundle adjustment (default) or global
@@ -42,6 +43,7 @@ from spirula.data.masks import find_masks
 from spirula.errors import DatasetError, SpirulaError
 from spirula.progress import Bar, capture_output
 from spirula.sfm import gate as gate_mod
+from spirula.sfm import loops as loops_mod
 from spirula.sfm import masks as masks_mod
 from spirula.sfm import photos as photos_mod
 
@@ -53,6 +55,7 @@ CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
 MAX_EXHAUSTIVE = 300  # above this, exhaustive matching's n^2/2 pairs take hours on a CPU
 SEQUENTIAL_OVERLAP = 10  # frames matched ahead (plus 2^k further with quadratic overlap)
+LOOP_GAP = 3 * SEQUENTIAL_OVERLAP  # loop candidates are further apart than this (spirula/sfm/loops.py)
 # RANSAC and the mappers sample from this seed instead of the clock, so the same
 # images give the same poses (up to the order of multi-threaded sums).
 RANDOM_SEED = 0
@@ -308,6 +311,31 @@ def _run(
             unit="image",
         )
         how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
+        t1 = time.perf_counter()
+        pairs = loops_mod.loop_pairs(db, names, LOOP_GAP)
+        if pairs:
+            listing = work / "loop_pairs.txt"
+            listing.write_text("".join("%s %s\n" % p for p in pairs))
+            imported = pycolmap.ImportedPairingOptions()
+            imported.match_list_path = listing
+            stages.run(
+                "match loops",
+                pycolmap.match_image_pairs,
+                db,
+                matching_options=matching,
+                pairing_options=imported,
+                verification_options=verification,
+                device=device,
+                total=None,
+                unit="block",
+            )
+        closed = verified_pairs(pycolmap, db, pairs)
+        times["loops"] = time.perf_counter() - t1
+        how += "; loops: %d candidate pairs (global descriptors, %.1f s), %d verified" % (
+            len(pairs),
+            times["loops"],
+            len(closed),
+        )
     else:
         stages.run(
             "match",
@@ -488,6 +516,25 @@ class _Stages:
     def restore(self) -> None:
         for k, v in self.saved.items():
             setattr(self.lg, k, v)
+
+
+def verified_pairs(pycolmap, database, pairs) -> list:
+    """The ``pairs`` (of image names) that geometric verification kept: a
+    two-view geometry with inliers in the ``database``."""
+    if not pairs:
+        return []
+    db = pycolmap.Database.open(str(database))
+    try:
+        ids = {im.name: im.image_id for im in db.read_all_images()}
+        kept = []
+        for a, b in pairs:
+            if db.exists_two_view_geometry(ids[a], ids[b]):
+                geometry = db.read_two_view_geometry(ids[a], ids[b])
+                if len(geometry.inlier_matches) > 0:
+                    kept.append((a, b))
+        return kept
+    finally:
+        db.close()
 
 
 def sift_device(pycolmap):

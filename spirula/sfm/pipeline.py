@@ -30,8 +30,9 @@ from spirula.errors import DatasetError
 from spirula.runtime import profiler
 
 # bump when a stage changes what it writes: older cache entries are then ignored
-# (2: photos turned upright by their EXIF orientation, a camera per size and camera)
-PIPELINE_VERSION = 2
+# (2: photos turned upright by their EXIF orientation, a camera per size and camera;
+# 3: frames by the view's motion, loop candidates matched)
+PIPELINE_VERSION = 3
 VIDEO_SUFFIXES = frozenset((".mp4", ".mov", ".m4v", ".mkv", ".avi", ".webm", ".mts", ".m2ts", ".3gp", ".wmv", ".mpg"))
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"))
 
@@ -41,7 +42,7 @@ class CaptureSettings:
     """What changes the dataset made from a capture (the cache key holds all of it).
 
     ``fps``, ``every``, ``max_frames``: frame selection (``spirula frames``;
-    None: its defaults); ``matcher``, ``mapper``, ``camera_model``,
+    None: its defaults, the count from the view's motion); ``matcher``, ``mapper``, ``camera_model``,
     ``single_camera`` (``--single-camera`` True, ``--camera-per-image``
     False): SfM (``spirula sfm``; None: its defaults)."""
 
@@ -172,7 +173,12 @@ def prepare_capture(
             t0 = time.perf_counter()
             with profiler.stage("frames"):
                 frames = extract_frames(
-                    path, work / "frames", fps=settings.fps, every=settings.every, max_frames=settings.max_frames
+                    path,
+                    work / "frames",
+                    fps=settings.fps,
+                    every=settings.every,
+                    max_frames=settings.max_frames,
+                    log=lambda msg: None if msg.startswith("frames: wrote") else log("spirula: " + msg),
                 )
             timings["frames"] = time.perf_counter() - t0
             log("spirula: frames: %d images from %s in %.1f s" % (len(frames), path.name, timings["frames"]))
