@@ -192,18 +192,7 @@ def train_run(
             trainer.free()
 
 
-def _train_run(
-    made: list,
-    scene,
-    cfg: TrainConfig,
-    device,
-    output: Path,
-    resume: Path | None = None,
-    log=print,
-    live_hook=None,
-    init: dict | None = None,
-    faults=None,
-) -> dict:
+def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log, live_hook, init, faults) -> dict:
     """:func:`train_run`'s body; the trainer it makes goes into ``made``."""
     output = Path(output)
     state = None
