@@ -11,7 +11,9 @@
 //      thread reads only its own j below n_out); the host repeats it until n_out = 1;
 //   2: one thread turns the 37 sums into the parameters' gradients (dL/dH through the
 //      homography's VJP to the 8 colour parameters) and adds them to grads at the frame's
-//      and camera's rows (stages that are off add nothing).
+//      and camera's rows (stages that are off add nothing); with reg > 0 it also adds
+//      reg x the gradients of PPISP's regularisers over every frame and camera
+//      (include/appearance.glsl ppisp_reg_*).
 // Workgroup 256.
 //   binding 0  step           [StepParams words]  u32  read   image_index[view] at word 4 + view
 //   binding 1  image_cameras  [n_frames]          u32  read
@@ -49,6 +51,7 @@ layout(push_constant) uniform Push {
     uint threads;  // PHASE 0's threads: the row stride of partials
     uint n_in;     // PHASE 1: values per row before and after this pass
     uint n_out;
+    float reg;  // PPISP's regularisers' weight (1: nv-tlabs/ppisp's; 0: none), PHASE 2
 } pc;
 
 #include "ppisp_load.glsl"
@@ -125,6 +128,70 @@ FN void ppisp_finish() {
     }
 }
 
+// reg x the gradients of PPISP's regularisers (nv-tlabs/ppisp PPISPConfig's weights and
+// get_regularization_loss; reference ppisp_reg): exposure mean and colour-offset mean (smooth
+// L1 of the mean over frames), vignetting centre (mean |c|^2) and positive falloff (mean
+// relu), the variance over channels of vignetting and CRF parameters (biased, mean)
+FN void ppisp_regularise() {
+    uint nf = pc.n_frames, nc = pc.n_cameras;
+    if (nf > 0u) {
+        float mean = 0.0f;
+        float cm[8];
+        UNROLL
+        for (uint k = 0u; k < 8u; k++) {
+            cm[k] = 0.0f;
+        }
+        for (uint f = 0u; f < nf; f++) {
+            mean += ppisp[f];
+            UNROLL
+            for (uint k = 0u; k < 8u; k++) {
+                cm[k] += ppisp[nf + 8u * f + k];
+            }
+        }
+        float inv = 1.0f / float(nf);
+        float ge = pc.reg * PPISP_REG_EXPOSURE * smooth_l1_grad(mean * inv, PPISP_REG_EXPOSURE_BETA) * inv;
+        float gc[8];
+        UNROLL
+        for (uint b = 0u; b < 4u; b++) {
+            vec3 z = ppisp_zca(b);
+            float r0 = (cm[2u * b] * z.x + cm[2u * b + 1u] * z.y) * inv;
+            float r1 = (cm[2u * b] * z.y + cm[2u * b + 1u] * z.z) * inv;
+            float g0 = smooth_l1_grad(r0, PPISP_REG_COLOR_BETA), g1 = smooth_l1_grad(r1, PPISP_REG_COLOR_BETA);
+            float s = pc.reg * PPISP_REG_COLOR / 8.0f * inv;
+            gc[2u * b] = s * (z.x * g0 + z.y * g1);
+            gc[2u * b + 1u] = s * (z.y * g0 + z.z * g1);
+        }
+        for (uint f = 0u; f < nf; f++) {
+            ATOMIC_ADD(grads, f, ge);
+            UNROLL
+            for (uint k = 0u; k < 8u; k++) {
+                ATOMIC_ADD(grads, nf + 8u * f + k, gc[k]);
+            }
+        }
+    }
+    float c3 = 3.0f * float(nc);
+    for (uint c = 0u; c < nc; c++) {
+        uint vig = 9u * nf + 15u * c, crf = 9u * nf + 15u * nc + 12u * c;
+        for (uint j = 0u; j < 5u; j++) {
+            float mu = (ppisp[vig + j] + ppisp[vig + 5u + j] + ppisp[vig + 10u + j]) / 3.0f;
+            for (uint k = 0u; k < 3u; k++) {
+                float x = ppisp[vig + 5u * k + j];
+                float g = PPISP_REG_VIG_CHANNEL * 2.0f * (x - mu) / (5.0f * c3);
+                g += j < 2u ? PPISP_REG_VIG_CENTER * 2.0f * x / c3
+                            : (x > 0.0f ? PPISP_REG_VIG_NON_POS / (3.0f * c3) : 0.0f);
+                ATOMIC_ADD(grads, vig + 5u * k + j, pc.reg * g);
+            }
+        }
+        for (uint j = 0u; j < 4u; j++) {
+            float mu = (ppisp[crf + j] + ppisp[crf + 4u + j] + ppisp[crf + 8u + j]) / 3.0f;
+            for (uint k = 0u; k < 3u; k++) {
+                float g = PPISP_REG_CRF_CHANNEL * 2.0f * (ppisp[crf + 4u * k + j] - mu) / (4.0f * c3);
+                ATOMIC_ADD(grads, crf + 4u * k + j, pc.reg * g);
+            }
+        }
+    }
+}
+
 FN void ppisp_bwd_body(uint i) {
     if (PHASE == 0u && i < pc.threads) {
         ppisp_pixels(i);
@@ -132,6 +199,9 @@ FN void ppisp_bwd_body(uint i) {
         ppisp_reduce(i);
     } else if (PHASE == 2u && i == 0u) {
         ppisp_finish();
+        if (pc.reg > 0.0f) {
+            ppisp_regularise();
+        }
     }
 }
 

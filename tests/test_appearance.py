@@ -145,7 +145,7 @@ def _ppisp_inputs(H=11, W=14):
     return flat, images, grads
 
 
-def run_ppisp(dev, flat, images, grads, image=FRAME):
+def run_ppisp(dev, flat, images, grads, image=FRAME, reg=0.0):
     V, H, W, _ = images.shape
     bufs = _Bufs(dev)
     try:
@@ -165,7 +165,7 @@ def run_ppisp(dev, flat, images, grads, image=FRAME):
         app.record_ppisp_fwd(rec, bufs["step"], bufs["image_cameras"], bufs["ppisp"], bufs["rgb_in"],
                              bufs["rgb_out"], **common)  # fmt: skip
         app.record_ppisp_bwd(rec, *(bufs[k] for k in ("step", "image_cameras", "ppisp", "rgb_in", "grad_out",
-                             "grad_rgb", "partials", "grads")), **common)  # fmt: skip
+                             "grad_rgb", "partials", "grads")), **common, reg=reg)  # fmt: skip
         rec.finish().run()
         threads = app.ppisp_threads(W, H)
         rows = bufs.read("partials").reshape(app.PPISP_ROWS, threads)[:, 0]
@@ -274,6 +274,18 @@ def test_ppisp_novel_view_passes_through(backend):
 
 
 GRID = (4, 5, 6)  # GL, GH, GW
+
+
+def test_ppisp_regularisers_match_the_reference(backend):
+    """With reg 1 (and no image gradient) phase 2 adds the gradient of PPISP's regularisers
+    (nv-tlabs/ppisp's weights) over every frame and camera: the reference's value's central
+    differences, within float32's few ulps of the sums (1e-6) and of the differences (1e-7)."""
+    flat, images, grads = _ppisp_inputs()
+    got = run_ppisp(backend, flat, images, np.zeros_like(grads), reg=1.0)[2]
+    want = _fd(lambda x: ref.ppisp_reg(x, F_FRAMES, N_CAMERAS), flat.copy())
+    assert np.abs(want).max() > 1e-3
+    assert_near(got, want, 1e-6 + 1e-5 * np.abs(want).max(), 0, "regularisers")
+    assert ref.ppisp_reg(ref.ppisp_init(F_FRAMES, N_CAMERAS), F_FRAMES, N_CAMERAS) == 0.0
 
 
 def _bilagrid_inputs(H=13, W=17):

@@ -20,6 +20,15 @@ const float PPISP_CRF_EPS = 1e-6f;
 const float PPISP_INTENSITY_EPS = 1e-5f;
 const float PPISP_H_EPS = 1e-10f;
 const float LN2 = 0.69314718f;
+// PPISP's regularisers (nv-tlabs/ppisp PPISPConfig): weights, smooth L1 betas
+const float PPISP_REG_EXPOSURE = 1.0f;
+const float PPISP_REG_EXPOSURE_BETA = 0.1f;
+const float PPISP_REG_VIG_CENTER = 0.02f;
+const float PPISP_REG_VIG_CHANNEL = 0.1f;
+const float PPISP_REG_VIG_NON_POS = 0.01f;
+const float PPISP_REG_COLOR = 1.0f;
+const float PPISP_REG_COLOR_BETA = 0.005f;
+const float PPISP_REG_CRF_CHANNEL = 0.1f;
 // BT.601 luma: the bilateral grid's guide
 const float LUMA_R = 0.299f;
 const float LUMA_G = 0.587f;
@@ -27,6 +36,8 @@ const float LUMA_B = 0.114f;
 
 FN float softplus(float x) { return x > 20.0f ? x : log(1.0f + exp(x)); }
 FN float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
+// d smooth_l1(x, 0; beta)/dx (torch: 0.5 x^2 / beta below beta, |x| - beta / 2 above)
+FN float smooth_l1_grad(float x, float beta) { return abs(x) < beta ? x / beta : (x > 0.0f ? 1.0f : -1.0f); }
 
 // ZCA block b (blue, red, green, neutral) of the colour parameters: (b00, b01 = b10, b11)
 FN vec3 ppisp_zca(uint b) {

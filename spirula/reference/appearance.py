@@ -91,6 +91,43 @@ def ppisp_init(n_frames: int, n_cameras: int) -> np.ndarray:
     return ppisp_pack(p["exposure"], p["color"], p["vignetting"], p["crf"])
 
 
+# PPISP's regularisers (nv-tlabs/ppisp PPISPConfig's weights, get_regularization_loss)
+PPISP_REG = dict(exposure=1.0, vig_center=0.02, vig_channel=0.1, vig_non_pos=0.01, color=1.0, crf_channel=0.1)
+_ZCA = np.array(
+    [
+        [[0.0480542, -0.0043631], [-0.0043631, 0.0481283]],
+        [[0.0580570, -0.0179872], [-0.0179872, 0.0431061]],
+        [[0.0433336, -0.0180537], [-0.0180537, 0.0580500]],
+        [[0.0128369, -0.0034654], [-0.0034654, 0.0128158]],
+    ]
+)
+
+
+def _smooth_l1(x, beta):
+    a = np.abs(x)
+    return np.where(a < beta, 0.5 * x * x / beta, a - 0.5 * beta)
+
+
+def ppisp_reg(flat, n_frames: int, n_cameras: int) -> float:
+    """PPISP's regularisation loss of the flat parameters: smooth L1 (beta 0.1) of the mean
+    exposure; smooth L1 (beta 0.005, mean of 8) of the mean over frames of the colour
+    parameters through the ZCA blocks; mean |vignetting centre|^2; mean relu of the
+    vignetting's falloff terms; the variance over channels (biased) of the vignetting and
+    CRF parameters, each mean; weighted by :data:`PPISP_REG`."""
+    p, w = ppisp_unpack(np.asarray(flat, np.float64), n_frames, n_cameras), PPISP_REG
+    c = p["color"].reshape(n_frames, 4, 2)
+    offsets = np.einsum("fbi,bij->fbj", c, _ZCA).reshape(n_frames, 8)
+    vig, crf = p["vignetting"], p["crf"]
+    return float(
+        w["exposure"] * _smooth_l1(p["exposure"].mean(), 0.1)
+        + w["vig_center"] * (vig[:, :, :2] ** 2).sum(-1).mean()
+        + w["vig_non_pos"] * np.maximum(vig[:, :, 2:], 0).mean()
+        + w["vig_channel"] * vig.var(axis=1).mean()
+        + w["color"] * _smooth_l1(offsets.mean(0), 0.005).mean()
+        + w["crf_channel"] * crf.var(axis=1).mean()
+    )
+
+
 def softplus(x):
     x = np.asarray(x, np.float64)
     return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
