@@ -750,6 +750,93 @@ def check_normal_consistency(dev):
     return [_within(n, x, w, 2e-5 * np.abs(w).max(), "2e-5 max|ref|") for n, x, w in zip(names, got, want)]
 
 
+def check_appearance(dev):
+    """ppisp_fwd/bwd, bilagrid_fwd/bwd/tv and adam_small on small cases against the float64
+    reference (tests/test_appearance.py: 2e-5 of each output's largest; the parameter sums
+    (2e-5 + their terms' count x 2^-24) of the sum of their terms' magnitudes; Adam a few
+    ulps, its v 1e-4 for beta2's float32 rounding)."""
+    from spirula.reference import appearance as ref
+    from spirula.reference.adam import adam
+    from spirula.train import appearance as app
+    from spirula.train.step_params import step_params
+
+    f32 = np.float32
+    rgb, e, c8, vig, cp, g = ref.ppisp_case()
+    H, W, _ = rgb.shape
+    rgb, g = rgb.astype(f32), g.astype(f32)
+    flat = ref.ppisp_pack([e], c8, vig, cp).astype(f32)
+    grid, brgb, bg = ref.bilagrid_case()
+    grid, brgb, bg = grid.astype(f32), brgb.astype(f32), bg.astype(f32)
+    BH, BW, _ = brgb.shape
+    shape = grid.shape[:3]
+    threads = app.ppisp_threads(W, H)
+    p0 = np.linspace(-1.0, 1.0, 64).astype(f32)
+    pg = np.cos(np.arange(64)).astype(f32)
+    arrays = dict(
+        step=np.frombuffer(step_params().tobytes(), np.uint32), image_cameras=np.zeros(1, np.uint32), ppisp=flat,
+        rgb=rgb, g=g, pgrads=np.zeros_like(flat), grid=grid, brgb=brgb, bg=bg, ggrid=np.zeros_like(grid),
+        params=p0, grads=pg, m=np.zeros_like(p0), v=np.zeros_like(p0),
+        hyper=np.array(app.adam_hyper(2e-3, 1), f32),
+    )  # fmt: skip
+    bufs = {k: dev.pool.alloc("selftest.app." + k, v.shape, v.dtype) for k, v in arrays.items()}
+    for k, like in (("out", rgb), ("grgb", rgb), ("bout", brgb), ("bgrgb", brgb), ("terms", grid)):
+        bufs[k] = dev.pool.alloc("selftest.app." + k, like.shape, f32)
+    bufs["partials"] = dev.pool.alloc("selftest.app.partials", (app.PPISP_ROWS * threads,), f32)
+    try:
+        for k, v in arrays.items():
+            dev.upload(bufs[k], v)
+        b = bufs
+        rec = dev.recorder("selftest.appearance")
+        app.record_ppisp_fwd(rec, b["step"], b["image_cameras"], b["ppisp"], b["rgb"], b["out"], W, H, 0, 1, 1)
+        app.record_ppisp_bwd(rec, b["step"], b["image_cameras"], b["ppisp"], b["rgb"], b["g"], b["grgb"],
+                             b["partials"], b["pgrads"], W, H, 0, 1, 1)  # fmt: skip
+        app.record_bilagrid_fwd(rec, b["step"], b["grid"], b["brgb"], b["bout"], BW, BH, 0, 1, shape)
+        app.record_bilagrid_bwd(rec, b["step"], b["grid"], b["brgb"], b["bg"], b["bgrgb"], b["ggrid"], BW, BH, 0, 1,
+                                shape)  # fmt: skip
+        rec.finish().run()
+        got = {k: dev.readback(b[k]) for k in ("out", "grgb", "pgrads", "bout", "bgrgb", "ggrid")}
+        rec = dev.recorder("selftest.appearance_tv")
+        app.record_bilagrid_tv(rec, b["grid"], b["ggrid"], b["terms"], 1, 1.0, shape)
+        app.record_adam_small(rec, b["params"], b["grads"], b["m"], b["v"], b["hyper"], p0.size)
+        rec.finish().run()
+        got.update({k: dev.readback(b[k]) for k in ("ggrid", "terms", "params", "m", "v")})
+    finally:
+        for buf in bufs.values():
+            dev.pool.free(buf)
+    x64 = lambda a: a.astype(np.float64)  # noqa: E731
+    want = ref.ppisp_fwd(x64(rgb), e, c8, vig, cp)
+    bwd = ref.ppisp_bwd(x64(rgb), e, c8, vig, cp, x64(g))
+    wp = ref.ppisp_pack([bwd["exposure"]], bwd["color"], bwd["vignetting"], bwd["crf"])
+    scale = np.abs(bwd["rows"]).max() + bwd["rows_abs"].max()
+    n = -(-W * H // threads) + 2 * app.REDUCE
+    rows = [
+        _within("ppisp_fwd", got["out"], want, 2e-5 * np.abs(want).max(), "2e-5 max|ref|"),
+        _within("ppisp_bwd", got["grgb"], bwd["rgb"], 2e-5 * np.abs(bwd["rgb"]).max(), "2e-5 max|ref|"),
+        _within("ppisp_bwd", got["pgrads"], wp, (2e-5 + n * 2.0**-24) * scale, "sums: (2e-5 + n ulp) sum|terms|"),
+    ]
+    wout = ref.bilagrid_fwd(x64(grid), x64(brgb))
+    wgg, wgr, gabs = ref.bilagrid_bwd(x64(grid), x64(brgb), x64(bg), with_abs=True)
+    tv, gtv = ref.bilagrid_tv(x64(grid)[None])
+    rows += [
+        _within("bilagrid_fwd", got["bout"], wout, 2e-5 * np.abs(wout).max(), "2e-5 max|ref|"),
+        _within("bilagrid_bwd", got["bgrgb"], wgr, 2e-5 * np.abs(wgr).max(), "2e-5 max|ref|"),
+        _within(
+            "bilagrid_bwd",
+            got["ggrid"] - gtv[0],
+            wgg,
+            (2e-5 + BH * BW * 2.0**-24) * gabs + 2e-5 * np.abs(gtv).max(),
+            "(2e-5 + HW ulp) sum|terms|",
+        ),  # fmt: skip
+        _within("bilagrid_tv", got["terms"].astype(np.float64).sum(), tv, 1e-5 * tv, "1e-5 |ref|"),
+    ]
+    wp, wm, wv = adam(x64(p0), x64(pg), 0.0, 0.0, 2e-3, 1)
+    rows += [
+        _within("adam_small", got["params"], wp, 1e-5 * 2e-3 + 2.0**-23 * np.abs(wp), "1e-5 lr + ulp"),
+        _within("adam_small", got["v"], wv, 1e-4 * np.abs(wv), "1e-4 |ref| (float32 beta2)"),
+    ]
+    return rows
+
+
 CHECKS = (
     check_runtime,
     check_sort,
@@ -762,6 +849,7 @@ CHECKS = (
     check_tsdf,
     check_pack,
     check_normal_consistency,
+    check_appearance,
 )
 
 

@@ -68,7 +68,9 @@ def test_train_writes_the_run_folder(run, dataset):
     out, proc = run
     assert "Traceback" not in proc.stderr
     assert "step 20/20" in proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["ckpt", "config.json", "metrics.json", "splat.ply"]
+    # a COLMAP capture: PPISP by default, its parameters beside the splats
+    names = ["appearance.npz", "ckpt", "config.json", "metrics.json", "splat.ply"]
+    assert sorted(p.name for p in out.iterdir()) == names
     assert [p.name for p in (out / "ckpt").iterdir()] == ["step-0000020.npz"]
     cfg = json.loads((out / "config.json").read_text())
     assert (cfg["iterations"], cfg["cap_max"], cfg["sh_degree"], cfg["strategy"]) == (20, 2000, 1, "mcmc")

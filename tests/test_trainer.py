@@ -526,7 +526,10 @@ def test_short_demo_run_learns_and_writes_its_outputs(device, tmp_path):
     from spirula.train.run import evaluate_run, load_checkpoint, train_run
 
     scene = load_dataset(ensure_demo_scene())
-    cfg = TrainConfig.from_settings(iterations=120, cap_max=30_000, init_scale=1.0, save_every=50, log_every=1000)
+    # the demo is rendered with constant appearance (TrainConfig.demo: no appearance correction)
+    cfg = TrainConfig.from_settings(
+        iterations=120, cap_max=30_000, init_scale=1.0, save_every=50, log_every=1000, appearance="none"
+    )
     logs = []
     out = tmp_path / "run"
     m = train_run(scene, cfg, device, out, log=logs.append)

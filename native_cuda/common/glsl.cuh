@@ -25,6 +25,7 @@ using ::atomicAdd;
 using ::ceil;
 using ::cos;
 using ::exp;
+using ::exp2;
 using ::floor;
 using ::log;
 using ::max;

@@ -70,7 +70,17 @@ def _positive(name, value):
     default=None,
     help="Vertical field of view, degrees [default: the dataset's, else 50].",
 )
-def render_command(source, dataset, cameras, out, camera_path, video, images, width, height, fps, frames, fov):
+@click.option(
+    "--appearance-of",
+    "appearance_of",
+    default=None,
+    metavar="VIEW",
+    help="Apply a training image's fitted exposure and colour (train:K, its image name or dataset index) and its"
+    " camera's vignetting and response; a run trained with --appearance [default: the radiance, as splat.ply].",
+)
+def render_command(
+    source, dataset, cameras, out, camera_path, video, images, width, height, fps, frames, fov, appearance_of
+):
     """Render a run (folder or checkpoint) or a SPLAT.ply: dataset views to PNG
     files, or, with --video or --images, frames along a camera path."""
     path_mode = camera_path is not None or video is not None or images is not None
@@ -90,8 +100,9 @@ def render_command(source, dataset, cameras, out, camera_path, video, images, wi
         if fov is not None and not 0 < fov < 180:
             raise UsageError("--fov %s: the vertical field of view must be between 0 and 180 degrees" % fov)
     splats, sh_degree, scene, max_alpha, folder = _load_source(source, dataset, need_scene=not path_mode)
+    look = _appearance_of(source, scene, appearance_of)
     if not path_mode:
-        _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out)
+        _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out, look)
         if out is None and not (source.is_file() and source.suffix.lower() == ".ply"):
             from spirula.train.run_folder import RENDERS_SOURCE, checkpoint_source, latest_checkpoint, write_source
 
@@ -100,7 +111,34 @@ def render_command(source, dataset, cameras, out, camera_path, video, images, wi
             write_source(folder / "renders" / RENDERS_SOURCE, checkpoint_source(folder, ckpt))
         return
     size = (width, height)
-    _render_path(splats, sh_degree, scene, max_alpha, camera_path or "orbit", video, images, size, fps, frames, fov)
+    _render_path(
+        splats, sh_degree, scene, max_alpha, camera_path or "orbit", video, images, size, fps, frames, fov, look
+    )
+
+
+def _appearance_of(source: Path, scene, spec):
+    """--appearance-of: a function that applies the chosen training image's appearance to a
+    render (spirula.train.appearance.apply_appearance), or None."""
+    if spec is None:
+        return None
+    from spirula.train.appearance import apply_appearance
+    from spirula.train.run import appearance_of_state, load_run
+
+    if source.suffix.lower() == ".ply":
+        raise UsageError("--appearance-of needs a run (folder or checkpoint): a splat.ply holds only the radiance")
+    cfg, _, _, state = load_run(source)
+    isp = appearance_of_state(state, scene, cfg)
+    if isp is None:
+        raise UsageError("%s: trained without appearance correction (--appearance none)" % source)
+    i = _camera_index(scene, spec)
+    if i not in scene.train:
+        raise UsageError(
+            "--appearance-of %s: a test image has no fitted appearance; pick a training image (train:K)" % spec
+        )
+    frame = list(scene.train).index(i)
+    camera = int(isp["cameras"][frame])
+    device = open_cli_device()
+    return lambda img: apply_appearance(device, img, isp, frame, camera)
 
 
 def _load_source(source: Path, dataset, need_scene: bool):
@@ -134,7 +172,7 @@ def _renderer(splats, sh_degree, scene, max_alpha):
     return r.set_splats(**splats, sh_degree=sh_degree)
 
 
-def _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out):
+def _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out, look=None):
     from PIL import Image
 
     from spirula.progress import track, write
@@ -148,13 +186,15 @@ def _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, 
     for i in track(indices, "rendering", unit="view"):
         f = scene.frames[i]
         img = renderer.render(f.viewmat, f.K, f.width, f.height).numpy()
+        if look is not None:
+            img = look(img)
         path = out / (Path(f.name).stem + ".png")
         Image.fromarray(to_uint8(img)).save(path)
         write(str(path))
     renderer.close()
 
 
-def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size, fps, frames, fov):
+def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size, fps, frames, fov, look=None):
     from spirula.progress import track, write
     from spirula.render import camera_path
     from spirula.render.video import ImageWriter, VideoWriter, check_writable
@@ -187,7 +227,8 @@ def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size,
     renderer = _renderer(splats, sh_degree, scene, max_alpha)
     try:
         for vm in track(path, "rendering", unit="frame"):
-            writer.write(renderer.render(vm, K, w, h).numpy())
+            img = renderer.render(vm, K, w, h).numpy()
+            writer.write(look(img) if look is not None else img)
     finally:
         writer.close()
         renderer.close()

@@ -459,21 +459,26 @@ def _parse_overrides(items) -> dict:
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
 def eval_command(run):
     """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
-    image and mean, written to RUN/metrics-eval.json."""
-    from spirula.train.run import evaluate_run
+    image and mean, and the colour-corrected PSNR (each render's least-squares affine
+    colour fit to its image first, as BilaRF and PPISP report), written to
+    RUN/metrics-eval.json. A run trained with appearance correction is rendered through
+    its ISP as a novel view (the captures' mean exposure and colour, the camera's
+    vignetting and response)."""
+    from spirula.train.run import appearance_of_state, evaluate_run, load_run
     from spirula.train.run_folder import checkpoint_source, stale_notes
 
     cfg, params, ckpt, scene = open_run(run)
     if not scene.test:
         raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
     device = open_cli_device()
-    metrics = evaluate_run(scene, device, params, max_alpha=cfg.max_alpha)
-    metrics.update(checkpoint=str(ckpt), n_splats=len(params["means"]))
+    isp = appearance_of_state(load_run(ckpt)[3], scene, cfg)
+    metrics = evaluate_run(scene, device, params, max_alpha=cfg.max_alpha, isp=isp)
+    metrics.update(checkpoint=str(ckpt), n_splats=len(params["means"]), appearance=cfg.appearance or "none")
     for p in metrics["per_image"]:
-        click.echo("%-32s PSNR %7.3f  SSIM %.4f" % (p["image"], p["psnr"], p["ssim"]))
+        click.echo("%-32s PSNR %7.3f  SSIM %.4f  PSNR-cc %7.3f" % (p["image"], p["psnr"], p["ssim"], p["psnr_cc"]))
     click.echo(
-        "mean %-27s PSNR %7.3f  SSIM %.4f"
-        % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"])
+        "mean %-27s PSNR %7.3f  SSIM %.4f  PSNR-cc %7.3f"
+        % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"], metrics["psnr_cc"])
     )
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
     metrics.update(source=checkpoint_source(folder, ckpt))  # what it scored: stale once the run moves on

@@ -226,6 +226,25 @@ class TrainConfig:
         choices=("white", "black"),
         default_help="white for Blender scenes, black otherwise",
     )
+    # appearance correction (docs/training.md, "Appearance"; docs/design.md §2.8): per training
+    # image exposure and colour (PPISP, with the camera's vignetting and response), or a
+    # bilateral grid per image (BilaRF), fitted with the splats; train_run resolves None from
+    # the dataset (appearance_for)
+    appearance: str | None = setting(
+        None,
+        "Per-image appearance correction fitted with the splats: PPISP (exposure, white balance,"
+        " vignetting, response curve), a bilateral grid per image, both, or none",
+        flag="--appearance",
+        choices=("none", "ppisp", "bilagrid", "both"),
+        resumable=False,
+        default_help="ppisp for videos, photos, COLMAP and nerfstudio captures; none for Blender scenes and the demo",
+    )
+    appearance_lr: float = setting(
+        2e-3,
+        "Adam's learning rate of the appearance models (PPISP's and gsplat's bilateral grids' 2e-3), before"
+        " their warm-up and decay",
+        gt=0,
+    )
     # run
     eval_every: int = setting(0, "Evaluate on the test images every N steps (0: never)", flag="--eval-every", ge=0)
     save_every: int = setting(7000, "Checkpoint every N steps", flag="--save-every", ge=0)
@@ -237,7 +256,8 @@ class TrainConfig:
     # the demo scene's settings (`spirula train` without a dataset), flat: its seed points are
     # sparse (~6,000): full-size seeds cover the views from the first step (27.5 dB after 1,500
     # steps, against 26.6 with MCMC's 0.1 meant for dense SfM clouds)
-    DEMO: ClassVar[dict] = dict(iterations=400, cap_max=30_000, log_every=50, init_scale=1.0)
+    # rendered with constant appearance, like a Blender scene: no appearance correction
+    DEMO: ClassVar[dict] = dict(iterations=400, cap_max=30_000, log_every=50, init_scale=1.0, appearance="none")
 
     def __post_init__(self):
         if isinstance(self.strategy, str):
@@ -303,6 +323,15 @@ class TrainConfig:
     def replace(self, **flat) -> TrainConfig:
         """This config with flat ``settings`` changed (``refine_start=...`` reaches the strategy)."""
         return type(self).from_settings(**{**self.settings(), **flat})
+
+    def appearance_for(self, source: str) -> str:
+        """The appearance correction of a run on a dataset of kind ``source`` (Scene.source):
+        the setting, or its default: none for Blender/NeRF-synthetic scenes (rendered with
+        constant appearance), PPISP for captures (COLMAP, nerfstudio; videos and photos go
+        through SfM into COLMAP)."""
+        if self.appearance is not None:
+            return self.appearance
+        return "none" if source == "blender" else "ppisp"
 
     def to_json(self) -> str:
         """What ``config.json`` holds: the flat settings."""

@@ -54,3 +54,34 @@ def ssim(img, gt, mask=None) -> float:
         s = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx * mx + my * my + c1) * (sxx + syy + c2))
         vals.append(s if keep is None else s[keep])
     return float(np.mean(vals))
+
+
+def color_corrected(img, gt, mask=None) -> np.ndarray:
+    """``img`` [H,W,3] after the least-squares affine colour fit to ``gt`` (a 3x4 matrix on
+    [r, g, b, 1], over the kept pixels of ``mask``), clamped to [0, 1]: the colour-corrected
+    metrics of BilaRF and PPISP."""
+    x = np.asarray(img, np.float64).reshape(-1, 3)
+    y = np.asarray(gt, np.float64).reshape(-1, 3)
+    keep = np.ones(len(x), bool) if mask is None else np.asarray(mask, bool).reshape(-1)
+    a = np.concatenate([x, np.ones((len(x), 1))], 1)
+    if keep.sum() < 4:
+        return np.clip(np.asarray(img, np.float64), 0, 1)
+    m, *_ = np.linalg.lstsq(a[keep], y[keep], rcond=None)
+    return np.clip(a @ m, 0, 1).reshape(np.shape(img))
+
+
+def evaluate_views(scene, indices, render) -> dict:
+    """PSNR, SSIM and the colour-corrected PSNR (``psnr_cc``: :func:`color_corrected`) of
+    ``render(i)`` ([H,W,3], clamped to [0, 1] here) against each image ``i`` of ``scene``,
+    per image and mean."""
+    from spirula.progress import track
+
+    per = []
+    for i in track(indices, "evaluating", unit="view"):
+        f = scene.frames[i]
+        img = np.clip(render(i), 0, 1)
+        gt, mask = scene.load_image(i), scene.load_mask(i)
+        cc = color_corrected(img, gt, mask)
+        per.append(dict(image=f.name, psnr=psnr(img, gt, mask), ssim=ssim(img, gt, mask), psnr_cc=psnr(cc, gt, mask)))
+    mean = {k: float(np.mean([p[k] for p in per])) if per else float("nan") for k in ("psnr", "ssim", "psnr_cc")}
+    return dict(per_image=per, **mean)

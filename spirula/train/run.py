@@ -5,8 +5,10 @@ evaluation, splat.ply, metrics.json.
     outputs/<dataset>-<YYYYmmdd-HHMMSS>/
         config.json     the TrainConfig (and the dataset path)
         ckpt/step-NNNNNNN.npz   the latest full state (--resume takes it)
-        splat.ply       the standard 3DGS layout
-        metrics.json    PSNR/SSIM per test image and mean, time, peak VRAM, splats
+        splat.ply       the standard 3DGS layout (the radiance, without appearance correction)
+        appearance.npz  the appearance models' parameters (with --appearance other than none)
+        metrics.json    PSNR/SSIM (and colour-corrected PSNR) per test image and mean, time,
+                        peak VRAM, splats
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from spirula.data.world import WorldTransform
 from spirula.errors import DiskFullError, SpirulaError
 from spirula.files import atomic_write, check_space, shortfall
-from spirula.progress import TrainProgress, track
+from spirula.progress import TrainProgress
 from spirula.render.rasterizer import MAX_ALPHA, Rasterizer, Splats
 from spirula.train.config import TrainConfig
 from spirula.train.run_folder import RunFolderError, resume_conflict
@@ -106,6 +108,8 @@ def save_checkpoint(trainer: Trainer, path: Path):
             arrays["model/%s/%s" % (group, name)] = arr
     for name, arr in state["strategy"].items():
         arrays["strategy/%s" % name] = arr
+    for name, arr in state["appearance"].items():
+        arrays["appearance/%s" % name] = arr
     meta = dict(
         step=state["step"],
         config=state["config"],
@@ -126,13 +130,13 @@ def load_checkpoint(path: Path) -> dict:
         meta = json.loads(bytes(z["meta"]).decode())
     except Exception as exc:
         raise SpirulaError("%s: not a Spirula checkpoint (%s)" % (path, exc)) from None
-    state = dict(meta, model={}, strategy={})
+    state = dict(meta, model={}, strategy={}, appearance={})
     for key in z.files:
         parts = key.split("/")
         if parts[0] == "model":
             state["model"].setdefault(parts[1], {})[parts[2]] = z[key]
-        elif parts[0] == "strategy":
-            state["strategy"][parts[1]] = z[key]
+        elif parts[0] in ("strategy", "appearance"):
+            state[parts[0]][parts[1]] = z[key]
     return state
 
 
@@ -199,12 +203,20 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
     world = None
     if resume is not None:
         state = load_checkpoint(find_checkpoint(resume))
+        ran = json.loads(state["config"])
+        # a checkpoint of before appearance correction ran without it; left to the
+        # dataset (None), a resumed run keeps what it had
+        ran["appearance"] = ran.get("appearance") or "none"
+        if cfg.appearance is None:
+            cfg = cfg.replace(appearance=ran["appearance"])
         # a setting the checkpoint depends on (its Spec's resumable=False) stays as it was
-        conflict = resume_conflict(json.loads(state["config"]), cfg)
+        conflict = resume_conflict(ran, cfg)
         if conflict:
             raise RunFolderError("%s: %s" % (resume, conflict))
         world = WorldTransform(tuple(state["world"]["center"]), state["world"]["scale"])
         init = world.to_dataset(state["model"]["params"])
+    if cfg.appearance is None:  # the dataset decides (TrainConfig.appearance_for); config.json says which
+        cfg = cfg.replace(appearance=cfg.appearance_for(scene.source))
     trainer = Trainer(scene, cfg, device, init=init, world=world, log=log, faults=faults)
     made.append(trainer)
     if state is not None:
@@ -325,9 +337,12 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         write_splat_ply(
             output / "splat.ply", arrays["means"], arrays["quats"], arrays["scales"], arrays["opacities"], arrays["sh"]
         )
+        isp = trainer.appearance_isp()
+        if isp is not None:
+            atomic_write(output / "appearance.npz", write=lambda f: np.savez(f, **isp))
     except DiskFullError as exc:
         raise _disk_full(exc, output, saved) from None
-    metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None)
+    metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None, psnr_cc=None)
     # the fit to the training views beside it: the train-test gap says how hard the model
     # overfits (issue #46); up to 12 training views, evenly spread, keep it cheap
     train_views = list(scene.train)[:: max(1, -(-len(scene.train) // 12))]
@@ -349,6 +364,7 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         process_vram_mib=process / (1 << 20) if process is not None else None,
         device=device.info.name,
         lpips=None,
+        appearance=cfg.appearance,
         **trainer.strategy.metrics(),
         nonfinite_splats=nonfinite,
         train_psnr=fit["psnr"],
@@ -388,6 +404,31 @@ def _disk_full(exc: DiskFullError, output: Path, saved: dict) -> DiskFullError:
 
 
 # ---- existing runs: evaluate and render ------------------------------------------------
+
+
+def appearance_of_state(state: dict, scene, cfg) -> dict | None:
+    """The appearance models of a checkpoint ``state`` as :meth:`Trainer.appearance_isp`
+    gives them (None without), with the cameras and image sizes of ``scene``'s training
+    images (the run's split)."""
+    from spirula.train.appearance import camera_of_frames
+
+    mode = cfg.appearance or "none"
+    app = state.get("appearance") or {}
+    if mode == "none" or not app:
+        return None
+    frames = [scene.frames[i] for i in scene.train]
+    cams = camera_of_frames(frames)
+    sizes = {}
+    for k, f in zip(cams, frames):
+        sizes.setdefault(k, (f.width, f.height))
+    isp = dict(mode=mode, n_frames=len(frames), n_cameras=len(sizes), cameras=np.asarray(cams, np.int32),
+               names=np.asarray([f.name for f in frames]),
+               camera_sizes=np.asarray([sizes[k] for k in range(len(sizes))], np.int32))  # fmt: skip
+    if "ppisp" in app:
+        isp["ppisp"] = app["ppisp"]
+    if "grids" in app:
+        isp["grids"] = app["grids"]
+    return isp
 
 
 def load_run(run: Path):
@@ -440,17 +481,27 @@ class SplatRenderer:
         self.splats.free(self.device)
 
 
-def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = MAX_ALPHA) -> dict:
-    """PSNR/SSIM of the splats on the given (default: test) views."""
-    from spirula.train.metrics import psnr, ssim
+def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = MAX_ALPHA, isp=None) -> dict:
+    """PSNR/SSIM and colour-corrected PSNR of the splats on the given (default: test) views,
+    through the appearance models ``isp`` (:func:`appearance_of_state`) as for a novel view
+    (Trainer.evaluate), if given."""
+    from spirula.train.appearance import apply_appearance
+    from spirula.train.metrics import evaluate_views
+    from spirula.train.trainer import camera_for_size
 
     renderer = SplatRenderer(device, params, scene.background, max_alpha)
-    per = []
-    for i in track(scene.test if indices is None else indices, "evaluating", unit="view"):
+
+    def render(i):
         f = scene.frames[i]
-        img = np.clip(renderer.render(f.viewmat, f.K, f.width, f.height), 0, 1)
-        gt, mask = scene.load_image(i), scene.load_mask(i)
-        per.append(dict(image=f.name, psnr=psnr(img, gt, mask), ssim=ssim(img, gt, mask)))
-    renderer.free()
-    mean = {k: float(np.mean([p[k] for p in per])) if per else None for k in ("psnr", "ssim")}
-    return dict(per_image=per, **mean)
+        img = renderer.render(f.viewmat, f.K, f.width, f.height)
+        if isp is not None:
+            img = apply_appearance(device, img, isp, None, camera_for_size(isp, f.width, f.height))
+        return img
+
+    try:
+        out = evaluate_views(scene, scene.test if indices is None else indices, render)
+    finally:
+        renderer.free()
+    if not out["per_image"]:
+        out.update(psnr=None, ssim=None, psnr_cc=None)
+    return out

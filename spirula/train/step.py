@@ -3,8 +3,12 @@ sequence, and the words the host writes before it and reads after it.
 
     copy step params + camera -> projection_fwd -> depth sort -> tile counts
     -> prefix_sum -> intersect_tile_write -> tile sort -> tile_ranges
-    -> rasterize_fwd -> loss_fwd -> loss_bwd -> rasterize_bwd -> fpbo
+    -> rasterize_fwd [-> ppisp_fwd / bilagrid_fwd] -> loss_fwd -> loss_bwd
+    [-> bilagrid_bwd, bilagrid_tv / ppisp_bwd] -> rasterize_bwd -> fpbo [-> adam_small]
     -> copy loss and intersection count to host-visible memory
+
+(in brackets: with appearance correction, spirula/train/appearance.py; without it nothing
+of it is recorded.)
 
 :class:`ImageSize`: the training views of one image size (ground truth,
 rasterizer, loss scratch, the recorded steps); :class:`Step`: one step on its
@@ -23,14 +27,17 @@ from spirula.progress import track
 from spirula.render.raster_buffers import CAMERA_FLOATS
 from spirula.render.rasterizer import Rasterizer
 from spirula.runtime.buffers import fmt_bytes
+from spirula.train.appearance import APP_WORDS
 from spirula.train.loss import LossBuffers, masked_counts, pack_rgba8
 from spirula.train.normal_consistency import record_normal_consistency
 from spirula.train.optimizer import record_fpbo
 from spirula.train.schedule import learning_rates
 from spirula.train.step_params import PREV_ISECTS_WORD, STEP_PARAMS_HOST_WORDS, STEP_PARAMS_WORDS, step_params
 
-# host_in words of one step: its StepParams, then its camera (viewmat [4,4], fx fy cx cy)
-HOST_IN_WORDS = STEP_PARAMS_WORDS + CAMERA_FLOATS
+# host_in words of one step: its StepParams, then its camera (viewmat [4,4], fx fy cx cy), then
+# the appearance's words (the view's frame, Adam's scalars; copied only with appearance on)
+HOST_IN_WORDS = STEP_PARAMS_WORDS + CAMERA_FLOATS + APP_WORDS
+APP_WORD = STEP_PARAMS_WORDS + CAMERA_FLOATS
 HOST_OUT_WORDS = 8  # loss, l1, ssim, mse, intersection count
 SLOTS = 2  # host_in/host_out slots: the step being read back and the one submitted ahead
 
@@ -154,7 +161,7 @@ class StepIO:
         """What step of ``slot`` left in host_out: [HOST_OUT_WORDS] float32 (a copy)."""
         return self.host_out.host_view()[slot].copy()
 
-    def write(self, st: Step, cfg, extent: float, n_splats: int, viewmat, K, prev_capacity: int):
+    def write(self, st: Step, cfg, extent: float, n_splats: int, viewmat, K, prev_capacity: int, appearance=None):
         """Step ``st``'s StepParams and camera (training coordinates ``viewmat``,
         ``K``) into its host_in slot. ``prev_capacity``: the intersection
         capacity of the step before it on the GPU when that one is still
@@ -196,28 +203,49 @@ class StepIO:
         cam = np.zeros(CAMERA_FLOATS, np.float32)
         cam[:16] = np.asarray(viewmat).reshape(-1)
         cam[16:] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
-        view[STEP_PARAMS_WORDS:] = cam.view(np.uint32)
+        view[STEP_PARAMS_WORDS:APP_WORD] = cam.view(np.uint32)
+        if appearance is not None:
+            view[APP_WORD:] = appearance.host_words(st.k, st.image)
 
 
 def record_step(
-    device, cfg, model, stats, group: ImageSize, io: StepIO, sh_degree: int, slot: int, distortion: bool, normals: bool
+    device,
+    cfg,
+    model,
+    stats,
+    group: ImageSize,
+    io: StepIO,
+    sh_degree: int,
+    slot: int,
+    distortion: bool,
+    normals: bool,
+    appearance=None,
 ):
     """The recorded sequence of one step of ``group``'s image size (its ground
     truth chunk ``group.chunk``) with ``model``'s splats at ``sh_degree``,
     reading its StepParams and camera from host_in slot ``slot``.
     ``distortion``, ``normals``: the geometry terms are in this step's loss;
-    ``stats``: the density statistics fpbo accumulates (ADC)."""
+    ``stats``: the density statistics fpbo accumulates (ADC); ``appearance``: the run's
+    :class:`~spirula.train.appearance.Appearance`, or None (nothing of it recorded)."""
     raster, strategy = group.raster, cfg.strategy
     rec = device.recorder("train.step")
     src = 4 * HOST_IN_WORDS * slot
     # prev_isects is the GPU's (shaders/include/step_params.glsl): the host's copy stops before it
     rec.copy(io.host_in, io.params, nbytes=4 * STEP_PARAMS_HOST_WORDS, src_offset=src)
     rec.copy(io.host_in, raster.cameras, nbytes=4 * CAMERA_FLOATS, src_offset=src + 4 * STEP_PARAMS_WORDS)
+    if appearance is not None:
+        rec.copy(io.host_in, appearance.words, nbytes=4 * APP_WORDS, src_offset=src + 4 * APP_WORD)
     raster.record_project(rec, model.params, sh_degree, normals=normals)
     # with the distortion the forward also keeps its running sum: rasterize_bwd's chunks start
     # from the sums behind their end (chunk_state)
     raster.record_raster(rec, distortion=distortion, normals=normals)
-    group.loss.record(rec, raster.out_colors, group.gt_images, io.params, raster.grad_colors)
+    if appearance is None:
+        group.loss.record(rec, raster.out_colors, group.gt_images, io.params, raster.grad_colors)
+    else:
+        # the loss compares the corrected image; its gradient goes back through the models
+        colors = appearance.record_forward(rec, raster)
+        group.loss.record(rec, colors, group.gt_images, io.params, appearance.loss_grad(raster))
+        appearance.record_backward(rec, raster)
     if normals:
         # normal consistency (2DGS): d(weight x mean over pixels of a (1 - N . n_d))/d pixel
         # loss is one constant; its backward writes dL/d the normal image and dL/d the
@@ -256,6 +284,8 @@ def record_step(
         flatten=cfg.flatten_weight > 0,
         normals=normals,
     )
+    if appearance is not None:
+        appearance.record_optimize(rec)
     dst = 4 * HOST_OUT_WORDS * slot
     count = 4 * raster.total_offset
     rec.copy(group.loss.loss_out, io.host_out, nbytes=16, dst_offset=dst)

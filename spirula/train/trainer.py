@@ -35,11 +35,11 @@ import numpy as np
 
 from spirula.data.world import WorldTransform
 from spirula.errors import OutOfMemoryError, SpirulaError
-from spirula.progress import track
 from spirula.render.rasterizer import Rasterizer
 from spirula.runtime.buffers import NAN_WORD
 from spirula.train import memory
 from spirula.train import strategy as strategies
+from spirula.train.appearance import Appearance, apply_appearance
 from spirula.train.config import TrainConfig
 from spirula.train.faults import FaultInjection
 from spirula.train.memory import ISECT_HEADROOM
@@ -47,6 +47,15 @@ from spirula.train.model import PARAM_NAMES, SplatModel, init_from_points
 from spirula.train.schedule import sh_degree_at
 from spirula.train.step import SLOTS, ImageSize, Step, StepIO, record_step
 from spirula.train.step_params import NO_GUARD
+
+
+def camera_for_size(isp: dict, width: int, height: int):
+    """The appearance's camera of a ``width`` x ``height`` image (one per training image
+    size), or None: a size no training image has gets no per-camera stage."""
+    for k, (w, h) in enumerate(np.asarray(isp.get("camera_sizes", np.zeros((0, 2)))).tolist()):
+        if (w, h) == (width, height):
+            return k
+    return None
 
 
 class Trainer:
@@ -144,6 +153,12 @@ class Trainer:
             for wh in sizes
         }
         self._size_of_image = [self.sizes[(f.width, f.height)] for f in frames]
+        # appearance correction (docs/design.md §2.8): None (the default of a bare
+        # TrainConfig; train_run resolves it from the dataset) and "none" record nothing
+        mode = cfg.appearance or "none"
+        self.appearance = None
+        if mode != "none":
+            self.appearance = Appearance(device, mode, frames, cfg.iterations, cfg.appearance_lr)
         self._eval_rasters = {}
         self.io = StepIO(pool)  # the step parameters on the GPU, the host's slots in and out
         self._slot = 0  # the host_in/host_out slot of the next step submitted
@@ -240,6 +255,7 @@ class Trainer:
                 st.slot,
                 distortion,
                 normals,
+                self.appearance,
             )
             group.seqs[(st.chunk, st.slot)] = (key, seq)
         return seq
@@ -283,6 +299,7 @@ class Trainer:
             self.viewmats[st.image],
             self.Ks[st.image],
             NO_GUARD if prev is None else prev.capacity,
+            self.appearance,
         )
         st.seq.run_async()
         st.submitted = True
@@ -425,19 +442,37 @@ class Trainer:
         return self.device.readback(raster.out_colors)[0]
 
     def evaluate(self, indices=None) -> dict:
-        """PSNR and SSIM of every test image (clamped to [0, 1])."""
+        """PSNR and SSIM of every test image (clamped to [0, 1]), and the colour-corrected
+        PSNR (:func:`~spirula.train.metrics.evaluate_views`). With appearance correction the
+        render goes through the ISP as for a novel view: per-frame stages at their identity
+        (the captures' mean exposure and colour), the camera's vignetting and CRF."""
         self.settle()
-        from spirula.train.metrics import psnr, ssim
+        from spirula.train.metrics import evaluate_views
+
+        isp = self.appearance_isp()
+
+        def render(i):
+            f = self.scene.frames[i]
+            img = self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height))
+            if isp is not None:
+                img = apply_appearance(self.device, img, isp, None, camera_for_size(isp, f.width, f.height))
+            return img
 
         indices = self.scene.test if indices is None else indices
-        per = []
-        for i in track(indices, "evaluating", unit="view"):
-            f = self.scene.frames[i]
-            img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height)), 0, 1)
-            gt, mask = self.scene.load_image(i), self.scene.load_mask(i)
-            per.append(dict(image=f.name, psnr=psnr(img, gt, mask), ssim=ssim(img, gt, mask)))
-        mean = {k: float(np.mean([p[k] for p in per])) if per else float("nan") for k in ("psnr", "ssim")}
-        return dict(per_image=per, **mean)
+        return evaluate_views(self.scene, indices, render)
+
+    def appearance_isp(self) -> dict | None:
+        """The appearance models as numpy (:meth:`Appearance.isp`, with each camera's image
+        size), or None without them."""
+        if self.appearance is None:
+            return None
+        self.settle()
+        isp = self.appearance.isp()
+        sizes = {}
+        for k, f in zip(self.appearance.cameras, (self.scene.frames[i] for i in self.scene.train)):
+            sizes.setdefault(k, (f.width, f.height))
+        isp["camera_sizes"] = np.asarray([sizes[k] for k in range(self.appearance.n_cameras)], np.int32)
+        return isp
 
     def splat_arrays(self) -> dict:
         """Current raw parameters in dataset coordinates, as numpy: means, quats,
@@ -459,6 +494,7 @@ class Trainer:
             order=list(map(int, self._order)),
             strategy=self.strategy.state_dict(self.model, self.stats, self.device),
             isect_capacity=max(g.raster.isect_capacity for g in self.sizes.values()),
+            appearance=self.appearance.state_dict() if self.appearance is not None else {},
         )
 
     def load_state_dict(self, state: dict):
@@ -471,6 +507,8 @@ class Trainer:
         self.rng.bit_generator.state = state["rng"]
         self._order = list(state["order"])
         self.strategy.load_state_dict(state["strategy"], self.stats, self.device)
+        if self.appearance is not None:
+            self.appearance.load_state_dict(state.get("appearance", {}))
         self.fit_splat_buffers()
         for group in self.sizes.values():
             isects = int(state.get("isect_capacity", 1))
@@ -482,6 +520,8 @@ class Trainer:
         self._ahead = self._settled = None
         self.model.free()
         self.strategy.free(self.device)
+        if self.appearance is not None:
+            self.appearance.free()
         for group in self.sizes.values():
             group.free(self.device)
         for raster in self._eval_rasters.values():

@@ -1,0 +1,398 @@
+"""Appearance correction on the GPU (docs/design.md §2.8): the recording of ``ppisp_fwd``/
+``ppisp_bwd``, ``bilagrid_fwd``/``bilagrid_bwd``/``bilagrid_tv`` and ``adam_small``
+(reference: :mod:`spirula.reference.appearance`), and :class:`Appearance`, the models of
+one training run (``TrainConfig.appearance``): their parameters, Adam moments and scratch
+on the GPU, recorded into the training step (spirula/train/step.py) between
+``rasterize_fwd`` and ``loss_fwd`` and between ``loss_bwd`` and ``rasterize_bwd``, and
+optimised there by ``adam_small``. The host writes :data:`APP_WORDS` words per step (the
+view's frame, both models' Adam scalars) beside the step's StepParams; nothing is read back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spirula.runtime.buffers import Buffer
+from spirula.runtime.sequence import Threads, grid_stride_groups
+
+PPISP_ROWS = 37  # shaders/include/appearance.glsl PPISP_ROWS
+PIXELS_PER_THREAD = 32  # ppisp_bwd's phase 0: about this many pixels per thread
+MAX_THREADS = 65536  # ... and at most this many threads (the partials: 37 x 4 x this bytes)
+REDUCE = 256  # values one thread of phase 1 sums
+
+
+def ppisp_size(n_frames: int, n_cameras: int) -> int:
+    """Floats of the PPISP parameter buffer: exposure [F], colour [F,8], vignetting
+    [C,3,5], CRF [C,3,4]."""
+    return 9 * n_frames + 27 * n_cameras
+
+
+def ppisp_threads(width: int, height: int) -> int:
+    """Threads of ppisp_bwd's phase 0 for one W x H view (the partials' row stride)."""
+    return max(1, min(MAX_THREADS, -(-width * height // PIXELS_PER_THREAD)))
+
+
+def record_ppisp_fwd(rec, step: Buffer, image_cameras: Buffer, ppisp: Buffer, rgb_in: Buffer, rgb_out: Buffer,
+                     width: int, height: int, view: int, n_frames: int, n_cameras: int):  # fmt: skip
+    """Record PPISP on view ``view`` of ``rgb_in`` [V,H,W,3] into ``rgb_out``. ``step`` holds
+    StepParams (its image_index[view] is the frame), ``image_cameras`` [F] u32 the camera of
+    each frame."""
+    kernel = rec.device.kernel("ppisp_fwd")
+    push = dict(width=width, height=height, view=view, n_frames=n_frames, n_cameras=n_cameras)
+    bufs = dict(step=step, image_cameras=image_cameras, ppisp=ppisp, rgb_in=rgb_in, rgb_out=rgb_out)
+    rec.dispatch(kernel, grid_stride_groups(kernel, width * height), bufs, push=push)
+    return rec
+
+
+def record_ppisp_bwd(rec, step: Buffer, image_cameras: Buffer, ppisp: Buffer, rgb_in: Buffer, grad_out: Buffer,
+                     grad_rgb: Buffer, partials: Buffer, grads: Buffer, width: int, height: int, view: int,
+                     n_frames: int, n_cameras: int, reg: float = 0.0):  # fmt: skip
+    """Record ppisp_bwd's phases: ``grad_rgb`` of view ``view`` and the parameters' gradients
+    added to ``grads`` (GRAD_T, as the device's kernels declare it). ``partials`` holds at
+    least 37 x :func:`ppisp_threads` floats. ``reg``: the weight of PPISP's regularisers
+    (1: nv-tlabs/ppisp's; 0: none), whose gradients phase 2 adds too."""
+    threads = ppisp_threads(width, height)
+    bufs = dict(
+        step=step, image_cameras=image_cameras, ppisp=ppisp, rgb_in=rgb_in, grad_out=grad_out,
+        grad_rgb=grad_rgb, partials=partials, grads=grads,
+    )  # fmt: skip
+    push = dict(width=width, height=height, view=view, n_frames=n_frames, n_cameras=n_cameras, threads=threads,
+                reg=float(reg))  # fmt: skip
+    rec.dispatch("ppisp_bwd", Threads(threads), bufs, push=dict(push, n_in=0, n_out=1), spec=dict(PHASE=0))
+    n = threads
+    while n > 1:
+        n_out = -(-n // REDUCE)
+        rec.dispatch(
+            "ppisp_bwd", Threads(PPISP_ROWS * n_out), bufs, push=dict(push, n_in=n, n_out=n_out), spec=dict(PHASE=1)
+        )
+        n = n_out
+    rec.dispatch("ppisp_bwd", Threads(1), bufs, push=dict(push, n_in=1, n_out=1), spec=dict(PHASE=2))
+    return rec
+
+
+def _grid_push(width, height, view, n_grids, grid_shape):
+    gl, gh, gw = grid_shape
+    return dict(width=width, height=height, view=view, n_grids=n_grids, grid_w=gw, grid_h=gh, grid_l=gl)
+
+
+def record_bilagrid_fwd(rec, step: Buffer, grids: Buffer, rgb_in: Buffer, rgb_out: Buffer, width: int, height: int,
+                        view: int, n_grids: int, grid_shape=(8, 16, 16)):  # fmt: skip
+    """Record the bilateral grid on view ``view``: ``grids`` [F, GL, GH, GW, 12],
+    ``grid_shape`` (GL, GH, GW), gsplat's default (8, 16, 16)."""
+    kernel = rec.device.kernel("bilagrid_fwd")
+    bufs = dict(step=step, grids=grids, rgb_in=rgb_in, rgb_out=rgb_out)
+    push = _grid_push(width, height, view, n_grids, grid_shape)
+    rec.dispatch(kernel, grid_stride_groups(kernel, width * height), bufs, push=push)
+    return rec
+
+
+def record_bilagrid_bwd(rec, step: Buffer, grids: Buffer, rgb_in: Buffer, grad_out: Buffer, grad_rgb: Buffer,
+                        grad_grids: Buffer, width: int, height: int, view: int, n_grids: int,
+                        grid_shape=(8, 16, 16)):  # fmt: skip
+    """Record the grid's backward: ``grad_rgb`` of view ``view``, ``grad_grids`` added to."""
+    kernel = rec.device.kernel("bilagrid_bwd")
+    bufs = dict(step=step, grids=grids, rgb_in=rgb_in, grad_out=grad_out, grad_rgb=grad_rgb, grad_grids=grad_grids)
+    push = _grid_push(width, height, view, n_grids, grid_shape)
+    rec.dispatch(kernel, grid_stride_groups(kernel, width * height), bufs, push=push)
+    return rec
+
+
+def record_bilagrid_tv(rec, grids: Buffer, grad_grids: Buffer, tv_terms: Buffer, n_grids: int, weight: float,
+                       grid_shape=(8, 16, 16)):  # fmt: skip
+    """Record the total variation: each element's terms into ``tv_terms`` (their sum is
+    the value) and ``weight`` x its gradient added to ``grad_grids``."""
+    gl, gh, gw = grid_shape
+    kernel = rec.device.kernel("bilagrid_tv")
+    push = dict(n_grids=n_grids, grid_w=gw, grid_h=gh, grid_l=gl, weight=float(weight))
+    n = n_grids * gl * gh * gw * 12
+    rec.dispatch(kernel, grid_stride_groups(kernel, n), dict(grids=grids, grad_grids=grad_grids, tv_terms=tv_terms),
+                 push=push)  # fmt: skip
+    return rec
+
+
+def record_adam_small(rec, params: Buffer, grads: Buffer, m: Buffer, v: Buffer, hyper: Buffer, count: int,
+                      at: int = 0):  # fmt: skip
+    """Record one Adam step of ``params[:count]``; ``hyper[at:at + 6]`` = lr, beta1, beta2,
+    1 - beta1^step, 1 - beta2^step, eps. ``grads`` is zeroed after use."""
+    rec.dispatch(
+        "adam_small", Threads(count), dict(params=params, grads=grads, m=m, v=v, hyper=hyper),
+        push=dict(count=count, at=at),
+    )  # fmt: skip
+    return rec
+
+
+def adam_hyper(lr: float, step: int, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-15) -> list:
+    """The six scalars adam_small reads for Adam step ``step`` (1-based)."""
+    return [lr, beta1, beta2, 1.0 - beta1**step, 1.0 - beta2**step, eps]
+
+
+# ---- the models of a training run -------------------------------------------------------
+
+MODES = ("none", "ppisp", "bilagrid", "both")
+# host_in words of the appearance per step (after StepParams and the camera): words 0-11 as
+# StepParams' head (word 4 + view: the view's frame, its index in the training list, which
+# the kernels read as STEP_IMAGE_INDEX_WORD), then Adam's six scalars for PPISP, then for the grids
+APP_WORDS = 24
+HYPER_PPISP, HYPER_BILAGRID = 12, 18
+# nv-tlabs/ppisp PPISPConfig: Adam lr 2e-3 (eps 1e-15, betas 0.9/0.999); LinearLR from 0.01 x
+# over 500 steps, then ExponentialLR to 0.01 x over 30,000 steps: fractions of its 30,000-step
+# runs, which Spirula applies to the run's length (the same at 30,000 steps; a 300-step run
+# warms up over 5)
+REFERENCE_STEPS = 30_000
+PPISP_LR, PPISP_WARMUP, PPISP_DECAY_STEPS = 2e-3, 500, 30_000
+# gsplat simple_trainer: the grids' Adam lr 2e-3 x sqrt(batch 1), eps 1e-15; LinearLR from 0.01 x
+# over 1,000 steps, then ExponentialLR to 0.01 x over the run (30,000 steps); total variation
+# weight 10
+BILAGRID_LR, BILAGRID_WARMUP, BILAGRID_TV = 2e-3, 1000, 10.0
+GRID_SHAPE = (8, 16, 16)  # (GL, GH, GW), gsplat's
+START_FACTOR = FINAL_FACTOR = 0.01
+
+
+def warmup_exp_lr(k: int, base: float, warmup: int, decay_steps: int) -> float:
+    """torch's SequentialLR([LinearLR(start 0.01, warmup), ExponentialLR(0.01 ** (1 /
+    decay_steps))], milestones=[warmup]) after ``k`` scheduler steps (0-based Adam step)."""
+    if k < warmup:
+        return base * (START_FACTOR + (1.0 - START_FACTOR) * k / warmup)
+    return base * FINAL_FACTOR ** ((k - warmup) / max(1, decay_steps))
+
+
+def _scaled(steps: int, iterations: int) -> int:
+    return max(1, round(steps * iterations / REFERENCE_STEPS))
+
+
+def ppisp_lr(k: int, iterations: int, base: float = PPISP_LR) -> float:
+    """PPISP's learning rate at Adam step ``k`` (0-based) of a run of ``iterations`` steps."""
+    return warmup_exp_lr(k, base, _scaled(PPISP_WARMUP, iterations), _scaled(PPISP_DECAY_STEPS, iterations))
+
+
+def bilagrid_lr(k: int, iterations: int, base: float = BILAGRID_LR) -> float:
+    """The grids' learning rate at Adam step ``k`` (0-based) of a run of ``iterations`` steps."""
+    return warmup_exp_lr(k, base, _scaled(BILAGRID_WARMUP, iterations), iterations)
+
+
+def _softplus_inv(x: float) -> float:
+    return math.log(math.expm1(x))
+
+
+def ppisp_initial(n_frames: int, n_cameras: int) -> np.ndarray:
+    """PPISP's starting parameters (the identity): exposure 0, colour 0, vignetting 0, each
+    channel's CRF toe = shoulder = gamma = 1 and centre 0.5 (nv-tlabs/ppisp's init)."""
+    out = np.zeros(ppisp_size(n_frames, n_cameras), np.float32)
+    crf = out[9 * n_frames + 15 * n_cameras :].reshape(n_cameras, 3, 4)
+    crf[:] = (_softplus_inv(0.7), _softplus_inv(0.7), _softplus_inv(0.9), 0.0)
+    return out
+
+
+def bilagrid_initial(n_frames: int, grid_shape=GRID_SHAPE) -> np.ndarray:
+    """Identity grids [F, GL, GH, GW, 12]: every node's 3x4 matrix [I | 0]."""
+    out = np.zeros((n_frames, *grid_shape, 12), np.float32)
+    out[..., [0, 5, 10]] = 1.0
+    return out
+
+
+def camera_of_frames(frames) -> list:
+    """The PPISP camera of each frame: one camera per image size, in order of first use
+    (the datasets name no camera per image; a video or one phone's photos are one)."""
+    sizes = {}
+    return [sizes.setdefault((f.width, f.height), len(sizes)) for f in frames]
+
+
+class Appearance:
+    """The appearance models of one run (``mode``: ppisp, bilagrid or both) over the
+    training ``frames`` (the training list: frame k is train image k), and their buffers
+    (pool category ``appearance``): the parameters, Adam's gradients and moments, PPISP's
+    partial sums, per training image size the corrected image and its gradient, and the
+    ``words`` the step copies from host_in (:meth:`host_words`)."""
+
+    def __init__(self, device, mode: str, frames, iterations: int, lr: float = PPISP_LR):
+        if mode not in MODES or mode == "none":
+            raise ValueError("appearance %r: expected one of ppisp, bilagrid, both" % (mode,))
+        self.device, self.mode, self.iterations, self.lr = device, mode, iterations, lr
+        self.ppisp_on = mode in ("ppisp", "both")
+        self.bilagrid_on = mode in ("bilagrid", "both")
+        self.n_frames = len(frames)
+        self.cameras = camera_of_frames(frames)
+        self.n_cameras = max(self.cameras) + 1 if self.cameras else 0
+        self.names = [f.name for f in frames]
+        pool = device.pool
+        self._bufs = []
+
+        def alloc(name, shape, dtype=np.float32, zero=True):
+            buf = pool.alloc("appearance." + name, shape, dtype, "appearance", zero=zero)
+            self._bufs.append(buf)
+            return buf
+
+        self.words = alloc("words", (APP_WORDS,), np.uint32)
+        self.size = {}  # (W, H) -> dict of that size's corrected images and gradients
+        if self.ppisp_on:
+            n = ppisp_size(self.n_frames, self.n_cameras)
+            self.image_cameras = alloc("image_cameras", (self.n_frames,), np.uint32, zero=False)
+            device.upload(self.image_cameras, np.asarray(self.cameras, np.uint32))
+            self.ppisp = alloc("ppisp", (n,), zero=False)
+            device.upload(self.ppisp, ppisp_initial(self.n_frames, self.n_cameras))
+            self.ppisp_grads, self.ppisp_m, self.ppisp_v = (alloc("ppisp_" + k, (n,)) for k in ("grads", "m", "v"))
+            most = max(ppisp_threads(w, h) for w, h in {(f.width, f.height) for f in frames})
+            self.partials = alloc("ppisp_partials", (PPISP_ROWS * most,), zero=False)
+        if self.bilagrid_on:
+            shape = (self.n_frames, *GRID_SHAPE, 12)
+            self.grids = alloc("grids", shape, zero=False)
+            device.upload(self.grids, bilagrid_initial(self.n_frames))
+            self.grid_grads, self.grid_m, self.grid_v, self.tv_terms = (
+                alloc("grids_" + k, shape) for k in ("grads", "m", "v", "tv")
+            )
+        for f in frames:
+            wh = (f.width, f.height)
+            if wh not in self.size:
+                n_images = 2 if mode == "both" else 1
+                self.size[wh] = {
+                    k: alloc("%dx%d.%s" % (wh[0], wh[1], k), (1, wh[1], wh[0], 3), zero=False)
+                    for i in range(n_images)
+                    for k in ("rgb%d" % i, "grad%d" % i)
+                }
+
+    def host_words(self, k: int, frame: int) -> np.ndarray:
+        """The words of step ``k`` (0-based) on training frame ``frame``."""
+        out = np.zeros(APP_WORDS, np.uint32)
+        out[4] = frame
+        t = k + 1
+        hyper = np.zeros(12, np.float32)
+        hyper[:6] = adam_hyper(ppisp_lr(k, self.iterations, self.lr), t)
+        hyper[6:] = adam_hyper(bilagrid_lr(k, self.iterations, self.lr), t)
+        out[HYPER_PPISP:] = hyper.view(np.uint32)
+        return out
+
+    def record_forward(self, rec, raster) -> Buffer:
+        """Record the models on ``raster``'s rendered view; returns the corrected image the
+        loss reads."""
+        w, h = raster.width, raster.height
+        bufs = self.size[(w, h)]
+        rgb = raster.out_colors
+        i = 0
+        if self.ppisp_on:
+            record_ppisp_fwd(rec, self.words, self.image_cameras, self.ppisp, rgb, bufs["rgb0"], w, h, 0,
+                             self.n_frames, self.n_cameras)  # fmt: skip
+            rgb, i = bufs["rgb0"], 1
+        if self.bilagrid_on:
+            out = bufs["rgb%d" % i]
+            record_bilagrid_fwd(rec, self.words, self.grids, rgb, out, w, h, 0, self.n_frames, GRID_SHAPE)
+            rgb = out
+        return rgb
+
+    def loss_grad(self, raster) -> Buffer:
+        """Where the loss writes dL/d (the corrected image)."""
+        bufs = self.size[(raster.width, raster.height)]
+        return bufs["grad1"] if self.mode == "both" else bufs["grad0"]
+
+    def record_backward(self, rec, raster):
+        """Record the models' backward from :meth:`loss_grad` into ``raster.grad_colors``,
+        with their regularisers (PPISP's, the grids' total variation)."""
+        w, h = raster.width, raster.height
+        bufs = self.size[(w, h)]
+        if self.bilagrid_on:
+            rgb_in = bufs["rgb0"] if self.mode == "both" else raster.out_colors
+            grad_out = self.loss_grad(raster)
+            grad_rgb = bufs["grad0"] if self.mode == "both" else raster.grad_colors
+            record_bilagrid_bwd(rec, self.words, self.grids, rgb_in, grad_out, grad_rgb, self.grid_grads, w, h, 0,
+                                self.n_frames, GRID_SHAPE)  # fmt: skip
+            record_bilagrid_tv(rec, self.grids, self.grid_grads, self.tv_terms, self.n_frames, BILAGRID_TV, GRID_SHAPE)
+        if self.ppisp_on:
+            record_ppisp_bwd(rec, self.words, self.image_cameras, self.ppisp, raster.out_colors, bufs["grad0"],
+                             raster.grad_colors, self.partials, self.ppisp_grads, w, h, 0, self.n_frames,
+                             self.n_cameras, reg=1.0)  # fmt: skip
+
+    def record_optimize(self, rec):
+        """Record Adam on every parameter (gradients zeroed after)."""
+        if self.ppisp_on:
+            record_adam_small(rec, self.ppisp, self.ppisp_grads, self.ppisp_m, self.ppisp_v, self.words,
+                              self.ppisp.shape[0], at=HYPER_PPISP)  # fmt: skip
+        if self.bilagrid_on:
+            record_adam_small(rec, self.grids, self.grid_grads, self.grid_m, self.grid_v, self.words,
+                              int(np.prod(self.grids.shape)), at=HYPER_BILAGRID)  # fmt: skip
+
+    # -- checkpoints and export ------------------------------------------------------------
+    def _named(self) -> dict:
+        out = {}
+        if self.ppisp_on:
+            out.update(ppisp=self.ppisp, ppisp_m=self.ppisp_m, ppisp_v=self.ppisp_v)
+        if self.bilagrid_on:
+            out.update(grids=self.grids, grids_m=self.grid_m, grids_v=self.grid_v)
+        return out
+
+    def state_dict(self) -> dict:
+        """The parameters and Adam moments, as numpy arrays."""
+        return {k: self.device.readback(b) for k, b in self._named().items()}
+
+    def load_state_dict(self, state: dict):
+        for k, b in self._named().items():
+            if k not in state:
+                raise KeyError("the checkpoint holds no appearance/%s" % k)
+            self.device.upload(b, np.asarray(state[k], np.float32).reshape(b.shape))
+
+    def isp(self) -> dict:
+        """What renders need to apply a frame's appearance (:func:`apply_appearance`), as
+        numpy; also what ``appearance.npz`` in the run folder holds."""
+        out = dict(
+            mode=self.mode, n_frames=self.n_frames, n_cameras=self.n_cameras,
+            cameras=np.asarray(self.cameras, np.int32), names=np.asarray(self.names),
+        )  # fmt: skip
+        if self.ppisp_on:
+            out["ppisp"] = self.device.readback(self.ppisp)
+        if self.bilagrid_on:
+            out["grids"] = self.device.readback(self.grids)
+        return out
+
+    def free(self):
+        for b in self._bufs:
+            self.device.pool.free(b)
+        self._bufs = []
+
+
+def apply_appearance(device, img: np.ndarray, isp: dict, frame: int | None, camera: int | None) -> np.ndarray:
+    """A render [H,W,3] through a run's appearance models (:meth:`Appearance.isp`), on the
+    GPU with the training kernels: ``frame`` None for the per-frame stages' identity (a
+    novel view: exposure 0, colour 0, no grid), else training frame ``frame``'s; ``camera``
+    None for no per-camera stage (vignetting, CRF), else that camera's."""
+    H, W, _ = img.shape
+    mode = str(isp["mode"])
+    if mode == "none":
+        return img
+    F, C = int(isp["n_frames"]), int(isp["n_cameras"])
+    pool = device.pool
+    bufs = []
+
+    def put(name, arr):
+        arr = np.ascontiguousarray(arr)
+        b = pool.alloc("appearance.apply." + name, arr.shape, arr.dtype, "appearance")
+        device.upload(b, arr)
+        bufs.append(b)
+        return b
+
+    try:
+        words = put("words", np.zeros(12, np.uint32))  # frame 0 of a one-frame model
+        rgb = put("rgb_in", np.asarray(img, np.float32)[None])
+        rec = device.recorder("appearance.apply")
+        if mode in ("ppisp", "both"):
+            flat = np.asarray(isp["ppisp"], np.float32)
+            small = np.zeros(ppisp_size(1, 1), np.float32)
+            if frame is not None:
+                small[0] = flat[frame]
+                small[1:9] = flat[F + 8 * frame : F + 8 * frame + 8]
+            if camera is not None:
+                small[9:24] = flat[9 * F + 15 * camera : 9 * F + 15 * camera + 15]
+                small[24:36] = flat[9 * F + 15 * C + 12 * camera : 9 * F + 15 * C + 12 * camera + 12]
+            out = put("ppisp_out", np.zeros_like(np.asarray(img, np.float32)[None]))
+            record_ppisp_fwd(rec, words, put("cameras", np.zeros(1, np.uint32)), put("ppisp", small), rgb, out,
+                             W, H, 0, 1, 0 if camera is None else 1)  # fmt: skip
+            rgb = out
+        if mode in ("bilagrid", "both") and frame is not None:
+            grid = np.asarray(isp["grids"], np.float32)[frame : frame + 1]
+            out = put("grid_out", np.zeros_like(np.asarray(img, np.float32)[None]))
+            record_bilagrid_fwd(rec, words, put("grid", grid), rgb, out, W, H, 0, 1, tuple(grid.shape[1:4]))
+            rgb = out
+        rec.finish().run()
+        return device.readback(rgb)[0]
+    finally:
+        for b in bufs:
+            pool.free(b)
