@@ -23,6 +23,12 @@ from train_cases import write_tiny_colmap, write_tiny_mixed_sizes
 from spirula.train.run_folder import LOCK, RunFolderError, RunLock, splat_behind_note, stale_notes
 
 
+def run_files(run) -> list:
+    """What a finished run holds, sorted (appearance.npz: a COLMAP dataset trains with PPISP)."""
+    isp = json.loads((run / "config.json").read_text())["appearance"] != "none"
+    return sorted(["ckpt", "config.json", "metrics.json", "splat.ply"] + ["appearance.npz"] * isp)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("runfolder")
@@ -118,7 +124,7 @@ def test_resume_of_a_finished_run(run):
     assert proc.returncode == 0, proc.stderr
     assert "(resumed: from step 20 to 24)" in proc.stderr
     assert json.loads((run / "config.json").read_text())["iterations"] == 24
-    assert sorted(p.name for p in run.iterdir()) == ["ckpt", "config.json", "metrics.json", "splat.ply"]
+    assert sorted(p.name for p in run.iterdir()) == run_files(run)
 
 
 def test_config_json_changes_only_when_the_resumed_run_commits(device, run):
@@ -170,7 +176,7 @@ def test_overwrite_replaces_the_run_whole(run, data):
     (run / "metrics-eval.json").write_text("{}")
     proc = spirula("train", data[0], "--output", run, "--iterations", 3, "--overwrite", *SMALL)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in run.iterdir()) == ["ckpt", "config.json", "metrics.json", "splat.ply"]
+    assert sorted(p.name for p in run.iterdir()) == run_files(run)
     assert [p.name for p in (run / "ckpt").iterdir()] == ["step-0000003.npz"]
     assert json.loads((run / "config.json").read_text())["iterations"] == 3
 
