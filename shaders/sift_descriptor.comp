@@ -25,7 +25,7 @@ layout(std430, binding = 4) restrict writeonly buffer HistBuf { float hist[]; };
 
 layout(push_constant) uniform Push {
     int first_octave;
-    uint levels;  // Gaussian levels an octave (S + 3)
+    uint levels;    // Gaussian levels an octave (S + 3)
     uint capacity;  // of oriented
     float magnif;
 } pc;

@@ -89,8 +89,8 @@ FN void sift_extrema_body(uint i) {
         dxx = xp + xm - 2.0f * v;
         dyy = yp + ym - 2.0f * v;
         float dss = sp + sm - 2.0f * v;
-        dxy = 0.25f * (dog_at(plane, s, x + 1, y + 1) + dog_at(plane, s, x - 1, y - 1) - dog_at(plane, s, x - 1, y + 1) -
-                       dog_at(plane, s, x + 1, y - 1));
+        dxy = 0.25f * (dog_at(plane, s, x + 1, y + 1) + dog_at(plane, s, x - 1, y - 1) -
+                       dog_at(plane, s, x - 1, y + 1) - dog_at(plane, s, x + 1, y - 1));
         float dxs = 0.25f * (dog_at(plane, s + 1, x + 1, y) + dog_at(plane, s - 1, x - 1, y) -
                              dog_at(plane, s + 1, x - 1, y) - dog_at(plane, s - 1, x + 1, y));
         float dys = 0.25f * (dog_at(plane, s + 1, x, y + 1) + dog_at(plane, s - 1, x, y - 1) -

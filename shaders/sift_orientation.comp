@@ -26,7 +26,7 @@ layout(std430, binding = 4) restrict buffer CountsBuf { uint counts[]; };
 
 layout(push_constant) uniform Push {
     int first_octave;
-    uint levels;  // Gaussian levels an octave (S + 3)
+    uint levels;    // Gaussian levels an octave (S + 3)
     uint capacity;  // of keypoints
     uint capacity_oriented;
     uint max_orientations;

@@ -53,7 +53,11 @@ def test_upsample(backend, scene_image):
     """One rounding per half-step mean (two on the odd-odd pixels): within 2u of the value."""
     H, W = scene_image.shape
     out = run_kernel(
-        backend, "sift_upsample", Threads(4 * W * H), dict(src=scene_image), {"dst": ((2 * H, 2 * W), np.float32)},
+        backend,
+        "sift_upsample",
+        Threads(4 * W * H),
+        dict(src=scene_image),
+        {"dst": ((2 * H, 2 * W), np.float32)},
         push=dict(width=W, height=H, dst_offset=0),
     )["dst"]
     want = ref.upsample(f64(scene_image))
@@ -65,7 +69,11 @@ def test_downsample(backend, pyramid32):
     src = pyramid32[1][3]
     h, w = src.shape[0] // 2, src.shape[1] // 2
     out = run_kernel(
-        backend, "sift_downsample", Threads(w * h), dict(src=src), {"dst": ((h, w), np.float32)},
+        backend,
+        "sift_downsample",
+        Threads(w * h),
+        dict(src=src),
+        {"dst": ((h, w), np.float32)},
         push=dict(src_offset=0, src_width=src.shape[1], dst_offset=0, width=w, height=h),
     )["dst"]
     assert (out == ref.downsample(src, w, h)).all()
@@ -81,7 +89,11 @@ def test_blur(backend, pyramid32, axis, sigma):
     taps = ref.gaussian_taps(sigma)
     R = len(taps) // 2
     out = run_kernel(
-        backend, "sift_blur", Threads(w * h), dict(src=src, taps=taps.astype(np.float32)), {"dst": ((h, w), np.float32)},
+        backend,
+        "sift_blur",
+        Threads(w * h),
+        dict(src=src, taps=taps.astype(np.float32)),
+        {"dst": ((h, w), np.float32)},
         push=dict(width=w, height=h, src_offset=0, dst_offset=0, taps_offset=0, radius=R, axis=axis),
     )["dst"]
     want = (ref.blur_rows if axis == 0 else ref.blur_cols)(f64(src), taps)
@@ -93,7 +105,11 @@ def test_dog(backend, pyramid32):
     oc = pyramid32[1]
     L, h, w = oc.shape
     out = run_kernel(
-        backend, "sift_dog", Threads((L - 1) * h * w), dict(gauss=oc), {"dog": ((L - 1, h, w), np.float32)},
+        backend,
+        "sift_dog",
+        Threads((L - 1) * h * w),
+        dict(gauss=oc),
+        {"dog": ((L - 1, h, w), np.float32)},
         push=dict(plane=h * w, levels=L - 1, gauss_offset=0, dog_offset=0),
     )["dog"]
     want = ref.dog(f64(oc))
@@ -106,13 +122,30 @@ def test_dog(backend, pyramid32):
 def run_extrema(dev, D, o, mask=None, cap=4096):
     L, h, w = D.shape
     W, H = (w >> -o, h >> -o) if o < 0 else (w << o, h << o)
-    inputs = dict(dog=D, mask=(np.ones((H, W)) if mask is None else mask).astype(np.uint32), counts=np.zeros(2, np.uint32))
+    inputs = dict(
+        dog=D, mask=(np.ones((H, W)) if mask is None else mask).astype(np.uint32), counts=np.zeros(2, np.uint32)
+    )
     out = run_kernel(
-        dev, "sift_extrema", Threads((L - 2) * h * w), inputs, {"keypoints": ((cap, 8), np.float32)}, read=("counts",),
+        dev,
+        "sift_extrema",
+        Threads((L - 2) * h * w),
+        inputs,
+        {"keypoints": ((cap, 8), np.float32)},
+        read=("counts",),
         push=dict(
-            width=w, height=h, levels=L - 2, dog_offset=0, octave=o, xper=2.0**o, peak_threshold=P.peak_threshold,
-            edge_threshold=P.edge_threshold, sigma0=P.sigma0, image_width=W, image_height=H,
-            has_mask=int(mask is not None), capacity=cap,
+            width=w,
+            height=h,
+            levels=L - 2,
+            dog_offset=0,
+            octave=o,
+            xper=2.0**o,
+            peak_threshold=P.peak_threshold,
+            edge_threshold=P.edge_threshold,
+            sigma0=P.sigma0,
+            image_width=W,
+            image_height=H,
+            has_mask=int(mask is not None),
+            capacity=cap,
         ),
     )
     n = int(out["counts"][0])
@@ -203,9 +236,12 @@ def test_orientation(backend, pyramid32):
     kp = _keypoints32(pyramid32, octave)
     n = len(kp)
     out = run_kernel(
-        backend, "sift_orientation", Threads(n),
+        backend,
+        "sift_orientation",
+        Threads(n),
         dict(gauss=oc, octaves=np.array([[w, h, 0, 0]], np.uint32), keypoints=kp, counts=np.array([n, 0], np.uint32)),
-        {"oriented": ((4 * n, 8), np.float32)}, read=("counts",),
+        {"oriented": ((4 * n, 8), np.float32)},
+        read=("counts",),
         push=dict(first_octave=octave, levels=L, capacity=n, capacity_oriented=4 * n, max_orientations=4),
     )
     got = out["oriented"][: out["counts"][1]]
@@ -256,8 +292,12 @@ def test_descriptor(backend, pyramid32):
     oriented[:, 5] = kp[:, 6]
     n = len(kp)
     out = run_kernel(
-        backend, "sift_descriptor", Threads(16 * n),
-        dict(gauss=oc, octaves=np.array([[w, h, 0, 0]], np.uint32), oriented=oriented, counts=np.array([0, n], np.uint32)),
+        backend,
+        "sift_descriptor",
+        Threads(16 * n),
+        dict(
+            gauss=oc, octaves=np.array([[w, h, 0, 0]], np.uint32), oriented=oriented, counts=np.array([0, n], np.uint32)
+        ),
         {"hist": ((n, 128), np.float32)},
         push=dict(first_octave=octave, levels=L, capacity=n, magnif=3.0),
     )["hist"]
@@ -285,8 +325,12 @@ def test_normalize(backend, root):
     hist[:50, :3] *= 40  # clamped bins
     hist = hist.astype(np.float32)
     out = run_kernel(
-        backend, "sift_normalize", Threads(n), dict(hist=hist, counts=np.array([0, n], np.uint32)),
-        {"descriptors": ((n, 32), np.uint32)}, push=dict(capacity=n, root=root),
+        backend,
+        "sift_normalize",
+        Threads(n),
+        dict(hist=hist, counts=np.array([0, n], np.uint32)),
+        {"descriptors": ((n, 32), np.uint32)},
+        push=dict(capacity=n, root=root),
     )["descriptors"]
     got = out.view(np.uint8).reshape(n, 128).astype(int)
     d = 512 * ref.normalize_float(f64(hist), bool(root))

@@ -94,8 +94,15 @@ def test_gpu_sift_against_colmap(device, tmp_path):
     if os.environ.get("SPIRULA_SIFT_REPORT"):
         print(
             "\nkeypoints ours %s colmap %s; repeatability %s; matching score ours %.3f (%d matches) colmap %.3f (%d)"
-            % ([len(ours[n][0]) for n in pick], [len(theirs[n][0]) for n in pick], ["%.4f" % r for r in rep],
-               ms_ours, m_ours, ms_theirs, m_theirs)
+            % (
+                [len(ours[n][0]) for n in pick],
+                [len(theirs[n][0]) for n in pick],
+                ["%.4f" % r for r in rep],
+                ms_ours,
+                m_ours,
+                ms_theirs,
+                m_theirs,
+            )
         )
     assert min(rep) >= 0.95
     assert ms_theirs > 0.2  # the scene matches at all

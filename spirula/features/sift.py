@@ -126,7 +126,8 @@ class SiftExtractor:
         )
         device.upload(self._bufs["taps"], np.concatenate(taps).astype(np.float32))
         device.upload(
-            self._bufs["octaves"], np.array([(w, h, go, 0) for _, w, h, go, _ in self.octaves], np.uint32).reshape(-1, 4)
+            self._bufs["octaves"],
+            np.array([(w, h, go, 0) for _, w, h, go, _ in self.octaves], np.uint32).reshape(-1, 4),
         )
         self._capacity(capacity or max(4096, 2 * options.max_num_features))
         self._seqs = {}
@@ -148,7 +149,9 @@ class SiftExtractor:
     # -- recording ----------------------------------------------------------------------
     def _blur(self, rec, src_off, dst_off, w, h, i):
         b = self._bufs
-        for axis, (src, so, dst, do) in enumerate(((b["gauss"], src_off, b["temp"], 0), (b["temp"], 0, b["gauss"], dst_off))):
+        for axis, (src, so, dst, do) in enumerate(
+            ((b["gauss"], src_off, b["temp"], 0), (b["temp"], 0, b["gauss"], dst_off))
+        ):
             rec.dispatch(
                 "sift_blur",
                 Threads(w * h),
@@ -173,7 +176,12 @@ class SiftExtractor:
         for n, (o, w, h, go, do) in enumerate(self.octaves):
             if n == 0:
                 if o == -1:
-                    rec.dispatch("sift_upsample", Threads(w * h), dict(src=b["image"], dst=b["gauss"]), push=dict(width=W, height=H, dst_offset=go))
+                    rec.dispatch(
+                        "sift_upsample",
+                        Threads(w * h),
+                        dict(src=b["image"], dst=b["gauss"]),
+                        push=dict(width=W, height=H, dst_offset=go),
+                    )
                 else:
                     rec.copy(b["image"], b["gauss"], 4 * w * h, 0, 4 * go)
                 if self.sigmas[0] > 0:
@@ -184,7 +192,9 @@ class SiftExtractor:
                     "sift_downsample",
                     Threads(w * h),
                     dict(src=b["gauss"], dst=b["temp"]),
-                    push=dict(src_offset=pgo + S * pw * self.octaves[n - 1][2], src_width=pw, dst_offset=0, width=w, height=h),
+                    push=dict(
+                        src_offset=pgo + S * pw * self.octaves[n - 1][2], src_width=pw, dst_offset=0, width=w, height=h
+                    ),
                 )
                 rec.copy(b["temp"], b["gauss"], 4 * w * h, 0, 4 * go)
             for s in range(1, S + 3):
@@ -219,8 +229,19 @@ class SiftExtractor:
         rec.dispatch(
             "sift_orientation",
             Threads(self.capacity),
-            dict(gauss=b["gauss"], octaves=b["octaves"], keypoints=b["keypoints"], oriented=b["oriented"], counts=b["counts"]),
-            push=dict(common, capacity=self.capacity, capacity_oriented=self.capacity, max_orientations=opts.max_num_orientations),
+            dict(
+                gauss=b["gauss"],
+                octaves=b["octaves"],
+                keypoints=b["keypoints"],
+                oriented=b["oriented"],
+                counts=b["counts"],
+            ),
+            push=dict(
+                common,
+                capacity=self.capacity,
+                capacity_oriented=self.capacity,
+                max_orientations=opts.max_num_orientations,
+            ),
         )
         rec.dispatch(
             "sift_descriptor",

@@ -177,7 +177,9 @@ def _refine_step(D, s, x, y):
         return float(D[s + ds, y + dy, x + dx])
 
     v = at(0, 0, 0)
-    g = np.array([0.5 * (at(1, 0, 0) - at(-1, 0, 0)), 0.5 * (at(0, 1, 0) - at(0, -1, 0)), 0.5 * (at(0, 0, 1) - at(0, 0, -1))])
+    g = np.array(
+        [0.5 * (at(1, 0, 0) - at(-1, 0, 0)), 0.5 * (at(0, 1, 0) - at(0, -1, 0)), 0.5 * (at(0, 0, 1) - at(0, 0, -1))]
+    )
     dxx = at(1, 0, 0) + at(-1, 0, 0) - 2.0 * v
     dyy = at(0, 1, 0) + at(0, -1, 0) - 2.0 * v
     dss = at(0, 0, 1) + at(0, 0, -1) - 2.0 * v
@@ -221,7 +223,13 @@ def detect(D: np.ndarray, o: int, p: SiftParams = SiftParams(), slack: float = 0
     tp = p.peak_threshold
     te = p.edge_threshold
     c = D[1 : L - 1, 1 : h - 1, 1 : w - 1]
-    nb = [D[1 + ds : L - 1 + ds, 1 + dy : h - 1 + dy, 1 + dx : w - 1 + dx] for ds in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1) if (ds, dy, dx) != (0, 0, 0)]
+    nb = [
+        D[1 + ds : L - 1 + ds, 1 + dy : h - 1 + dy, 1 + dx : w - 1 + dx]
+        for ds in (-1, 0, 1)
+        for dy in (-1, 0, 1)
+        for dx in (-1, 0, 1)
+        if (ds, dy, dx) != (0, 0, 0)
+    ]
     is_max = c >= 0.8 * tp + slack
     is_min = c <= -0.8 * tp - slack
     for n in nb:
