@@ -835,6 +835,45 @@ def check_appearance(dev):
         _within("adam_small", got["v"], wv, 1e-4 * np.abs(wv), "1e-4 |ref| (float32 beta2)"),
     ]
     return rows
+def check_sift(dev):
+    """The sift_* kernels: the whole SIFT extraction of a 96x72 image of random blobs against
+    the float64 reference (spirula/reference/sift.py; tests/test_sift.py): keypoints (x, y,
+    orientation) matched within 0.01 both ways for all but 1% (near-threshold decisions
+    flip), matched descriptors' bytes within 1 (a rounding half)."""
+    from scipy.spatial import cKDTree
+
+    from spirula.features.sift import SiftExtractor
+    from spirula.reference import sift as ref
+
+    rng = np.random.default_rng(5)
+    yy, xx = np.mgrid[0:72, 0:96] + 0.5
+    img = np.full((72, 96), 0.5)
+    for cx, cy, r, a in zip(
+        rng.uniform(0, 96, 60), rng.uniform(0, 72, 60), rng.uniform(1.5, 6, 60), rng.uniform(-0.4, 0.4, 60)
+    ):
+        img += a * np.exp(-((xx - cx) ** 2 + (yy - cy) ** 2) / (2 * r * r))
+    img = np.round(np.clip(img, 0, 1) * 255).astype(np.uint8)
+    ex = SiftExtractor(dev, 96, 72, capacity=2048)
+    try:
+        kp, desc = ex.extract(img)
+    finally:
+        ex.close()
+    rk, rd = ref.extract(img / 255.0)
+
+    def f(k):
+        return np.c_[k[:, :2], 10 * np.cos(k[:, 3]), 10 * np.sin(k[:, 3])]
+
+    if len(kp) == 0 or len(rk) == 0:
+        return [Row("sift_*", float(abs(len(kp) - len(rk))), "<= 1% unmatched", False)]
+    d, j = cKDTree(f(rk)).query(f(kp))
+    back, _ = cKDTree(f(kp)).query(f(rk))
+    ok = d <= 0.01
+    unmatched = max(1 - ok.mean(), (back > 0.01).mean())
+    bytes_off = int(np.abs(desc[ok].astype(int) - rd[j[ok]].astype(int)).max()) if ok.any() else 255
+    return [
+        Row("sift_* keypoints", float(unmatched), "<= 1% unmatched", bool(unmatched <= 0.01 and len(rk) > 20)),
+        Row("sift_* descriptors", float(bytes_off), "bytes within 1", bytes_off <= 1),
+    ]
 
 
 CHECKS = (
@@ -850,6 +889,7 @@ CHECKS = (
     check_pack,
     check_normal_consistency,
     check_appearance,
+    check_sift,
 )
 
 
