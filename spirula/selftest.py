@@ -835,6 +835,8 @@ def check_appearance(dev):
         _within("adam_small", got["v"], wv, 1e-4 * np.abs(wv), "1e-4 |ref| (float32 beta2)"),
     ]
     return rows
+
+
 def check_sift(dev):
     """The sift_* kernels: the whole SIFT extraction of a 96x72 image of random blobs against
     the float64 reference (spirula/reference/sift.py; tests/test_sift.py): keypoints (x, y,
