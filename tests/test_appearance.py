@@ -88,6 +88,9 @@ def test_the_kernels_read_the_views_image_where_step_params_keeps_it():
     text = (ROOT / "shaders" / "include" / "appearance.glsl").read_text()
     word = int(re.search(r"STEP_IMAGE_INDEX_WORD = (\d+)u;", text).group(1))
     assert STEP_PARAMS_DTYPE.fields["image_index"][1] == 4 * word
+    for field in ("prev_capacity", "prev_isects"):  # adam_small's guard, as fpbo's
+        at = int(re.search(r"STEP_%s_WORD = (\d+)u;" % field.upper(), text).group(1))
+        assert STEP_PARAMS_DTYPE.fields[field][1] == 4 * at, field
     assert int(re.search(r"PPISP_ROWS = (\d+)u;", text).group(1)) == app.PPISP_ROWS == ref.PPISP_ROWS
 
 
@@ -363,7 +366,12 @@ def test_bilagrid_novel_view_passes_through(backend):
     assert (ggrid == 0).all()
 
 
-def run_adam(dev, p, grads_per_step, lr):
+def run_adam(dev, p, grads_per_step, lr, overflow=(False,), steps=None):
+    """Adam steps of ``grads_per_step`` (Adam step numbers ``steps``, default 1, 2, ...);
+    ``overflow[k]``: the guard says run k's intersections overflowed (``"count"``: 5 past
+    the capacity 4) or the step before it did (``"prev"``: prev_isects 5 > prev_capacity 4)."""
+    from spirula.train.step_params import NO_GUARD, step_params
+
     bufs = _Bufs(dev)
     try:
         bufs.put("params", p)
@@ -371,11 +379,18 @@ def run_adam(dev, p, grads_per_step, lr):
         bufs.put("v", np.zeros_like(p))
         bufs.put("grads", np.zeros(p.shape, np.float32))
         bufs.put("hyper", np.zeros(8, np.float32))
-        for step, g in enumerate(grads_per_step, 1):
+        bufs.put("num_isects", np.zeros(4, np.uint32))
+        bufs.put("step", step_params(prev_capacity=NO_GUARD).reshape(1).view(np.uint32).copy())
+        for k, (step, g) in enumerate(zip(steps or range(1, len(grads_per_step) + 1), grads_per_step)):
+            how = overflow[k % len(overflow)]
             dev.upload(bufs["grads"], g.astype(np.float32))
             dev.upload(bufs["hyper"], np.array([0.0, 0.0] + app.adam_hyper(lr, step), np.float32))
+            dev.upload(bufs["num_isects"], np.array([0, 0, 5 if how == "count" else 0, 0], np.uint32))
+            sp = step_params(prev_capacity=4 if how == "prev" else NO_GUARD, prev_isects=5)
+            dev.upload(bufs["step"], sp.reshape(1).view(np.uint32).copy())
             rec = dev.recorder("test.adam_small")
-            app.record_adam_small(rec, *(bufs[k] for k in ("params", "grads", "m", "v", "hyper")), p.size, at=2)
+            guard = (bufs["num_isects"], 2, 4, bufs["step"])
+            app.record_adam_small(rec, *(bufs[k] for k in ("params", "grads", "m", "v", "hyper")), p.size, 2, guard)
             rec.finish().run()
         return [bufs.read(k) for k in ("params", "m", "v", "grads")]
     finally:
@@ -405,6 +420,21 @@ def test_adam_small_matches_torch_adam(backend):
     assert_near(got[2], v, 1e-30, 1e-4, "v")
     assert (got[3] == 0).all()
     assert got[0][7] != np.float32(p[7]) and m[7] != 0
+
+
+@pytest.mark.parametrize("how", ["count", "prev"])
+def test_adam_small_skips_a_step_fpbo_skips(backend, how):
+    """A step fpbo skips (its own count past the capacity, or the step before it's) changes
+    no parameter and no moment and leaves its gradient zeroed; the trainer runs it again
+    with the same Adam step: bit for bit the run in which it never overflowed."""
+    rng = np.random.default_rng(3)
+    p = rng.normal(0, 1, 300).astype(np.float32).astype(np.float64)
+    gs = [rng.normal(0, 1, 300).astype(np.float32).astype(np.float64) for _ in range(2)]
+    whole = run_adam(backend, p, gs, 2e-3)
+    skipped = run_adam(backend, p, [gs[0], 100 * gs[1], gs[1]], 2e-3, (False, how, False), steps=[1, 2, 2])
+    for a, b in zip(whole, skipped):
+        assert np.array_equal(a, b)
+    assert not np.array_equal(whole[0], p.astype(np.float32))
 
 
 # ---- both backends, and the profiler --------------------------------------------------

@@ -10,6 +10,9 @@
 // The view's dataset image: word 4 + v of StepParams (image_index[v]; the kernels bind
 // StepParams as words, tests/test_appearance.py checks the offset against the struct)
 const uint STEP_IMAGE_INDEX_WORD = 4u;
+// StepParams' prev_capacity and prev_isects (fpbo's guard), as words: adam_small skips with fpbo
+const uint STEP_PREV_CAPACITY_WORD = 33u;
+const uint STEP_PREV_ISECTS_WORD = 34u;
 // per-thread partial sums of ppisp_bwd: exposure, dL/dH (row-major), vignetting
 // (3 x cx, cy, a0, a1, a2), CRF (3 x p0..p3)
 const uint PPISP_ROWS = 37u;

@@ -113,12 +113,17 @@ def record_bilagrid_tv(rec, grids: Buffer, grad_grids: Buffer, tv_terms: Buffer,
 
 
 def record_adam_small(rec, params: Buffer, grads: Buffer, m: Buffer, v: Buffer, hyper: Buffer, count: int,
-                      at: int = 0):  # fmt: skip
+                      at: int, guard: tuple):  # fmt: skip
     """Record one Adam step of ``params[:count]``; ``hyper[at:at + 6]`` = lr, beta1, beta2,
-    1 - beta1^step, 1 - beta2^step, eps. ``grads`` is zeroed after use."""
+    1 - beta1^step, 1 - beta2^step, eps. ``grads`` is zeroed after use. ``guard``: the
+    training step's (num_isects, count_offset, isect_capacity, StepParams buffer), as
+    fpbo's: a step fpbo skips (its intersections overflowed, or the step before it did)
+    leaves the parameters and moments as they were, its gradients zeroed."""
+    num_isects, count_offset, isect_capacity, step = guard
     rec.dispatch(
-        "adam_small", Threads(count), dict(params=params, grads=grads, m=m, v=v, hyper=hyper),
-        push=dict(count=count, at=at),
+        "adam_small", Threads(count),
+        dict(params=params, grads=grads, m=m, v=v, hyper=hyper, num_isects=num_isects, step=step),
+        push=dict(count=count, at=at, count_offset=count_offset, isect_capacity=isect_capacity),
     )  # fmt: skip
     return rec
 
@@ -302,14 +307,16 @@ class Appearance:
                              raster.grad_colors, self.partials, self.ppisp_grads, w, h, 0, self.n_frames,
                              self.n_cameras, reg=1.0)  # fmt: skip
 
-    def record_optimize(self, rec):
-        """Record Adam on every parameter (gradients zeroed after)."""
+    def record_optimize(self, rec, raster, step_params: Buffer):
+        """Record Adam on every parameter (gradients zeroed after), skipped with fpbo when
+        ``raster``'s intersections overflowed (``step_params``: the step's StepParams)."""
+        guard = (raster.offsets_scan.scratch, raster.total_offset, raster.isect_capacity, step_params)
         if self.ppisp_on:
             record_adam_small(rec, self.ppisp, self.ppisp_grads, self.ppisp_m, self.ppisp_v, self.words,
-                              self.ppisp.shape[0], at=HYPER_PPISP)  # fmt: skip
+                              self.ppisp.shape[0], HYPER_PPISP, guard)  # fmt: skip
         if self.bilagrid_on:
             record_adam_small(rec, self.grids, self.grid_grads, self.grid_m, self.grid_v, self.words,
-                              int(np.prod(self.grids.shape)), at=HYPER_BILAGRID)  # fmt: skip
+                              int(np.prod(self.grids.shape)), HYPER_BILAGRID, guard)  # fmt: skip
 
     # -- checkpoints and export ------------------------------------------------------------
     def _named(self) -> dict:

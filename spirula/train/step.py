@@ -285,7 +285,7 @@ def record_step(
         normals=normals,
     )
     if appearance is not None:
-        appearance.record_optimize(rec)
+        appearance.record_optimize(rec, raster, io.params)
     dst = 4 * HOST_OUT_WORDS * slot
     count = 4 * raster.total_offset
     rec.copy(group.loss.loss_out, io.host_out, nbytes=16, dst_offset=dst)
