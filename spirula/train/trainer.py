@@ -100,6 +100,9 @@ class Trainer:
         self.world = world or WorldTransform.from_cameras(dataset_viewmats, cfg.world_center)
         self.viewmats = self.world.viewmats(dataset_viewmats)
         self.Ks = np.stack([f.K for f in frames]).astype(np.float64)
+        # each frame's lens (Frame.model, Frame.dist; docs/design.md §2.3)
+        self.models = [getattr(f, "model", "PINHOLE") for f in frames]
+        self.dists = np.stack([np.zeros(12) if getattr(f, "dist", None) is None else f.dist for f in frames])
         centres = -np.einsum("nji,nj->ni", self.viewmats[:, :3, :3], self.viewmats[:, :3, 3])
         self.extent = 1.1 * float(np.linalg.norm(centres - centres.mean(0), axis=1).max()) or 1.0
 
@@ -211,7 +214,9 @@ class Trainer:
         self.raster.reserve(self.model.n)
         most = 1
         for i in idx:
-            self.raster.set_cameras(self.viewmats[i : i + 1], self.Ks[i : i + 1])
+            self.raster.set_cameras(
+                self.viewmats[i : i + 1], self.Ks[i : i + 1], self.models[i : i + 1], self.dists[i : i + 1]
+            )
             rec = self.device.recorder("train.measure")
             self.raster.record_project(rec, self.model.params, 0)
             rec.finish().run()
@@ -283,6 +288,8 @@ class Trainer:
             self.viewmats[st.image],
             self.Ks[st.image],
             NO_GUARD if prev is None else prev.capacity,
+            self.models[st.image],
+            self.dists[st.image],
         )
         st.seq.run_async()
         st.submitted = True
@@ -413,14 +420,22 @@ class Trainer:
         raster.reserve(self.model.n)
         return raster
 
-    def render(self, viewmat, K, sh_degree: int | None = None, size: tuple | None = None) -> np.ndarray:
+    def render(
+        self, viewmat, K, sh_degree: int | None = None, size: tuple | None = None, model="PINHOLE", dist=None
+    ) -> np.ndarray:
         """One image [H,W,3] float32 of the current splats (background
-        composited) from a dataset camera (world->camera ``viewmat``, ``K``),
-        ``size`` (width, height) pixels (default: the training images')."""
+        composited) from a dataset camera (world->camera ``viewmat``, ``K``,
+        its lens ``model``, ``dist``), ``size`` (width, height) pixels (default:
+        the training images')."""
         self.settle()
         deg = self.cfg.sh_degree if sh_degree is None else sh_degree
         raster = self._raster_for(*size) if size is not None else self.raster
-        raster.set_cameras(self.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
+        raster.set_cameras(
+            self.world.viewmats(np.asarray(viewmat)[None]),
+            np.asarray(K)[None],
+            [model],
+            None if dist is None else dist[None],
+        )
         raster.forward(self.model.params, deg)
         return self.device.readback(raster.out_colors)[0]
 
@@ -433,7 +448,11 @@ class Trainer:
         per = []
         for i in track(indices, "evaluating", unit="view"):
             f = self.scene.frames[i]
-            img = np.clip(self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height)), 0, 1)
+            img = np.clip(
+                self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height), f.model, f.dist),
+                0,
+                1,
+            )
             gt, mask = self.scene.load_image(i), self.scene.load_mask(i)
             per.append(dict(image=f.name, psnr=psnr(img, gt, mask), ssim=ssim(img, gt, mask)))
         mean = {k: float(np.mean([p[k] for p in per])) if per else float("nan") for k in ("psnr", "ssim")}
