@@ -202,10 +202,20 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         vec3 v_con = make3(a.grad_conics[3u * i], a.grad_conics[3u * i + 1u], a.grad_conics[3u * i + 2u]);
         vec3 v_rgb = make3(a.grad_rgb[3u * i], a.grad_rgb[3u * i + 1u], a.grad_rgb[3u * i + 2u]);
         g_opacity += a.grad_opacity[i];
-        projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
-                                g_mean, g_quat, g_scale);
-        if (sp.DEPTH_GRAD) {  // depth = (R mean + t).z
-            g_mean += transpose(cam.R) * make3(0.0f, 0.0f, a.grad_depth[i]);
+        uint32_t model = CAMERA_MODEL(a.cameras, c);  // the same for every thread: a uniform branch
+        if (model == CAMERA_PINHOLE) {
+            projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
+                                    g_mean, g_quat, g_scale);
+        } else {
+            projection_geometry_vjp_ut(cam, LOAD_LENS(a.cameras, c), mean, quat, scale, pc.eps2d, v_xy, v_con, g_mean,
+                                       g_quat, g_scale);
+        }
+        if (sp.DEPTH_GRAD) {  // depth = (R mean + t).z, or |R mean + t| (lens_depth)
+            vec3 pc_dir = make3(0.0f, 0.0f, 1.0f);
+            if (model != CAMERA_PINHOLE && model != CAMERA_OPENCV) {
+                pc_dir = normalize(cam.R * mean + cam.t);
+            }
+            g_mean += transpose(cam.R) * (pc_dir * a.grad_depth[i]);
         }
         if (sp.NORMALS) {  // the normal consistency: the splat normal's gradient to the quaternion
             vec3 v_n = make3(a.grad_normals[3u * i], a.grad_normals[3u * i + 1u], a.grad_normals[3u * i + 2u]);

@@ -23,7 +23,7 @@
 //                 COMPACT: sh, m_sh, v_sh are [N,W] u32 rows, the moments of means,
 //                 quats, scales [N,2] u32 rows (include/storage.glsl: fp16 SH past
 //                 the DC, bf16 moments, stochastic rounding)
-//   binding 15    cameras      [V,20]   f32  read
+//   binding 15    cameras      [V,32]   f32  read   camera records (include/projection.glsl)
 //   binding 16    radii        [V*N,2]  i32  read
 //   binding 17-20 grad_xy [V*N,2], grad_conics [V*N,3], grad_rgb [V*N,3],
 //                 grad_opacity [V*N]    f32  read   (from rasterize_bwd)
@@ -258,10 +258,20 @@ void update_splat(uint g, bool coalesce) {
         vec3 v_rgb =
             vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u), GRAD_LOAD(grad_rgb, 3u * i + 2u));
         g_opacity += GRAD_LOAD(grad_opacity, i);
-        projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
-                                g_mean, g_quat, g_scale);
-        if (DEPTH_GRAD) {  // depth = (R mean + t).z
-            g_mean += transpose(cam.R) * vec3(0.0, 0.0, GRAD_LOAD(grad_depth, i));
+        uint model = CAMERA_MODEL(cameras, c);  // the same for every thread: a uniform branch
+        if (model == CAMERA_PINHOLE) {
+            projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
+                                    g_mean, g_quat, g_scale);
+        } else {
+            projection_geometry_vjp_ut(cam, LOAD_LENS(cameras, c), mean, quat, scale, pc.eps2d, v_xy, v_con, g_mean,
+                                       g_quat, g_scale);
+        }
+        if (DEPTH_GRAD) {  // depth = (R mean + t).z, or |R mean + t| (lens_depth)
+            vec3 pc_dir = vec3(0.0, 0.0, 1.0);
+            if (model != CAMERA_PINHOLE && model != CAMERA_OPENCV) {
+                pc_dir = normalize(cam.R * mean + cam.t);
+            }
+            g_mean += transpose(cam.R) * (pc_dir * GRAD_LOAD(grad_depth, i));
         }
         if (NORMALS) {
             vec3 v_n = vec3(GRAD_LOAD(grad_normals, 3u * i), GRAD_LOAD(grad_normals, 3u * i + 1u),

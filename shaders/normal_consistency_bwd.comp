@@ -9,11 +9,12 @@
 //   binding 0  normals       [C,H,W,3]  f32  read
 //   binding 1  depths        [C,H,W]    f32  read
 //   binding 2  alphas        [C,H,W]    f32  read
-//   binding 3  cameras       [C,20]     f32  read   viewmat (unused) then fx, fy, cx, cy
+//   binding 3  cameras       [C,32]     f32  read   viewmat (unused) then fx, fy, cx, cy
 //   binding 4  grad_loss     [C,H,W]    f32  read   g
 //   binding 5  grad_normals  [C,H,W,3]  f32  write  dL/dN
 //   binding 6  grad_depths   [C,H,W]    f32  write  dL/d depth
 #extension GL_GOOGLE_include_directive : require
+#include "camera.glsl"
 #include "common.glsl"
 #include "normals.glsl"
 
@@ -61,7 +62,8 @@ FN void normal_consistency_bwd_body(uint i) {
     uint hw = pc.width * pc.height;
     uint c = i / hw, base = c * hw;
     int u = int(i % pc.width), v = int((i % hw) / pc.width);
-    vec4 K = vec4(cameras[20u * c + 16u], cameras[20u * c + 17u], cameras[20u * c + 18u], cameras[20u * c + 19u]);
+    vec4 K = vec4(cameras[CAMERA_FLOATS * c + 16u], cameras[CAMERA_FLOATS * c + 17u], cameras[CAMERA_FLOATS * c + 18u],
+                  cameras[CAMERA_FLOATS * c + 19u]);
     vec3 gN, gA, gB, own;
     pixel_vjp(base, u, v, K, own, gA, gB);
     vec3 gP = vec3(0.0f);  // dL/dP of this pixel, from the neighbours that use it

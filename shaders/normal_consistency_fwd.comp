@@ -7,9 +7,10 @@
 //   binding 0  normals   [C,H,W,3]  f32  read   rendered camera-space normals (alpha-blended)
 //   binding 1  depths    [C,H,W]    f32  read   rendered camera z
 //   binding 2  alphas    [C,H,W]    f32  read   the weight a of each pixel
-//   binding 3  cameras   [C,20]     f32  read   viewmat (unused) then fx, fy, cx, cy
+//   binding 3  cameras   [C,32]     f32  read   viewmat (unused) then fx, fy, cx, cy
 //   binding 4  out_loss  [C,H,W]    f32  write  l
 #extension GL_GOOGLE_include_directive : require
+#include "camera.glsl"
 #include "common.glsl"
 #include "normals.glsl"
 
@@ -43,7 +44,8 @@ FN void normal_consistency_fwd_body(uint i) {
     uint c = i / hw, u = i % pc.width, v = (i % hw) / pc.width;
     float loss = 0.0f;
     if (u > 0u && v > 0u && u + 1u < pc.width && v + 1u < pc.height) {
-        vec4 K = vec4(cameras[20u * c + 16u], cameras[20u * c + 17u], cameras[20u * c + 18u], cameras[20u * c + 19u]);
+        vec4 K = vec4(cameras[CAMERA_FLOATS * c + 16u], cameras[CAMERA_FLOATS * c + 17u],
+                      cameras[CAMERA_FLOATS * c + 18u], cameras[CAMERA_FLOATS * c + 19u]);
         vec3 A, B;
         if (depth_differences(c * hw, u, v, K, A, B)) {
             vec3 N = vec3(normals[3u * i], normals[3u * i + 1u], normals[3u * i + 2u]);

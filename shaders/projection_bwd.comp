@@ -8,7 +8,7 @@
 //   binding 2  scales         [N,3]   f32  read   activated, or log (ACTIVATED = false)
 //   binding 3  opacities      [N]     f32  read   activated, or logit
 //   binding 4  sh             [N,K,3] f32  read
-//   binding 5  cameras        [C,20]  f32  read
+//   binding 5  cameras        [C,32]  f32  read   camera records (include/projection.glsl)
 //   binding 6  radii          [C*N,2] i32  read   0: not visible in that camera
 //   binding 7  grad_xy        [C*N,2] f32  read   from rasterize_bwd
 //   binding 8  grad_conics    [C*N,3] f32  read
@@ -94,8 +94,15 @@ FN void projection_bwd_body(uint g) {
         vec3 v_rgb =
             vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u), GRAD_LOAD(grad_rgb, 3u * i + 2u));
         v_opacity += GRAD_LOAD(grad_opacity, i);
-        projection_vjp(cam, mean, quat, scale, degree, coeffs, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
-                       v_rgb, v_mean, v_quat, v_scale, v_sh);
+        uint model = CAMERA_MODEL(cameras, c);
+        if (model == CAMERA_PINHOLE) {
+            projection_vjp(cam, mean, quat, scale, degree, coeffs, float(pc.width), float(pc.height), pc.eps2d, v_xy,
+                           v_con, v_rgb, v_mean, v_quat, v_scale, v_sh);
+        } else {
+            projection_geometry_vjp_ut(cam, LOAD_LENS(cameras, c), mean, quat, scale, pc.eps2d, v_xy, v_con, v_mean,
+                                       v_quat, v_scale);
+            projection_colour_vjp(cam, mean, degree, coeffs, v_rgb, v_mean, v_sh);
+        }
         if (NORMALS) {
             vec3 v_n = vec3(GRAD_LOAD(grad_normals, 3u * i), GRAD_LOAD(grad_normals, 3u * i + 1u),
                             GRAD_LOAD(grad_normals, 3u * i + 2u));

@@ -9,8 +9,10 @@
 //   binding 3  opacities   [N]     f32  read   activated, or logit when ACTIVATED = false
 //   binding 4  sh          [N,K,3] f32  read   K = SH_COEFFS >= (SH_DEGREE+1)^2
 //                                              (COMPACT: [N,W] u32 rows, include/storage.glsl)
-//   binding 5  cameras     [C,20]  f32  read   viewmat (row-major 4x4), fx, fy, cx, cy
-//   binding 6  xyop        [C*N,4] f32  write  mean2d.x, mean2d.y, opacity, depth
+//   binding 5  cameras     [C,32]  f32  read   the camera records (CAMERA_FLOATS, include/projection.glsl):
+//                                              viewmat, model, fx, fy, cx, cy, distortion
+//   binding 6  xyop        [C*N,4] f32  write  mean2d.x, mean2d.y, opacity, depth (camera z; the
+//                                              distance through a fisheye or equirectangular lens)
 //   binding 7  conics      [C*N,4] f32  write  a, b, c (inverse 2D covariance), 0
 //   binding 8  rgb         [C*N,4] f32  write  view-dependent colour, 0
 //   binding 9  radii       [C*N,2] i32  write  0 when culled
@@ -93,14 +95,17 @@ FN void projection_fwd_body(uint i) {
     }
     uint c = i / pc.n, g = i - c * pc.n;
     Camera cam = LOAD_CAMERA(cameras, c);
+    uint model = CAMERA_MODEL(cameras, c);  // the same for every thread of camera c
     vec3 mean = vec3(means[3u * g], means[3u * g + 1u], means[3u * g + 2u]);
     vec3 pcam = cam.R * mean + cam.t;
     float opacity = opacities[g];
     if (!ACTIVATED) {
         opacity = 1.0f / (1.0f + exp(-opacity));
     }
-    // NaN and Inf are culled (in_view, on_screen: projection.glsl)
-    if (!in_view(pcam, opacity, pc.near_plane, pc.far_plane)) {
+    // NaN and Inf are culled (in_view, on_screen: projection.glsl). depth: camera z, or the
+    // distance through a fisheye or equirectangular lens (lens_depth)
+    float depth = model == CAMERA_PINHOLE ? pcam.z : lens_depth(model, pcam);
+    if (!in_view(vec3(pcam.x, pcam.y, depth), opacity, pc.near_plane, pc.far_plane)) {
         cull(i);
         return;
     }
@@ -110,9 +115,15 @@ FN void projection_fwd_body(uint i) {
     }
     vec2 mean2d;
     float det;
-    vec3 cov2d = project_gaussian(cam, pcam, quats[g], s, float(pc.width), float(pc.height), pc.eps2d, mean2d, det);
+    vec3 cov2d;
+    bool valid = true;
+    if (model == CAMERA_PINHOLE) {
+        cov2d = project_gaussian(cam, pcam, quats[g], s, float(pc.width), float(pc.height), pc.eps2d, mean2d, det);
+    } else {
+        cov2d = project_gaussian_ut(cam, LOAD_LENS(cameras, c), pcam, quats[g], s, pc.eps2d, mean2d, det, valid);
+    }
     vec2 radius = screen_radius(cov2d, opacity);
-    if (!on_screen(det, mean2d, radius, float(pc.width), float(pc.height))) {
+    if (!valid || !on_screen(det, mean2d, radius, float(pc.width), float(pc.height))) {
         cull(i);
         return;
     }
@@ -134,12 +145,12 @@ FN void projection_fwd_body(uint i) {
     tile_rect(mean2d, radius, vec2(pc.tile_width, pc.tile_height), tile_min, tile_max);
     uint count = uint(cull_count(mean2d, cull_ellipse(conic, opacity), tile_min, tile_max));
 
-    xyop[i] = vec4(mean2d, opacity, pcam.z);
+    xyop[i] = vec4(mean2d, opacity, depth);
     conics[i] = vec4(conic, 0.0f);
     rgb[i] = vec4(color, 0.0f);
     radii[i] = ivec2(radius);
     tile_counts[i] = count;
-    depth_keys[i] = count > 0u ? floatBitsToUint(pcam.z) : 0xffffffffu;
+    depth_keys[i] = count > 0u ? floatBitsToUint(depth) : 0xffffffffu;
     depth_ids[i] = i;
     if (NORMALS) {
         vec4 q = quats[g];

@@ -724,9 +724,9 @@ def check_normal_consistency(dev):
 
     N, d, a, Ks, g = normal_consistency_case()
     C, H, W = d.shape
-    cams = np.zeros((C, 20), np.float32)
-    cams[:, :16] = np.eye(4).reshape(-1)
-    cams[:, 16:] = Ks[:, [0, 1, 0, 1], [0, 1, 2, 2]]
+    from spirula.render.raster_buffers import pack_cameras
+
+    cams = pack_cameras(np.broadcast_to(np.eye(4), (C, 4, 4)), Ks)
     f32 = np.float32
     arrays = dict(normals=N, depths=d, alphas=a, cameras=cams, grad_loss=g)
     bufs = {k: dev.pool.alloc("selftest.nc." + k, v.shape, f32) for k, v in arrays.items()}

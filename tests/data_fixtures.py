@@ -116,6 +116,7 @@ def _save_images(folder: Path, names, images) -> None:
 
 def _camera_params(model, params):
     ids = {"SIMPLE_PINHOLE": 0, "PINHOLE": 1, "SIMPLE_RADIAL": 2, "RADIAL": 3, "OPENCV": 4, "OPENCV_FISHEYE": 5}
+    ids.update(FULL_OPENCV=6, FOV=7)
     return ids[model], [float(p) for p in params]
 
 

@@ -143,7 +143,7 @@ def scene_inputs(scene, activated=True):
         scales=scales.astype(np.float32),
         opacities=opac.astype(np.float32),
         sh=scene["sh_coeffs"],
-        cameras=pack_cameras(scene["viewmats"], scene["Ks"]),
+        cameras=pack_cameras(scene["viewmats"], scene["Ks"], scene.get("models"), scene.get("dists")),
     )
 
 

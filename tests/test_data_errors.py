@@ -83,9 +83,25 @@ def test_image_uses_undefined_camera_bin(colmap):
 
 
 def test_unsupported_camera_model(tmp_path, truth):
-    fx.write_colmap(tmp_path, truth, model="OPENCV_FISHEYE", params=[60, 60, 32, 24, 0.1, 0, 0, 0])
+    fx.write_colmap(tmp_path, truth, model="FOV", params=[60, 60, 32, 24, 0.1])
     msg = error_of(tmp_path)
-    assert msg.startswith("sparse/0/cameras.bin: camera 1 has model OPENCV_FISHEYE, which Spirula does not support")
+    assert msg.startswith("sparse/0/cameras.bin: camera 1 has model FOV, which Spirula does not support")
+
+
+def test_fisheye_trains_through_its_lens_and_cannot_be_undistorted(tmp_path, truth):
+    """COLMAP OPENCV_FISHEYE and FULL_OPENCV load with their parameters as the kernels' lens
+    (docs/design.md §2.3), on the original images; undistort=True refuses the fisheye."""
+    fx.write_colmap(tmp_path, truth, model="OPENCV_FISHEYE", params=[60, 60, 32, 24, 0.1, -0.02, 0.003, -4e-4])
+    scene = load_dataset(tmp_path)
+    f = scene.frames[0]
+    assert f.model == "OPENCV_FISHEYE" and np.allclose(f.dist[:4], [0.1, -0.02, 0.003, -4e-4]) and not f.dist[4:].any()
+    assert "spirula_undistorted" not in str(f.image_path)
+    assert "cannot be undistorted" in error_of(tmp_path, undistort=True)
+    full = [60, 60, 32, 24, 0.1, 0.01, 1e-3, 2e-3, 0.001, 0.05, 0.002, 0.0003]
+    fx.write_colmap(tmp_path, truth, model="FULL_OPENCV", params=full)
+    f = load_dataset(tmp_path).frames[0]
+    # k1..k6, p1, p2, s1..s4 from fx fy cx cy k1 k2 p1 p2 k3 k4 k5 k6
+    assert f.model == "OPENCV" and np.allclose(f.dist, [0.1, 0.01, 0.001, 0.05, 0.002, 0.0003, 1e-3, 2e-3, 0, 0, 0, 0])
 
 
 def test_malformed_text_line(tmp_path, truth):
@@ -143,9 +159,9 @@ def test_nerfstudio_errors(tmp_path, truth):
     meta = dict(good, w=800, h=600)
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
     assert error_of(tmp_path) == "images/0000.png: 64x48, but its camera says 800x600"
-    meta = dict(good, camera_model="OPENCV_FISHEYE")
+    meta = dict(good, camera_model="FISHEYE624")
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
-    assert "camera_model OPENCV_FISHEYE is not supported" in error_of(tmp_path)
+    assert "camera_model FISHEYE624 is not supported" in error_of(tmp_path)
     meta = dict(good, ply_file_path="nope.ply")
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
     assert error_of(tmp_path) == "transforms.json: ply_file_path 'nope.ply' does not exist"

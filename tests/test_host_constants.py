@@ -24,7 +24,8 @@ def test_host_constants_are_the_shaders():
     from spirula.render import raster_buffers, rasterizer, scan, sort
 
     assert raster_buffers.TILE == rasterizer.TILE == 16 and _glsl("include/raster.glsl", "TILE") == "16u"
-    assert raster_buffers.CAMERA_FLOATS == 20 and _glsl("include/projection.glsl", "CAMERA_FLOATS") == "20u"
+    assert raster_buffers.CAMERA_FLOATS == 32 and _glsl("include/camera.glsl", "CAMERA_FLOATS") == "32u"
+    assert raster_buffers.DIST_PARAMS == 12 and raster_buffers.CAMERA_MODELS["EQUIRECTANGULAR"] == 3
     assert (sort.RADIX_BITS, sort.RADIX, sort.BLOCK) == (8, 256, 2048)
     assert _glsl("include/radix.glsl", "SORT_BLOCK") == "SORT_WG * SORT_CHUNKS"  # 128 x 16
     assert scan.BLOCK == 1024 and _glsl("prefix_sum.comp", "BLOCK") == "256u * ITEMS"

@@ -81,10 +81,9 @@ def test_splat_normals_face_the_camera_along_the_smallest_axis():
 
 
 def _cameras(Ks):
-    cams = np.zeros((len(Ks), 20), np.float32)
-    cams[:, :16] = np.eye(4).reshape(-1)
-    cams[:, 16:] = Ks[:, [0, 1, 0, 1], [0, 1, 2, 2]]
-    return cams
+    from spirula.render.raster_buffers import pack_cameras
+
+    return pack_cameras(np.broadcast_to(np.eye(4), (len(Ks), 4, 4)), Ks)
 
 
 def run_normal_consistency(dev, N, d, a, Ks, g):

@@ -114,6 +114,11 @@ SPIRULA_FN vec2 operator*(vec2 a, vec2 b) { return {a.x * b.x, a.y * b.y}; }
 SPIRULA_FN vec2 operator/(vec2 a, vec2 b) { return {a.x / b.x, a.y / b.y}; }
 SPIRULA_FN vec2 operator*(vec2 a, float s) { return {a.x * s, a.y * s}; }
 SPIRULA_FN vec2 operator*(float s, vec2 a) { return {s * a.x, s * a.y}; }
+SPIRULA_FN vec2& operator+=(vec2& a, vec2 b) {
+    a.x += b.x;
+    a.y += b.y;
+    return a;
+}
 SPIRULA_FN vec2 operator/(vec2 a, float s) { return {a.x / s, a.y / s}; }
 SPIRULA_FN vec2 operator-(vec2 a, float s) { return {a.x - s, a.y - s}; }
 SPIRULA_FN vec2 operator+(vec2 a, float s) { return {a.x + s, a.y + s}; }
@@ -189,6 +194,9 @@ SPIRULA_FN mat3 transpose(const mat3& m) {
 SPIRULA_FN mat3 outerProduct(vec3 c, vec3 r) { return mat3(c * r.x, c * r.y, c * r.z); }
 
 SPIRULA_FN float inversesqrt(float x) { return rsqrtf(x); }
+SPIRULA_FN float length(vec3 v) { return sqrtf(dot(v, v)); }
+// GLSL's two-argument atan(y, x)
+SPIRULA_FN float atan(float y, float x) { return atan2f(y, x); }
 SPIRULA_FN vec3 normalize(vec3 v) { return v * rsqrtf(dot(v, v)); }
 SPIRULA_FN vec3 cross(vec3 a, vec3 b) {
     return vec3(a.y * b.z - a.z * b.y, a.z * b.x - a.x * b.z, a.x * b.y - a.y * b.x);

@@ -152,13 +152,13 @@ def _load_source(source: Path, dataset, need_scene: bool):
         raise UsageError("%s: no such run folder, checkpoint or splat.ply" % source)
     if source.is_file() and source.suffix.lower() == ".ply":
         ply = read_splat_ply(source, allow_empty=False)
-        scene = load_dataset(dataset) if dataset is not None else None
+        scene = load_dataset(dataset, undistort=True) if dataset is not None else None
         if need_scene and scene is None:
             raise UsageError("%s: dataset views need the splats' dataset (--dataset DIR)" % source)
         return activate_splats(ply), ply["sh_degree"], scene, MAX_ALPHA, source.parent
     cfg, params, ckpt, scene = open_run(source)
     if dataset is not None:
-        scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, seed=cfg.seed)
+        scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, seed=cfg.seed, undistort=True)
     sh_degree = int(round(np.sqrt(params["sh"].shape[1]))) - 1
     folder = source if source.is_dir() else ckpt.parent.parent
     return activate_splats(params), sh_degree, scene, cfg.max_alpha, folder

@@ -4,7 +4,7 @@ The host sizes buffers and dispatches by constants the kernels define: the
 tile (``const uint TILE = 16u;`` in ``shaders/include/raster.glsl``), the
 radix sort's keys per workgroup (``SORT_BLOCK``, ``include/radix.glsl``), the
 scan's values per workgroup (``BLOCK``, ``prefix_sum.comp``), the floats of
-a camera record (``#define CAMERA_FLOATS 20u``, ``include/projection.glsl``).
+a camera record (``#define CAMERA_FLOATS 32u``, ``include/camera.glsl``).
 Each is written once, in GLSL, and read here (as ``StepParams``' layout is,
 spirula/contract/std430.py): the file preprocessed without glslang
 (spirula/contract/preprocess.py), then its ``const`` declarations and

@@ -2,8 +2,10 @@
 
 The model folder is ``sparse/0/`` or ``sparse/`` (binary preferred when both
 exist), images in ``images/``. Supported camera models: SIMPLE_PINHOLE,
-PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV (the last three are undistorted at load,
-see :mod:`spirula.data.undistort`). An image's ``qvec`` (wxyz) and ``tvec`` are
+PINHOLE, SIMPLE_RADIAL, RADIAL, OPENCV, FULL_OPENCV, OPENCV_FISHEYE; the distorted
+ones train through their own lens (:func:`camera_lens`), or with
+``undistort=True`` the perspective ones with k4..k6 = 0 are undistorted at load
+(:mod:`spirula.data.undistort`). An image's ``qvec`` (wxyz) and ``tvec`` are
 already world->camera in the OpenCV frame, and COLMAP's pixel convention
 (centre of the top-left pixel at (0.5, 0.5)) is Spirula's, so K is used as is.
 """
@@ -37,7 +39,31 @@ MODELS = {
     11: ("RAD_TAN_THIN_PRISM_FISHEYE", 16),
 }
 NUM_PARAMS = {name: n for name, n in MODELS.values()}
-SUPPORTED = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
+SUPPORTED = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "FULL_OPENCV", "OPENCV_FISHEYE")
+
+
+def camera_lens(model: str, params) -> tuple:
+    """``(lens, [12] float64 k1..k6, p1, p2, s1..s4)``: the kernels' lens of a supported
+    model (docs/design.md §2.3): PINHOLE, OPENCV (SIMPLE_RADIAL, RADIAL, OPENCV and
+    FULL_OPENCV, whose k4..k6 are OpenCV's rational denominator) or OPENCV_FISHEYE."""
+    p = [float(x) for x in params]
+    d = np.zeros(12)
+    if model in ("SIMPLE_PINHOLE", "PINHOLE"):
+        return "PINHOLE", d
+    if model == "SIMPLE_RADIAL":
+        d[0] = p[3]
+    elif model == "RADIAL":
+        d[0:2] = p[3:5]
+    elif model == "OPENCV":
+        d[0:2], d[6:8] = p[4:6], p[6:8]
+    elif model == "FULL_OPENCV":  # fx fy cx cy k1 k2 p1 p2 k3 k4 k5 k6
+        d[0:2], d[6:8], d[2:6] = p[4:6], p[6:8], p[8:12]
+    elif model == "OPENCV_FISHEYE":  # fx fy cx cy k1 k2 k3 k4
+        d[0:4] = p[4:8]
+        return "OPENCV_FISHEYE", d
+    else:
+        raise ValueError(model)
+    return "OPENCV", d
 
 
 def find_model_dir(root: Path):
@@ -65,10 +91,14 @@ def camera_intrinsics(model: str, params) -> tuple:
         fx = fy = p[0]
         cx, cy = p[1], p[2]
         dist[0:2] = p[3:5]
-    elif model == "OPENCV":
+    elif model in ("OPENCV", "FULL_OPENCV"):
         fx, fy, cx, cy = p[:4]
         dist[0:2] = p[4:6]
         dist[4:6] = p[6:8]
+        if model == "FULL_OPENCV":
+            dist[2] = p[8]  # k4..k6 (a rational term) have no undistortion: camera_lens
+    elif model == "OPENCV_FISHEYE":
+        fx, fy, cx, cy = p[:4]  # no undistortion: trained through its lens (camera_lens)
     else:
         raise ValueError(model)
     return np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=np.float64), dist
@@ -355,15 +385,28 @@ def load_colmap(root: Path, model_dir: Path) -> tuple:
         if not np.all(np.isfinite(q)) or np.linalg.norm(q) < 1e-12 or not np.all(np.isfinite(t)):
             raise DatasetError("%s: image %d (%s) has an invalid pose" % (rel(files["images"], root), iid, name))
         K, dist = camera_intrinsics(model, params)
+        lens, lens_dist = camera_lens(model, params)
         if cid not in checked:
             where = "%s: camera %d (%s)" % (rel(files["cameras"], root), cid, model)
-            if not np.all(np.isfinite(dist)):
-                raise DatasetError("%s: distortion parameters %s are not all finite" % (where, dist.tolist()))
+            if not (np.all(np.isfinite(dist)) and np.all(np.isfinite(lens_dist))):
+                raise DatasetError("%s: distortion parameters %s are not all finite" % (where, list(params[4:])))
             check_intrinsics(where, w, h, K[0, 0], K[1, 1], K[0, 2], K[1, 2])
             checked.add(cid)
         vm = np.eye(4)
         vm[:3, :3] = qvec_to_rotmat(q)
         vm[:3, 3] = t
-        views.append(View(name=name, width=w, height=h, K=K, viewmat=vm, dist=dist, model=model))
+        views.append(
+            View(
+                name=name,
+                width=w,
+                height=h,
+                K=K,
+                viewmat=vm,
+                dist=dist,
+                model=model,
+                lens=lens,
+                lens_dist=lens_dist,
+            )
+        )
     views.sort(key=lambda v: v.name)
     return views, root / "images", points, colors, rel(files["images"], root)

@@ -131,7 +131,32 @@ def _find_loss_masks(fmt, image_dir, views, root) -> dict:
     return found
 
 
-def load_dataset(path, downscale=None, eval_split="interval:8", background="auto", seed=0) -> Scene:
+def _lenses(views, undistort: bool, referenced_by: str) -> None:
+    """Each view's lens for training: its own (View.lens, lens_dist) unless ``undistort``
+    or the kernels lack it (nerfstudio's polynomial k4), then PINHOLE on undistorted images
+    (View.dist); a distorted OPENCV view with no distortion is PINHOLE. Undistortion of a
+    fisheye or equirectangular view is an error. The native views' dist is zeroed, so that
+    undistort_views leaves their images as they are."""
+    for v in views:
+        d = np.zeros(12) if v.lens_dist is None else np.asarray(v.lens_dist, np.float64)
+        perspective = v.lens in ("PINHOLE", "OPENCV", "UNDISTORT")
+        if undistort or v.lens == "UNDISTORT":
+            if not perspective or np.any(d[3:6]) or np.any(d[8:]):
+                raise DatasetError(
+                    "%s: image %s: its %s camera cannot be undistorted to a pinhole (train through it: "
+                    "leave undistortion off)" % (referenced_by, v.name, v.model)
+                )
+            v.lens, v.lens_dist = "PINHOLE", None
+            continue
+        if v.lens == "OPENCV" and not np.any(d):
+            v.lens = "PINHOLE"
+        v.lens_dist = None if v.lens == "PINHOLE" else d
+        v.dist = np.zeros(6)
+
+
+def load_dataset(
+    path, downscale=None, eval_split="interval:8", background="auto", seed=0, undistort: bool = False
+) -> Scene:
     """Load a COLMAP, Blender or nerfstudio dataset into a :class:`Scene`.
 
     ``downscale``: N > 1 trains on ``images_N`` (computed and cached when the
@@ -142,7 +167,11 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
     ``'black'``, RGB in [0,1], or ``'auto'``: white for Blender scenes (as
     NeRF-synthetic is evaluated), black otherwise (as 3DGS trains real scenes);
     RGBA images are composited onto it.
-    ``seed``: for random points. Every problem with the input raises
+    ``undistort``: False (the default) trains a distorted camera (OPENCV, FULL_OPENCV,
+    OPENCV_FISHEYE, EQUIRECTANGULAR) through its own lens on the original images
+    (``Frame.model``, ``Frame.dist``); True undistorts perspective ones to pinhole
+    copies at load, as before lenses (a fisheye or equirectangular camera is then an
+    error). ``seed``: for random points. Every problem with the input raises
     :class:`~spirula.errors.DatasetError` with a one-line message naming the file.
     """
     interval = parse_eval_split(eval_split)
@@ -171,6 +200,7 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
         dup = next(nm for nm in names if names.count(nm) > 1)
         raise DatasetError("%s: image %s is listed more than once" % (referenced_by, dup))
 
+    _lenses(views, undistort, referenced_by)
     mask_paths = _find_loss_masks(fmt, image_dir, views, root)
     resolve_images(root, image_dir, views, n, referenced_by)
     src_dir = image_dir if n == 1 else downscale_dir(root, image_dir, n)
@@ -186,6 +216,8 @@ def load_dataset(path, downscale=None, eval_split="interval:8", background="auto
             K=np.asarray(v.K, dtype=np.float64),
             viewmat=np.asarray(v.viewmat, dtype=np.float64),
             mask_path=mask_paths.get(v.name),
+            model=v.lens,
+            dist=None if v.lens_dist is None else np.asarray(v.lens_dist, np.float64),
         )
         for v in views
     ]

@@ -3,9 +3,13 @@
 Intrinsics ``fl_x fl_y cx cy w h`` and distortion ``k1 k2 k3 k4 p1 p2`` are read
 per frame, falling back to the top level (``fl_y`` defaults to ``fl_x``,
 ``cx``/``cy`` to the image centre, ``w``/``h`` to the image's size,
-``camera_angle_x`` is accepted instead of ``fl_x``). ``camera_model`` must be
-a perspective one (OPENCV, the default, PINHOLE, SIMPLE_PINHOLE, RADIAL,
-SIMPLE_RADIAL); distortion is undistorted at load like COLMAP's OPENCV.
+``camera_angle_x`` is accepted instead of ``fl_x``). ``camera_model``: a
+perspective one (OPENCV, the default, PINHOLE, SIMPLE_PINHOLE, RADIAL,
+SIMPLE_RADIAL), OPENCV_FISHEYE (k1..k4 of Kannala-Brandt) or EQUIRECTANGULAR
+(the full sphere across the image: fx = w / 2 pi, fy = h / pi, the centre at the
+image's; its intrinsics keys are not read). Distorted cameras train through
+their lens, or are undistorted at load like COLMAP's OPENCV (``undistort=True``,
+perspective ones only).
 
 Poses: ``transform_matrix`` is camera->world in the OpenGL convention. When
 ``applied_transform`` (3x4) is present, ns-process-data moved COLMAP's world
@@ -28,6 +32,7 @@ from spirula.data.scene import View, check_intrinsics, opengl_c2w_to_viewmat
 from spirula.errors import DatasetError
 
 PERSPECTIVE = ("OPENCV", "PINHOLE", "SIMPLE_PINHOLE", "RADIAL", "SIMPLE_RADIAL")
+SUPPORTED = PERSPECTIVE + ("OPENCV_FISHEYE", "EQUIRECTANGULAR")
 DIST_KEYS = ("k1", "k2", "k3", "k4", "p1", "p2")
 
 
@@ -83,10 +88,9 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
             raise DatasetError("%s: frame %d has no file_path" % (label, i))
         what = "frame %d (%s)" % (i, fr["file_path"])
         model = fr.get("camera_model", meta.get("camera_model", "OPENCV"))
-        if model not in PERSPECTIVE:
+        if model not in SUPPORTED:
             raise DatasetError(
-                "%s: %s: camera_model %s is not supported (supported: %s)"
-                % (label, what, model, ", ".join(PERSPECTIVE))
+                "%s: %s: camera_model %s is not supported (supported: %s)" % (label, what, model, ", ".join(SUPPORTED))
             )
         c2w = pose_matrix(fr.get("transform_matrix"), label, what)
         if inv_applied is not None:
@@ -101,7 +105,7 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
         w, h = int(round(w)), int(round(h))
         if w <= 0 or h <= 0:
             raise DatasetError("%s: %s: image size w x h = %d x %d" % (label, what, w, h))
-        fx = _number(fr, meta, "fl_x", label, what)
+        fx = _number(fr, meta, "fl_x", label, what) if model != "EQUIRECTANGULAR" else w / (2 * math.pi)
         if fx is None:
             ang = _number(fr, meta, "camera_angle_x", label, what)
             if ang is None:
@@ -111,15 +115,25 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
                     "%s: %s: camera_angle_x is %r; expected an angle in (0, pi) radians" % (label, what, ang)
                 )
             fx = 0.5 * w / math.tan(0.5 * ang)
-        fy = _number(fr, meta, "fl_y", label, what)
+        equirect = model == "EQUIRECTANGULAR"
+        fy = _number(fr, meta, "fl_y", label, what) if not equirect else h / math.pi
         fy = fx if fy is None else fy
-        cx = _number(fr, meta, "cx", label, what)
-        cy = _number(fr, meta, "cy", label, what)
+        cx = _number(fr, meta, "cx", label, what) if not equirect else None
+        cy = _number(fr, meta, "cy", label, what) if not equirect else None
         cx = 0.5 * w if cx is None else cx
         cy = 0.5 * h if cy is None else cy
         check_intrinsics("%s: %s" % (label, what), w, h, fx, fy, cx, cy, names=("fl_x", "fl_y", "cx", "cy"))
         dist = np.array([_number(fr, meta, k, label, what) or 0.0 for k in DIST_KEYS])
         K = np.array([[fx, 0, cx], [0, fy, cy], [0, 0, 1]], dtype=np.float64)
+        lens_dist = np.zeros(12)  # k1..k6, p1, p2, s1..s4
+        if model in ("OPENCV_FISHEYE", "EQUIRECTANGULAR"):
+            lens_dist[:4] = dist[:4] if model == "OPENCV_FISHEYE" else 0.0
+            lens, dist = model, np.zeros(6)  # no undistortion of these
+        else:  # nerfstudio's k4 is a polynomial r^8 term the kernels lack: undistorted (dataset.py)
+            lens = "OPENCV"
+            lens_dist[:3], lens_dist[6:8] = dist[:3], dist[4:6]
+            if dist[3] != 0:
+                lens = "UNDISTORT"
         views.append(
             View(
                 name="",
@@ -129,6 +143,8 @@ def load_nerfstudio(root: Path, json_path: Path) -> tuple:
                 viewmat=opengl_c2w_to_viewmat(c2w),
                 dist=dist,
                 model=model if np.any(dist) or model != "OPENCV" else "PINHOLE",
+                lens=lens,
+                lens_dist=lens_dist,
             )
         )
         if "mask_path" in fr:  # nerfstudio's per-frame loss mask (white = keep), relative to the file

@@ -7,8 +7,12 @@ Conventions (docs/design.md §2.1, the same as gsplat):
 - ``Frame.K`` is ``[3,3] float64`` pinhole intrinsics in pixels for the image
   ``Scene.load_image`` returns (after any downscale); the pixel in row i,
   column j has its centre at ``(j + 0.5, i + 0.5)`` (the COLMAP convention).
-- Images are distortion-free: distorted cameras were undistorted at load into
-  a cache folder with the same K, and ``Frame.image_path`` points there.
+- ``Frame.model`` is the lens the kernels project through (``PINHOLE``,
+  ``OPENCV``, ``OPENCV_FISHEYE``, ``EQUIRECTANGULAR``; docs/design.md §2.3) with
+  ``Frame.dist`` its ``[12]`` parameters (k1..k6, p1, p2, s1..s4): by default a
+  distorted camera trains through its own lens on the original images;
+  ``load_dataset(undistort=True)`` undistorts perspective ones at load into a
+  cache folder with the same K (``Frame.image_path`` points there) instead.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Frame:
     ``viewmat``: ``[4,4] float64`` world->camera, OpenCV frame.
     ``mask_path``: the loss mask (white = keep) at the original resolution,
     or None (:meth:`Scene.load_mask`).
+    ``model``, ``dist``: the lens (module docstring); ``dist`` None = zeros.
     """
 
     name: str
@@ -45,6 +50,8 @@ class Frame:
     K: np.ndarray
     viewmat: np.ndarray
     mask_path: Path | None = None
+    model: str = "PINHOLE"
+    dist: np.ndarray | None = None
 
     @property
     def camera_center(self) -> np.ndarray:
@@ -229,7 +236,10 @@ class View:
     the original image resolution. ``dist`` is ``[6] float64``
     ``(k1, k2, k3, k4, p1, p2)`` of the OpenCV radial-tangential model (zeros
     for pinhole); ``model`` names the camera model for messages; ``mask_path``
-    a loss mask the format names for this view (nerfstudio's ``mask_path``)."""
+    a loss mask the format names for this view (nerfstudio's ``mask_path``).
+    ``lens``, ``lens_dist``: the kernels' lens for training without undistortion
+    (``Frame.model``, ``Frame.dist`` [12]), None for ``lens_dist`` when it has no
+    distortion; ``dist`` is what undistortion would use (zeros when it cannot)."""
 
     name: str
     width: int
@@ -240,6 +250,8 @@ class View:
     model: str = "PINHOLE"
     image_path: Path | None = None
     mask_path: Path | None = None
+    lens: str = "PINHOLE"
+    lens_dist: np.ndarray | None = None
 
 
 def check_intrinsics(where: str, width, height, fx, fy, cx, cy, names=("fx", "fy", "cx", "cy")) -> None:

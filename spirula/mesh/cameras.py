@@ -124,7 +124,7 @@ def dataset_cameras(path, size=None, config=DEFAULT) -> Cameras:
     pixels; the principal point and focal lengths scale with the image."""
     from spirula.data.dataset import load_dataset
 
-    scene = load_dataset(path)
+    scene = load_dataset(path, undistort=True)  # TSDF fusion projects through pinholes
     viewmats, Ks, sizes = scene.cameras()  # every frame: more views, a better fused surface
     if len(viewmats) == 0:
         raise SpirulaError("%s: the dataset has no training cameras" % (path,))

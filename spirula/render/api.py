@@ -78,6 +78,8 @@ def rasterization(
     max_alpha: float = MAX_ALPHA,
     distortion: bool = False,
     normals: bool = False,
+    camera_models=None,
+    dists=None,
     device=None,
 ):
     """Render N Gaussians into C images on the GPU.
@@ -93,6 +95,9 @@ def rasterization(
         width, height: image size in pixels.
         sh_degree: SH degree used (default: the largest K allows, up to 3).
         backgrounds: [C,3] colours behind the Gaussians (default black).
+        camera_models: [C] lens per camera, "PINHOLE" (default), "OPENCV",
+            "OPENCV_FISHEYE" or "EQUIRECTANGULAR" (docs/design.md §2.3), with
+            dists [C,12] its k1..k6, p1, p2, s1..s4 (default 0).
         max_alpha: cap on one Gaussian's alpha at a pixel (default 0.99,
             docs/design.md §2.4; gsplat 1.5.3 uses 0.999).
         distortion: also render the depth distortion (``meta["distortions"]``
@@ -146,7 +151,7 @@ def rasterization(
         normals=normals,
     )
     splats = Splats.from_numpy(device, means, quats, scales, opacities, sh_coeffs, activated=True, prefix="api.splat")
-    raster.set_cameras(viewmats, Ks)
+    raster.set_cameras(viewmats, Ks, camera_models, dists)
     raster.set_backgrounds(backgrounds)
     m = raster.forward(splats, sh_degree, distortion, normals)
 

@@ -32,24 +32,68 @@ from spirula.runtime.buffers import Buffer
 TILE = shader_constant("include/raster.glsl", "TILE")  # pixels a side of a tile
 # chunk_state channels every variant has: T, colour, depth (then normal x 3, distortion)
 CHUNK_BASE_CHANNELS = shader_constant("include/raster.glsl", "CHUNK_BASE_CHANNELS")
-CAMERA_FLOATS = shader_constant("include/projection.glsl", "CAMERA_FLOATS")  # viewmat [4,4], fx fy cx cy
+CAMERA_FLOATS = shader_constant("include/camera.glsl", "CAMERA_FLOATS")  # one camera record
+# the lens models the kernels project through (shaders/include/camera.glsl), by COLMAP's names
+CAMERA_MODELS = {
+    name: shader_constant("include/camera.glsl", "CAMERA_" + name)
+    for name in ("PINHOLE", "OPENCV", "OPENCV_FISHEYE", "EQUIRECTANGULAR")
+}
+DIST_PARAMS = CAMERA_FLOATS - 20  # k1, k2, k3, k4, k5, k6, p1, p2, s1, s2, s3, s4 (slots 20..31)
 
 
 def tile_grid(width: int, height: int) -> tuple:
     return -(-width // TILE), -(-height // TILE)
 
 
-def pack_cameras(viewmats, Ks) -> np.ndarray:
-    """[C,20] float32 (CAMERA_FLOATS, shaders/include/projection.glsl): viewmat (4x4
-    row-major) then fx, fy, cx, cy."""
+def lens_limit(model: int, dist) -> float:
+    """The record's slot 13, the lens's valid limit (include/projection.glsl lens_valid):
+    OPENCV the largest r^2 = (x/z)^2 + (y/z)^2 (r <= 10) before d r_d / d r of the radial
+    distortion stops being positive; OPENCV_FISHEYE the largest theta (<= pi - 0.01) before
+    d theta_d / d theta does; 0 otherwise. Sampled on 4000 steps (the reference's twin)."""
+    d = np.zeros(DIST_PARAMS) if dist is None else np.asarray(dist, np.float64)
+    k1, k2, k3, k4, k5, k6 = d[:6]
+    if model == CAMERA_MODELS["OPENCV"]:
+        r = np.linspace(0.0, 10.0, 4001)[1:]
+        r2 = r * r
+        with np.errstate(all="ignore"):
+            rd = r * (1 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1 + r2 * (k4 + r2 * (k5 + r2 * k6)))
+        x = r2
+    elif model == CAMERA_MODELS["OPENCV_FISHEYE"]:
+        x = np.linspace(0.0, np.pi - 0.01, 4001)[1:]
+        t2 = x * x
+        rd = x * (1 + t2 * (k1 + t2 * (k2 + t2 * (k3 + t2 * k4))))
+    else:
+        return 0.0
+    bad = np.nonzero((np.diff(np.concatenate([[0.0], rd])) <= 0) | ~np.isfinite(rd))[0]
+    return float(x[-1] if len(bad) == 0 else (x[bad[0] - 1] if bad[0] > 0 else 0.0))
+
+
+def pack_cameras(viewmats, Ks, models=None, dists=None) -> np.ndarray:
+    """[C,CAMERA_FLOATS] float32 camera records (shaders/include/camera.glsl): viewmat (4x4
+    row-major) whose last row holds the model id (CAMERA_MODELS; ``models`` [C] of ids or
+    names, default PINHOLE) and lens_limit, then fx, fy, cx, cy, then ``dists`` [C,12]
+    (k1..k6, p1, p2, s1..s4; default 0). A pinhole record is today's: zeros past fx..cy."""
     viewmats = np.asarray(viewmats, np.float64).reshape(-1, 4, 4)
     Ks = np.asarray(Ks, np.float64).reshape(-1, 3, 3)
-    out = np.zeros((len(viewmats), CAMERA_FLOATS), np.float32)
-    out[:, :16] = viewmats.reshape(-1, 16)
+    C = len(viewmats)
+    out = np.zeros((C, CAMERA_FLOATS), np.float32)
+    out[:, :12] = viewmats.reshape(-1, 16)[:, :12]
     out[:, 16] = Ks[:, 0, 0]
     out[:, 17] = Ks[:, 1, 1]
     out[:, 18] = Ks[:, 0, 2]
     out[:, 19] = Ks[:, 1, 2]
+    if models is not None:
+        ids = [CAMERA_MODELS[m] if isinstance(m, str) else int(m) for m in np.broadcast_to(np.asarray(models), (C,))]
+        if not set(ids) <= set(CAMERA_MODELS.values()):
+            raise ValueError("camera models %s: not in %s" % (sorted(set(ids)), CAMERA_MODELS))
+        d = (
+            np.zeros((C, DIST_PARAMS))
+            if dists is None
+            else np.broadcast_to(np.asarray(dists, np.float64), (C, DIST_PARAMS))
+        )
+        out[:, 12] = ids
+        out[:, 13] = [lens_limit(m, d[c]) for c, m in enumerate(ids)]
+        out[:, 20:] = d
     return out
 
 
@@ -295,9 +339,10 @@ class RasterBuffers:
             return chunks[name]
         raise AttributeError(name)
 
-    def set_cameras(self, viewmats, Ks):
-        """Upload C world->camera matrices [C,4,4] and intrinsics [C,3,3]."""
-        packed = pack_cameras(viewmats, Ks)
+    def set_cameras(self, viewmats, Ks, models=None, dists=None):
+        """Upload C world->camera matrices [C,4,4] and intrinsics [C,3,3] (and lenses:
+        pack_cameras)."""
+        packed = pack_cameras(viewmats, Ks, models, dists)
         if len(packed) != self.n_cameras:
             raise ValueError("%s: %d cameras given, built for %d" % (self.name, len(packed), self.n_cameras))
         self.device.upload(self.cameras, packed)

@@ -462,8 +462,8 @@ class SplatRenderer:
         self.background = background
         self._raster = {}
 
-    def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
-        """[H,W,3] float32 (background composited, not clamped)."""
+    def render(self, viewmat, K, width: int, height: int, model="PINHOLE", dist=None) -> np.ndarray:
+        """[H,W,3] float32 (background composited, not clamped), through the lens ``model``, ``dist``."""
         key = (int(width), int(height))
         raster = self._raster.get(key)
         if raster is None:
@@ -471,7 +471,9 @@ class SplatRenderer:
                 self.device, width, height, 1, capacity=self.splats.n, name="render.raster", max_alpha=self.max_alpha
             )
         raster.set_backgrounds(None if self.background is None else np.asarray(self.background)[None])
-        raster.set_cameras(np.asarray(viewmat)[None], np.asarray(K)[None])
+        raster.set_cameras(
+            np.asarray(viewmat)[None], np.asarray(K)[None], [model], None if dist is None else dist[None]
+        )
         raster.forward(self.splats, self.sh_degree)
         return self.device.readback(raster.out_colors)[0]
 
@@ -493,7 +495,7 @@ def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = M
 
     def render(i):
         f = scene.frames[i]
-        img = renderer.render(f.viewmat, f.K, f.width, f.height)
+        img = renderer.render(f.viewmat, f.K, f.width, f.height, f.model, f.dist)
         if isp is not None:
             img = apply_appearance(device, img, isp, None, camera_for_size(isp, f.width, f.height))
         return img

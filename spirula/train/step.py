@@ -24,7 +24,7 @@ import numpy as np
 
 from spirula.errors import OutOfMemoryError
 from spirula.progress import track
-from spirula.render.raster_buffers import CAMERA_FLOATS
+from spirula.render.raster_buffers import CAMERA_FLOATS, pack_cameras
 from spirula.render.rasterizer import Rasterizer
 from spirula.runtime.buffers import fmt_bytes
 from spirula.train.appearance import APP_WORDS
@@ -161,7 +161,19 @@ class StepIO:
         """What step of ``slot`` left in host_out: [HOST_OUT_WORDS] float32 (a copy)."""
         return self.host_out.host_view()[slot].copy()
 
-    def write(self, st: Step, cfg, extent: float, n_splats: int, viewmat, K, prev_capacity: int, appearance=None):
+    def write(
+        self,
+        st: Step,
+        cfg,
+        extent: float,
+        n_splats: int,
+        viewmat,
+        K,
+        prev_capacity: int,
+        model="PINHOLE",
+        dist=None,
+        appearance=None,
+    ):
         """Step ``st``'s StepParams and camera (training coordinates ``viewmat``,
         ``K``) into its host_in slot. ``prev_capacity``: the intersection
         capacity of the step before it on the GPU when that one is still
@@ -200,10 +212,10 @@ class StepIO:
         )
         view = self.host_in.host_view()[st.slot]
         view[:STEP_PARAMS_WORDS] = np.frombuffer(p.tobytes(), np.uint32)
-        cam = np.zeros(CAMERA_FLOATS, np.float32)
-        cam[:16] = np.asarray(viewmat).reshape(-1)
-        cam[16:] = (K[0, 0], K[1, 1], K[0, 2], K[1, 2])
-        view[STEP_PARAMS_WORDS:APP_WORD] = cam.view(np.uint32)
+        cam = pack_cameras(
+            np.asarray(viewmat)[None], np.asarray(K)[None], [model], None if dist is None else dist[None]
+        )
+        view[STEP_PARAMS_WORDS:APP_WORD] = cam[0].view(np.uint32)
         if appearance is not None:
             view[APP_WORD:] = appearance.host_words(st.k, st.image)
 

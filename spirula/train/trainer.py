@@ -109,6 +109,9 @@ class Trainer:
         self.world = world or WorldTransform.from_cameras(dataset_viewmats, cfg.world_center)
         self.viewmats = self.world.viewmats(dataset_viewmats)
         self.Ks = np.stack([f.K for f in frames]).astype(np.float64)
+        # each frame's lens (Frame.model, Frame.dist; docs/design.md §2.3)
+        self.models = [getattr(f, "model", "PINHOLE") for f in frames]
+        self.dists = np.stack([np.zeros(12) if getattr(f, "dist", None) is None else f.dist for f in frames])
         centres = -np.einsum("nji,nj->ni", self.viewmats[:, :3, :3], self.viewmats[:, :3, 3])
         self.extent = 1.1 * float(np.linalg.norm(centres - centres.mean(0), axis=1).max()) or 1.0
 
@@ -226,7 +229,9 @@ class Trainer:
         self.raster.reserve(self.model.n)
         most = 1
         for i in idx:
-            self.raster.set_cameras(self.viewmats[i : i + 1], self.Ks[i : i + 1])
+            self.raster.set_cameras(
+                self.viewmats[i : i + 1], self.Ks[i : i + 1], self.models[i : i + 1], self.dists[i : i + 1]
+            )
             rec = self.device.recorder("train.measure")
             self.raster.record_project(rec, self.model.params, 0)
             rec.finish().run()
@@ -299,6 +304,8 @@ class Trainer:
             self.viewmats[st.image],
             self.Ks[st.image],
             NO_GUARD if prev is None else prev.capacity,
+            self.models[st.image],
+            self.dists[st.image],
             self.appearance,
         )
         st.seq.run_async()
@@ -430,14 +437,22 @@ class Trainer:
         raster.reserve(self.model.n)
         return raster
 
-    def render(self, viewmat, K, sh_degree: int | None = None, size: tuple | None = None) -> np.ndarray:
+    def render(
+        self, viewmat, K, sh_degree: int | None = None, size: tuple | None = None, model="PINHOLE", dist=None
+    ) -> np.ndarray:
         """One image [H,W,3] float32 of the current splats (background
-        composited) from a dataset camera (world->camera ``viewmat``, ``K``),
-        ``size`` (width, height) pixels (default: the training images')."""
+        composited) from a dataset camera (world->camera ``viewmat``, ``K``,
+        its lens ``model``, ``dist``), ``size`` (width, height) pixels (default:
+        the training images')."""
         self.settle()
         deg = self.cfg.sh_degree if sh_degree is None else sh_degree
         raster = self._raster_for(*size) if size is not None else self.raster
-        raster.set_cameras(self.world.viewmats(np.asarray(viewmat)[None]), np.asarray(K)[None])
+        raster.set_cameras(
+            self.world.viewmats(np.asarray(viewmat)[None]),
+            np.asarray(K)[None],
+            [model],
+            None if dist is None else dist[None],
+        )
         raster.forward(self.model.params, deg)
         return self.device.readback(raster.out_colors)[0]
 
@@ -453,7 +468,7 @@ class Trainer:
 
         def render(i):
             f = self.scene.frames[i]
-            img = self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height))
+            img = self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height), f.model, f.dist)
             if isp is not None:
                 img = apply_appearance(self.device, img, isp, None, camera_for_size(isp, f.width, f.height))
             return img
