@@ -92,7 +92,7 @@ def render_command(source, dataset, cameras, out, camera_path, video, images, wi
     splats, sh_degree, scene, max_alpha, folder = _load_source(source, dataset, need_scene=not path_mode)
     if not path_mode:
         _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out)
-        if out is None and not (source.is_file() and source.suffix.lower() == ".ply"):
+        if out is None and not is_splat_file(source):
             from spirula.train.run_folder import RENDERS_SOURCE, checkpoint_source, latest_checkpoint, write_source
 
             # RUN/renders says which checkpoint it shows (stale once the run moves on)
@@ -106,14 +106,14 @@ def render_command(source, dataset, cameras, out, camera_path, video, images, wi
 def _load_source(source: Path, dataset, need_scene: bool):
     """(activated splats, SH degree, scene or None, max_alpha, the run's folder) of a run or a splat.ply."""
     from spirula.data import load_dataset
-    from spirula.data.ply import read_splat_ply
+    from spirula.export import read_splats
     from spirula.render.rasterizer import MAX_ALPHA
     from spirula.render.renderer import activate_splats
 
     if not source.exists():
-        raise UsageError("%s: no such run folder, checkpoint or splat.ply" % source)
-    if source.is_file() and source.suffix.lower() == ".ply":
-        ply = read_splat_ply(source, allow_empty=False)
+        raise UsageError("%s: no such run folder, checkpoint or splat file" % source)
+    if is_splat_file(source):
+        ply = read_splats(source, allow_empty=False)
         scene = load_dataset(dataset) if dataset is not None else None
         if need_scene and scene is None:
             raise UsageError("%s: dataset views need the splats' dataset (--dataset DIR)" % source)
@@ -152,6 +152,12 @@ def _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, 
         Image.fromarray(to_uint8(img)).save(path)
         write(str(path))
     renderer.close()
+
+
+def is_splat_file(source: Path) -> bool:
+    from spirula.export import is_splat_file as splat_file
+
+    return splat_file(source)
 
 
 def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size, fps, frames, fov):
