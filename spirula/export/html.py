@@ -26,7 +26,7 @@ from spirula.export import splat as splat_format
 from spirula.export.common import splats_of
 from spirula.files import atomic_write
 
-VIEWER = Path(__file__).with_name("viewer.html")  # the page: %-fields title, count, data, config
+VIEWER = Path(__file__).with_name("viewer.html")  # the page: @@TITLE@@, @@COUNT@@, @@CONFIG@@, @@DATA@@
 
 
 def encode(p: dict, title: str = "splats", camera: dict | None = None, background=(0.0, 0.0, 0.0)) -> str:
@@ -35,9 +35,15 @@ def encode(p: dict, title: str = "splats", camera: dict | None = None, backgroun
     p = splats_of(p, 0)
     data = base64.b64encode(splat_format.encode(p)).decode("ascii")
     config = dict(camera=camera, background=[float(b) for b in background])
-    return VIEWER.read_text(encoding="utf-8") % dict(
-        title=_html.escape(title), count=f"{len(p['means']):,}", data=data, config=json.dumps(config)
-    )
+    page = VIEWER.read_text(encoding="utf-8")
+    for key, value in (
+        ("TITLE", _html.escape(title)),
+        ("COUNT", f"{len(p['means']):,}"),
+        ("CONFIG", json.dumps(config)),
+        ("DATA", data),  # last: base64 holds no '@'
+    ):
+        page = page.replace("@@%s@@" % key, value)
+    return page
 
 
 def write(path, p: dict, title: str = "splats", camera: dict | None = None, background=(0.0, 0.0, 0.0)) -> Path:
