@@ -37,7 +37,9 @@ def main(argv=None):
             means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
         )
         r = SplatRenderer(device, params, scene.background, cfg.max_alpha)
-        out = [np.clip(r.render(f.viewmat, f.K, f.width, f.height), 0, 1) for f in (scene.frames[i] for i in scene.test)]
+        out = [
+            np.clip(r.render(f.viewmat, f.K, f.width, f.height), 0, 1) for f in (scene.frames[i] for i in scene.test)
+        ]
         r.free()
         return out
 
