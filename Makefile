@@ -38,6 +38,8 @@ demo: install shaders
 test: install shaders
 	@bash scripts/install_system_deps.sh --browser-tests
 	@bash scripts/install_blender.sh
+	@# the independent readers of the share formats (tests/test_export_web.py), pinned by the lock file
+	@cd tests/web && npm ci --no-audit --no-fund --silent
 	$(BIN)/python -m pytest -q tests
 
 # The linters (ruff check, ruff format --check, clang-format), as pre-commit and
