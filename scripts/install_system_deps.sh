@@ -8,7 +8,8 @@
 #   from PyPI, see scripts/build_kp.sh).
 #   Xvfb, xauth and Mesa's OpenGL (libgl1, libglx-mesa0, libgl1-mesa-dri) so the
 #   viewer's window tests (tests/test_view_window.py) run without a screen.
-# With --browser-tests (or SPIRULA_BROWSER_TESTS=1) also chromium and
+# With --browser-tests (or SPIRULA_BROWSER_TESTS=1) also node and npm (tests/web:
+# splat-transform, tests/test_export_web.py), chromium and
 # chromium-driver (about 300 MB): only tests/test_web_viewer.py's browser test
 # needs them (it skips without them); selenium drives them, nothing downloaded.
 # It also adds the X and GL client libraries that Blender's Python module (bpy,
@@ -19,6 +20,9 @@ PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glsla
       xvfb xauth libgl1 libglx-mesa0 libgl1-mesa-dri"
 if [ "${1:-}" = "--browser-tests" ] || [ "${SPIRULA_BROWSER_TESTS:-0}" = 1 ]; then
   PKGS="$PKGS chromium chromium-driver libx11-6 libxrender1 libxfixes3 libxi6 libxkbcommon0 libsm6 libice6 libxext6"
+  # node and npm from Debian, unless an npm is there already (NodeSource's nodejs
+  # brings its own, and Debian's npm package would conflict with it)
+  command -v npm > /dev/null || PKGS="$PKGS nodejs npm"
 fi
 missing=""
 for p in $PKGS; do

@@ -31,10 +31,11 @@ def cli():
 
 def _register():
     """Attach every command to :func:`cli` (on first use: importing this module stays cheap)."""
-    from spirula.cli import devices, frames, mesh, partition, render, selftest, sfm, shaders, train, view
+    from spirula.cli import devices, export, frames, mesh, partition, render, selftest, sfm, shaders, train, view
 
     for command in (
         devices.devices,
+        export.export_command,
         frames.frames,
         mesh.mesh,
         partition.partition,

@@ -103,7 +103,7 @@ def render_command(
     look = _appearance_of(source, scene, appearance_of)
     if not path_mode:
         _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, out, look)
-        if out is None and not (source.is_file() and source.suffix.lower() == ".ply"):
+        if out is None and not is_splat_file(source):
             from spirula.train.run_folder import RENDERS_SOURCE, checkpoint_source, latest_checkpoint, write_source
 
             # RUN/renders says which checkpoint it shows (stale once the run moves on)
@@ -124,8 +124,8 @@ def _appearance_of(source: Path, scene, spec):
     from spirula.train.appearance import apply_appearance
     from spirula.train.run import appearance_of_state, load_run
 
-    if source.suffix.lower() == ".ply":
-        raise UsageError("--appearance-of needs a run (folder or checkpoint): a splat.ply holds only the radiance")
+    if is_splat_file(source):
+        raise UsageError("--appearance-of needs a run (folder or checkpoint): a splat file holds only the radiance")
     cfg, _, _, state = load_run(source)
     isp = appearance_of_state(state, scene, cfg)
     if isp is None:
@@ -144,14 +144,14 @@ def _appearance_of(source: Path, scene, spec):
 def _load_source(source: Path, dataset, need_scene: bool):
     """(activated splats, SH degree, scene or None, max_alpha, the run's folder) of a run or a splat.ply."""
     from spirula.data import load_dataset
-    from spirula.data.ply import read_splat_ply
+    from spirula.export import read_splats
     from spirula.render.rasterizer import MAX_ALPHA
     from spirula.render.renderer import activate_splats
 
     if not source.exists():
-        raise UsageError("%s: no such run folder, checkpoint or splat.ply" % source)
-    if source.is_file() and source.suffix.lower() == ".ply":
-        ply = read_splat_ply(source, allow_empty=False)
+        raise UsageError("%s: no such run folder, checkpoint or splat file" % source)
+    if is_splat_file(source):
+        ply = read_splats(source, allow_empty=False)
         scene = load_dataset(dataset, undistort=True) if dataset is not None else None
         if need_scene and scene is None:
             raise UsageError("%s: dataset views need the splats' dataset (--dataset DIR)" % source)
@@ -192,6 +192,12 @@ def _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, 
         Image.fromarray(to_uint8(img)).save(path)
         write(str(path))
     renderer.close()
+
+
+def is_splat_file(source: Path) -> bool:
+    from spirula.export import is_splat_file as splat_file
+
+    return splat_file(source)
 
 
 def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size, fps, frames, fov, look=None):

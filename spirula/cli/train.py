@@ -20,7 +20,7 @@ from spirula.cli.common import (
     verbose_option,
     web_viewer_options,
 )
-from spirula.errors import SpirulaError
+from spirula.errors import SpirulaError, UsageError
 from spirula.files import atomic_write, check_output_folder
 from spirula.sfm.colmap import CAMERA_MODELS
 from spirula.train.config import TrainConfig, flatten
@@ -235,6 +235,14 @@ def config_options(fn):
     is_flag=True,
     help="Watch training in a window (docs/viewer.md); closing it keeps training. With --viewer-port: both.",
 )
+@click.option(
+    "--export",
+    "export_formats",
+    metavar="FORMAT,...",
+    default=None,
+    help="At the end, also write the splats as these formats beside splat.ply (spz, sog, ply-compressed,"
+    " splat, gltf, html; docs/export.md), e.g. --export spz,sog.",
+)
 def train(
     dataset,
     output,
@@ -252,6 +260,7 @@ def train(
     ray_address,
     overrides,
     viewer,
+    export_formats,
     **settings,
 ):
     """Train 3D Gaussian splats on DATASET: a COLMAP folder (sparse/0 + images/),
@@ -269,11 +278,13 @@ def train(
     --dry-run only loads and checks DATASET (exit status 2 and one line
     naming the file when it cannot be read).
     """
+    from spirula.cli.export import export_file, parse_formats
     from spirula.data import load_dataset
     from spirula.train.memory import memory_budget
     from spirula.train.run import check_output_space, default_output_dir, train_run
     from spirula.view.live import live_hook
 
+    exports = parse_formats(export_formats)  # a bad format: one line before anything runs
     explicit = _explicit_options(settings)
     sets = _parse_overrides(overrides)
     explicit.update(sets["train"])
@@ -374,6 +385,8 @@ def train(
             live_hook=live_hook(viewers, view_config),
             faults=faults,
         )
+        for fmt in exports:
+            export_file(output / "splat.ply", fmt, None, log=_log)
     except KeyboardInterrupt as exc:
         if getattr(exc, "reported", False):
             # the run printed where its checkpoint is: exit now, with 128 + the
@@ -457,16 +470,29 @@ def _parse_overrides(items) -> dict:
 @click.command("eval")
 @common_options
 @click.argument("run", type=click.Path(exists=True, path_type=Path))
-def eval_command(run):
+@click.option(
+    "--dataset",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="The dataset of a splat file [default: the run's, when the file is in a run folder].",
+)
+def eval_command(run, dataset):
     """Evaluate a run's latest checkpoint on its test images: PSNR and SSIM per
     image and mean, and the colour-corrected PSNR (each render's least-squares affine
     colour fit to its image first, as BilaRF and PPISP report), written to
-    RUN/metrics-eval.json. A run trained with appearance correction is rendered through
+    RUN/metrics-eval.json. A splat file (PLY, SPZ, SOG, compressed PLY, .splat, glTF)
+    is scored on the test images of its run (the folder it is in) or of --dataset, and
+    only printed. A run trained with appearance correction is rendered through
     its ISP as a novel view (the captures' mean exposure and colour, the camera's
     vignetting and response)."""
+    from spirula.export import is_splat_file
     from spirula.train.run import appearance_of_state, evaluate_run, load_run
     from spirula.train.run_folder import checkpoint_source, stale_notes
 
+    if is_splat_file(run):
+        return _eval_file(run, dataset)
+    if dataset is not None:
+        raise UsageError("--dataset: only for a splat file (a run is scored on its own dataset)")
     cfg, params, ckpt, scene = open_run(run)
     if not scene.test:
         raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (run, cfg.eval_split))
@@ -485,3 +511,39 @@ def eval_command(run):
     atomic_write(folder / "metrics-eval.json", json.dumps(metrics, indent=1))
     for note in stale_notes(folder):  # the mesh and renders made from older splats
         click.echo(note, err=True)
+
+
+def _eval_file(path: Path, dataset):
+    """``spirula eval FILE``: the splats of a shared file on the test images of
+    its run's dataset (or --dataset), printed, nothing written."""
+    from spirula.data import load_dataset
+    from spirula.export import read_splats
+    from spirula.train.config import TrainConfig
+    from spirula.train.run import evaluate_run
+    from spirula.train.run_folder import is_run_folder
+
+    folder = path.parent
+    cfg = TrainConfig()
+    if is_run_folder(folder):
+        saved = saved_config(folder)
+        cfg = TrainConfig.from_dict(saved)
+        dataset = dataset if dataset is not None else recorded_dataset(folder, saved)
+    if dataset is None:
+        raise UsageError("%s: not in a run folder; give the splats' dataset (--dataset DIR)" % path)
+    p = read_splats(path, allow_empty=False)
+    scene = load_dataset(
+        dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, background=cfg.background or "auto", seed=cfg.seed
+    )
+    if not scene.test:
+        raise SpirulaError("%s: the dataset has no test images (eval split %s)" % (dataset, cfg.eval_split))
+    params = dict(
+        means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
+    )
+    metrics = evaluate_run(scene, open_cli_device(), params, max_alpha=cfg.max_alpha)
+    for q in metrics["per_image"]:
+        click.echo("%-32s PSNR %7.3f  SSIM %.4f" % (q["image"], q["psnr"], q["ssim"]))
+    click.echo(
+        "mean %-27s PSNR %7.3f  SSIM %.4f  (%s, %d splats)"
+        % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"], path.name, len(p["means"]))
+    )
+    return metrics

@@ -89,7 +89,7 @@ class MeshInput:
 
 def load_input(path, dataset=None, log=print) -> MeshInput:
     """Resolve ``RUN_OR_PLY`` and ``--dataset``; read and check the splats."""
-    from spirula.data.ply import read_splat_ply
+    from spirula.export import read_splats
 
     path = Path(path)
     if not path.exists():
@@ -104,7 +104,7 @@ def load_input(path, dataset=None, log=print) -> MeshInput:
     else:
         ply = path
         default_output = path.with_suffix("")
-    splats = read_splat_ply(ply)
+    splats = read_splats(ply)
     check_splats(splats, ply)
     if dataset is not None:
         dataset = Path(dataset)
@@ -169,7 +169,10 @@ def check_splats(splats: dict, path) -> None:
 def output_path(inp: MeshInput, cfg: MeshConfig, output=None) -> Path:
     """``--output`` (its suffix must agree with --format when both are given), else beside the input."""
     if output is None:
-        return inp.default_output.with_name(inp.default_output.name + "." + cfg.format)
+        out = inp.default_output.with_name(inp.default_output.name + "." + cfg.format)
+        if out == inp.ply:  # a splat .glb: its mesh beside it, not over it
+            out = inp.default_output.with_name(inp.default_output.name + ".mesh." + cfg.format)
+        return out
     output = Path(output)
     suffix = output.suffix.lstrip(".").lower()
     if suffix != cfg.format:

@@ -187,9 +187,9 @@ class Renderer:
     def load_ply(self, path) -> Renderer:
         """Render the splats of a 3DGS ``splat.ply`` (:func:`~spirula.data.ply.read_splat_ply`;
         scales and opacities activated on the host by :func:`activate_splats`)."""
-        from spirula.data.ply import read_splat_ply
+        from spirula.export import read_splats
 
-        ply = read_splat_ply(path, allow_empty=False)
+        ply = read_splats(path, allow_empty=False)
         return self.set_splats(**activate_splats(ply), sh_degree=ply["sh_degree"])
 
     def set_splats(

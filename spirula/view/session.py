@@ -166,16 +166,20 @@ def load_source(source) -> ViewSource:
     path = Path(source)
     if not path.exists():
         raise DatasetError("%s: no such file or folder" % path)
-    if path.is_file() and path.suffix.lower() == ".ply":
-        from spirula.data.ply import read_splat_ply
+    from spirula.export import is_splat_file
 
-        p = read_splat_ply(path, allow_empty=False)
+    if is_splat_file(path):
+        from spirula.export import read_splats
+
+        p = read_splats(path, allow_empty=False)
         params = dict(
             means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
         )
         return ViewSource(params)
     if not (path.is_dir() or path.suffix.lower() == ".npz"):
-        raise DatasetError("%s: not a splat .ply, a run folder or a checkpoint .npz" % path)
+        raise DatasetError(
+            "%s: not a splat file (.ply, .spz, .sog, .splat, .glb), a run folder or a checkpoint .npz" % path
+        )
     from spirula.train.run import load_run
 
     try:
