@@ -145,6 +145,7 @@ def _base(world, command: str) -> list:
         "render": ["render", world["run"], "--video", new / "v.mp4"],
         "mesh": ["mesh", world["run"], "-o", new / "m.glb"],
         "view": ["view", world["run"]],
+        "export": ["export", world["run"], "-o", new / "s.spz"],
         "partition split": ["partition", world["data"], new, "--blocks", "2"],
         "partition merge": ["partition", "merge", world["run"]],
         "frames": ["frames", world["afile"], new],
