@@ -56,7 +56,8 @@ from spirula.sfm.front import FEATURES
     default="auto",
     show_default=True,
     help="Where SIFT extraction and matching run: gpu (Spirula's kernels on --backend's device, into"
-    " COLMAP's database), cpu (pycolmap's), auto (gpu where a device opens, else cpu). Geometric"
+    " COLMAP's database), cpu (pycolmap's), auto (gpu where a GPU opens, cpu elsewhere and on a CPU"
+    " device such as lavapipe, where pycolmap's is faster). Geometric"
     " verification and mapping are pycolmap's either way.",
 )
 def sfm(images, out, matcher, mapper, camera_model, masks, single_camera, features):

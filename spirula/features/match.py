@@ -123,3 +123,9 @@ def match_features(device, desc_a, desc_b, options: MatchOptions | None = None) 
     if m is None or m.device is not device:
         m = _MATCHERS[key] = DescriptorMatcher(device, options)
     return m.match(desc_a, desc_b)
+
+
+def release(device) -> None:
+    """Free the buffers of the matchers kept for ``device``."""
+    for key in [k for k, m in _MATCHERS.items() if m.device is device]:
+        _MATCHERS.pop(key).close()

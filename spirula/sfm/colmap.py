@@ -479,7 +479,7 @@ def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verifi
     verified by pycolmap; returns the stage line's description."""
     loops = []
     if matcher == "sequential":
-        pairs = stages.run("pairs", front_mod.sequential_pairs, pycolmap, db, SEQUENTIAL_OVERLAP, profile=False)
+        pairs = front_mod.sequential_pairs(names, SEQUENTIAL_OVERLAP)
         how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
         t1 = time.perf_counter()
         loops = loops_mod.loop_pairs(db, names, LOOP_GAP)
@@ -489,9 +489,14 @@ def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verifi
     else:
         pairs = front_mod.exhaustive_pairs(names)
         how = "exhaustive"
-    got = stages.run(
-        "match", front_mod.match, pycolmap, gpu, db, descriptors, pairs, total=len(pairs), unit="pair", own_bar=True
-    )
+    from spirula.features import release
+
+    try:
+        got = stages.run(
+            "match", front_mod.match, pycolmap, gpu, db, descriptors, pairs, total=len(pairs), unit="pair", own_bar=True
+        )
+    finally:
+        release(gpu)  # the extractors' and matchers' buffers
     t2 = time.perf_counter()
     stages.run("verify", front_mod.verify, pycolmap, db, verification, num_threads, total=None, unit="block")
     times["verify"] = time.perf_counter() - t2

@@ -10,8 +10,8 @@ pycolmap's extraction and matching, and keeps the rest in pycolmap:
   extractor does) and :func:`spirula.features.extract_features` computes its
   keypoints and RootSIFT descriptors on the device, masks honoured; both go into
   the database (keypoints in COLMAP's six-column affine form);
-- **match**: the pairs the CPU path would match (pycolmap's sequential pair
-  generator, plus the loop candidates of :mod:`spirula.sfm.loops`, or every pair)
+- **match**: the pairs the CPU path would match (pycolmap's sequential
+  pairs, plus the loop candidates of :mod:`spirula.sfm.loops`, or every pair)
   are matched by :func:`spirula.features.match_features` (COLMAP's brute-force
   matcher: ratio 0.8, distance 0.7, cross check) and written as raw matches;
   pycolmap's ``geometric_verification`` then estimates the two-view geometries
@@ -131,20 +131,16 @@ def extract(pycolmap, device, database, src, calls, reader, mask_files: dict, ma
     return out
 
 
-def sequential_pairs(pycolmap, database, overlap: int) -> list:
-    """The pairs (of image names) that pycolmap's sequential matching would match:
-    each image with the next ``overlap``, and 2^k further (quadratic overlap), no loop detection."""
-    options = pycolmap.SequentialPairingOptions()
-    options.overlap = overlap
-    options.quadratic_overlap = True
-    options.loop_detection = False
-    db = pycolmap.Database.open(str(database))
-    try:
-        names = {im.image_id: im.name for im in db.read_all_images()}
-        pairs = pycolmap.SequentialPairGenerator(options, db).all_pairs()
-    finally:
-        db.close()
-    return [(names[a], names[b]) for a, b in pairs]
+def sequential_pairs(names, overlap: int, quadratic: bool = True) -> list:
+    """The pairs (of image names) that pycolmap 4.2's sequential matching matches
+    (its pair generator, by name order, no loop detection): each image with the
+    one 2^k further for k < ``overlap`` (quadratic overlap), or with the next
+    ``overlap``. Computed here: calling pycolmap's SequentialPairGenerator from
+    Python corrupts the heap (pycolmap 4.2.1); tests/test_sfm_gpu.py checks these
+    against the pairs match_sequential writes."""
+    names = sorted(names)
+    steps = [1 << k for k in range(overlap)] if quadratic else list(range(1, overlap + 1))
+    return [(a, names[i + s]) for i, a in enumerate(names) for s in steps if i + s < len(names)]
 
 
 def exhaustive_pairs(names) -> list:
