@@ -11,8 +11,8 @@
   the same focal length and distortion, far better conditioned than a camera
   per image); video frames are one such group, a folder of photos from two
   cameras or in portrait and landscape several (spirula/sfm/photos.py).
-- **match**: sequential (each frame against the next ``overlap`` frames, with
-  quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
+- **match**: sequential (each frame against the ones 2^k further, k <
+  ``overlap``: pycolmap 4.2's quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
   tree file, and loop candidates from :mod:`spirula.sfm.loops` matched
   instead) or exhaustive (every pair). ``matcher="auto"`` picks sequential for
   consecutively numbered frames (what ``spirula frames`` writes) or more than
@@ -58,7 +58,7 @@ MAPPERS = ("incremental", "global")
 CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
 MAX_EXHAUSTIVE = 300  # above this, exhaustive matching's n^2/2 pairs take hours on a CPU
-SEQUENTIAL_OVERLAP = 10  # frames matched ahead (plus 2^k further with quadratic overlap)
+SEQUENTIAL_OVERLAP = 10  # with quadratic overlap: each frame with the ones 2^k further, k < 10
 LOOP_GAP = 3 * SEQUENTIAL_OVERLAP  # loop candidates are further apart than this (spirula/sfm/loops.py)
 # RANSAC and the mappers sample from this seed instead of the clock, so the same
 # images give the same poses (up to the order of multi-threaded sums).
