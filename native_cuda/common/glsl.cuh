@@ -213,9 +213,6 @@ SPIRULA_FN uint32_t floatBitsToUint(float v) { return __float_as_uint(v); }
 // GLSL's uintBitsToFloat: the float with IEEE 754 bits v
 SPIRULA_FN float uintBitsToFloat(uint32_t v) { return __uint_as_float(v); }
 
-// GLSL's atan(y, x) (abs(float) is CUDA's own)
-SPIRULA_FN float atan(float y, float x) { return atan2f(y, x); }
-
 // GLSL's roundEven: to nearest, ties to even
 SPIRULA_FN float roundEven(float x) { return rintf(x); }
 

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.common import common_options, verbose, verbose_option
+from spirula.cli.common import common_options, open_cli_device, verbose, verbose_option
 from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, cores
+from spirula.sfm.front import FEATURES
 
 
 @click.command()
-@common_options  # accepted like every command's; SfM runs on the CPU (pycolmap's CPU wheel)
+@common_options  # --backend / --device: where --features gpu runs; mapping runs on the CPU (pycolmap)
 @verbose_option
 @click.argument("images", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(path_type=Path))
@@ -49,7 +50,17 @@ from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MAT
     help="One camera (intrinsics) shared by all images, or one per image"
     " [default: one per image size and camera (EXIF make, model, focal length)].",
 )
-def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
+@click.option(
+    "--features",
+    type=click.Choice(FEATURES),
+    default="auto",
+    show_default=True,
+    help="Where SIFT extraction and matching run: gpu (Spirula's kernels on --backend's device, into"
+    " COLMAP's database), cpu (pycolmap's), auto (gpu where a GPU opens, cpu elsewhere and on a CPU"
+    " device such as lavapipe, where pycolmap's is faster). Geometric"
+    " verification and mapping are pycolmap's either way.",
+)
+def sfm(images, out, matcher, mapper, camera_model, masks, single_camera, features):
     """Estimate camera poses for the images in IMAGES; write a dataset to OUT.
 
     OUT gets images/ (undistorted) and sparse/0/ (a PINHOLE COLMAP model), ready
@@ -77,7 +88,9 @@ def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
         camera_model=camera_model,
         masks=masks,
         single_camera=single_camera,
+        features=features,
+        device=open_cli_device,  # --backend / --device, opened unless --features cpu
         log=log,
         verbose=verbose(),
     )
-    log("total     %6.1f s  train with: spirula train %s" % (sum(result.times.values()), result.out))
+    log("total     %6.1f s  train with: spirula train %s" % (result.total, result.out))

@@ -23,6 +23,7 @@ from spirula.cli.common import (
 from spirula.errors import SpirulaError, UsageError
 from spirula.files import atomic_write, check_output_folder
 from spirula.sfm.colmap import CAMERA_MODELS
+from spirula.sfm.front import FEATURES
 from spirula.train.config import TrainConfig, flatten
 from spirula.train.faults import FaultInjection
 from spirula.train.run_folder import check_train_target, recorded_dataset, run_folder_of
@@ -34,7 +35,7 @@ def _log(msg):
     click.echo(msg, err=True)
 
 
-def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera=None):
+def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera=None, features=None):
     """DATASET as it is, or the dataset frames and SfM make from a video or a
     folder of photos (cached); None when --dry-run stops before SfM."""
     from spirula.sfm import pipeline
@@ -42,7 +43,12 @@ def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run
     if dataset is None or pipeline.capture_kind(dataset) is None:
         return dataset
     settings = pipeline.CaptureSettings(
-        fps=fps, max_frames=max_frames, matcher=matcher, camera_model=camera_model, single_camera=single_camera
+        fps=fps,
+        max_frames=max_frames,
+        matcher=matcher,
+        camera_model=camera_model,
+        single_camera=single_camera,
+        features=features,
     )
     if dry_run:
         cached = pipeline.cached_dataset(dataset, settings)
@@ -54,7 +60,7 @@ def _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run
             )
             return None
         return cached
-    return pipeline.prepare_capture(dataset, settings, log=_log, verbose=verbose())
+    return pipeline.prepare_capture(dataset, settings, log=_log, verbose=verbose(), device=open_cli_device)
 
 
 def _default_text(name: str, s) -> str:
@@ -203,6 +209,12 @@ def config_options(fn):
     help="Photos or a video: the COLMAP camera model SfM estimates (see `spirula sfm`).",
 )
 @click.option(
+    "--features",
+    type=click.Choice(FEATURES),
+    default=None,
+    help="Photos or a video: where SfM's SIFT and matching run, gpu or cpu (see `spirula sfm`) [default: auto].",
+)
+@click.option(
     "--single-camera/--camera-per-image",
     default=None,
     help="Photos: one camera for all, or one per image (see `spirula sfm`) [default: one per size and camera].",
@@ -253,6 +265,7 @@ def train(
     max_frames,
     matcher,
     camera_model,
+    features,
     single_camera,
     viewer_port,
     viewer_host,
@@ -314,7 +327,7 @@ def train(
     check_train_target(output, resume, overwrite, saved, cfg, None if _is_capture(given) else given)
     view_config = LiveViewConfig(**sets["view"])
     faults = FaultInjection(**sets["faults"]) if sets["faults"] else None
-    dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera)
+    dataset = _capture_to_dataset(dataset, fps, max_frames, matcher, camera_model, dry_run, single_camera, features)
     if dataset is None:
         return
     if resume is not None and _is_capture(given):  # a video or photos: the dataset SfM made of them

@@ -325,3 +325,9 @@ def extract_features(device, image, mask=None, options: SiftOptions | None = Non
     if ex is None or ex.device is not device:
         ex = _EXTRACTORS[key] = SiftExtractor(device, w, h, options)
     return ex.extract(image, mask)
+
+
+def release(device) -> None:
+    """Free the buffers of the extractors kept for ``device``."""
+    for key in [k for k, ex in _EXTRACTORS.items() if ex.device is device]:
+        _EXTRACTORS.pop(key).close()

@@ -2,19 +2,22 @@
 
 :func:`run_sfm` runs five stages, each logged as one line with its time:
 
-- **extract**: SIFT features (pycolmap.extract_features), honouring masks,
+- **extract**: SIFT features, honouring masks: on the GPU with Spirula's
+  kernels (``features="gpu"``, the default where a device opens;
+  :mod:`spirula.sfm.front`) or pycolmap's CPU extractor (``"cpu"``),
   from upright images (a photo with an EXIF turn is copied upright first:
   COLMAP ignores the tag). Images of one size, camera and focal length
   share one camera (one lens at one zoom: every observation then constrains
   the same focal length and distortion, far better conditioned than a camera
   per image); video frames are one such group, a folder of photos from two
   cameras or in portrait and landscape several (spirula/sfm/photos.py).
-- **match**: sequential (each frame against the next ``overlap`` frames, with
-  quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
+- **match**: sequential (each frame against the ones 2^k further, k <
+  ``overlap``: pycolmap 4.2's quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
   tree file, and loop candidates from :mod:`spirula.sfm.loops` matched
   instead) or exhaustive (every pair). ``matcher="auto"`` picks sequential for
   consecutively numbered frames (what ``spirula frames`` writes) or more than
-  :data:`MAX_EXHAUSTIVE` images, exhaustive otherwise.
+  :data:`MAX_EXHAUSTIVE` images, exhaustive otherwise. On the GPU the same
+  pairs are matched by Spirula's kernels, then verified by pycolmap.
 - **map**: incremental mapping with bundle adjustment (default) or global
   mapping (GLOMAP); the model with the most registered images is kept.
 - **gate**: :mod:`spirula.sfm.gate` on the kept model.
@@ -42,6 +45,7 @@ from pathlib import Path
 from spirula.data.masks import find_masks
 from spirula.errors import DatasetError, SpirulaError
 from spirula.progress import Bar, capture_output
+from spirula.sfm import front as front_mod
 from spirula.sfm import gate as gate_mod
 from spirula.sfm import loops as loops_mod
 from spirula.sfm import masks as masks_mod
@@ -54,11 +58,12 @@ MAPPERS = ("incremental", "global")
 CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
 MAX_EXHAUSTIVE = 300  # above this, exhaustive matching's n^2/2 pairs take hours on a CPU
-SEQUENTIAL_OVERLAP = 10  # frames matched ahead (plus 2^k further with quadratic overlap)
+SEQUENTIAL_OVERLAP = 10  # with quadratic overlap: each frame with the ones 2^k further, k < 10
 LOOP_GAP = 3 * SEQUENTIAL_OVERLAP  # loop candidates are further apart than this (spirula/sfm/loops.py)
 # RANSAC and the mappers sample from this seed instead of the clock, so the same
 # images give the same poses (up to the order of multi-threaded sums).
 RANDOM_SEED = 0
+STAGES = ("extract", "match", "map", "gate", "undistort")
 
 
 class SfmError(SpirulaError):
@@ -75,10 +80,16 @@ class SfmResult:
     quality: gate_mod.Quality  # of the kept model
     model_sizes: list  # registered images of every model the mapper made, largest first
     matcher: str  # the matcher used ("sequential" or "exhaustive")
-    times: dict = field(default_factory=dict)  # stage -> seconds
+    features: str = "cpu"  # where extraction and matching ran: "gpu" (Spirula's kernels) or "cpu" (pycolmap)
+    times: dict = field(default_factory=dict)  # stage -> seconds (and parts of a stage: loops, verify, gpu match)
     n_masks: int = 0  # masks carried into out/masks
     n_cameras: int | None = None  # camera groups (the default's), None with --single-camera / --camera-per-image
     n_turned: int = 0  # images turned upright by their EXIF orientation
+
+    @property
+    def total(self) -> float:
+        """Seconds of the five stages (the parts of a stage in ``times`` are inside it)."""
+        return sum(self.times.get(k, 0.0) for k in STAGES)
 
 
 def list_images(folder: Path) -> list:
@@ -146,6 +157,8 @@ def run_sfm(
     log: Callable[[str], None] | None = None,
     log_file=None,
     verbose: bool = False,
+    features: str = "auto",
+    device=None,
 ) -> SfmResult:
     """Run SfM on the images in the folder ``images``; write a COLMAP dataset to ``out``.
 
@@ -166,6 +179,10 @@ def run_sfm(
         log_file: the run's log: the stage lines and COLMAP's own, without
             ANSI codes (default ``out/colmap/sfm.log``).
         verbose: COLMAP's lines on stderr as well.
+        features: ``"gpu"`` (SIFT and matching on Spirula's kernels, into
+            COLMAP's database), ``"cpu"`` (pycolmap's) or ``"auto"`` (the
+            default: gpu where a device opens, else cpu).
+        device: the device of the GPU path (default: the process's, opened on first use).
 
     Raises :class:`~spirula.errors.DatasetError` for bad input and :class:`SfmError`
     when the result fails the gate (both exit 2 from the CLI).
@@ -187,6 +204,7 @@ def run_sfm(
     if masks is not None and not Path(masks).is_dir():
         raise DatasetError("%s: mask folder does not exist" % masks)
     mask_files = find_masks(images, names, masks)
+    features, device, why = front_mod.choose(features, device)
     _prepare_out(out)
     work = out / "colmap"
     work.mkdir()
@@ -208,6 +226,7 @@ def run_sfm(
             camera_model,
             num_threads,
             log or (lambda msg: None),
+            (features, device, why),
         )
     finally:
         stages.restore()
@@ -229,6 +248,7 @@ def _run(
     camera_model,
     num_threads,
     say,
+    front=("cpu", None, ""),
 ) -> SfmResult:
     """run_sfm's stages, its input checked."""
 
@@ -242,9 +262,10 @@ def _run(
     t0 = time.perf_counter()
     src, mask_files = photos_mod.upright_images(images, photos, mask_files, work / "upright")
     n_turned = sum(p.turned for p in photos)
+    features, gpu, why = front
     reader = pycolmap.ImageReaderOptions()
     reader.camera_model = camera_model
-    if mask_files:
+    if mask_files and features == "cpu":
         masks_mod.write_colmap_masks(mask_files, src, work / "masks")
         reader.mask_path = str(work / "masks")
     device = sift_device(pycolmap)
@@ -272,14 +293,38 @@ def _run(
                 device=device,
             )
 
-    stages.run("extract", extract, total=len(names), unit="image")
+    if features == "gpu":
+        descriptors = stages.run(
+            "extract",
+            front_mod.extract,
+            pycolmap,
+            gpu,
+            work / "database.db",
+            Path(src),
+            calls,
+            reader,
+            mask_files,
+            extraction.eff_max_image_size(),
+            total=len(names),
+            unit="image",
+            own_bar=True,
+        )
+        where = "the GPU (%s; %s)" % (front_mod.device_name(gpu), why)
+        n_features = sum(len(d) for d in descriptors.values())
+        where += ", %s features" % format(n_features, ",")
+    else:
+        stages.run("extract", extract, total=len(names), unit="image")
+        where = "the %s (pycolmap%s)" % (
+            "GPU" if device == pycolmap.Device.cuda else "CPU",
+            "; " + why if why else "",
+        )
     times["extract"] = time.perf_counter() - t0
     log(
-        "extract   %6.1f s  %d images, SIFT on the %s, %s (%s)%s%s"
+        "extract   %6.1f s  %d images, SIFT on %s, %s (%s)%s%s"
         % (
             times["extract"],
             len(names),
-            "GPU" if device == pycolmap.Device.cuda else "CPU",
+            where,
             cameras,
             camera_model,
             ", %d turned upright (EXIF orientation)" % n_turned if n_turned else "",
@@ -294,7 +339,9 @@ def _run(
     matching.num_threads = num_threads
     verification = pycolmap.TwoViewGeometryOptions()
     verification.ransac.random_seed = RANDOM_SEED
-    if matcher == "sequential":
+    if features == "gpu":
+        how = _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verification, num_threads, times)
+    elif matcher == "sequential":
         pairing = pycolmap.SequentialPairingOptions()
         pairing.overlap = SEQUENTIAL_OVERLAP
         pairing.quadratic_overlap = True
@@ -422,7 +469,52 @@ def _run(
         "undistort %6.1f s  PINHOLE, %d images%s -> %s"
         % (times["undistort"], quality.n_registered, ", %d masks" % n_masks if n_masks else "", out)
     )
-    return SfmResult(out, quality, sizes, matcher, times, n_masks, len(calls) if mode == "grouped" else None, n_turned)
+    return SfmResult(
+        out, quality, sizes, matcher, features, times, n_masks, len(calls) if mode == "grouped" else None, n_turned
+    )
+
+
+def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verification, num_threads, times) -> str:
+    """The match stage of the GPU path: the CPU path's pairs matched on ``gpu``,
+    verified by pycolmap; returns the stage line's description."""
+    loops = []
+    if matcher == "sequential":
+        pairs = front_mod.sequential_pairs(names, SEQUENTIAL_OVERLAP)
+        how = "sequential, overlap %d" % SEQUENTIAL_OVERLAP
+        t1 = time.perf_counter()
+        loops = loops_mod.loop_pairs(db, names, LOOP_GAP)
+        times["loops"] = time.perf_counter() - t1
+        seen = set(pairs) | {(b, a) for a, b in pairs}
+        pairs += [p for p in loops if p not in seen]
+    else:
+        pairs = front_mod.exhaustive_pairs(names)
+        how = "exhaustive"
+    from spirula.features import release
+
+    try:
+        got = stages.run(
+            "match", front_mod.match, pycolmap, gpu, db, descriptors, pairs, total=len(pairs), unit="pair", own_bar=True
+        )
+    finally:
+        release(gpu)  # the extractors' and matchers' buffers
+    t2 = time.perf_counter()
+    stages.run("verify", front_mod.verify, pycolmap, db, verification, num_threads, total=None, unit="block")
+    times["verify"] = time.perf_counter() - t2
+    times["gpu match"] = got["seconds"]
+    how += ", %s pairs on the GPU (%.1f s, %s matches), verified by pycolmap (%.1f s)" % (
+        format(got["pairs"], ","),
+        got["seconds"],
+        format(got["matches"], ","),
+        times["verify"],
+    )
+    if matcher == "sequential":
+        closed = verified_pairs(pycolmap, db, loops)
+        how += "; loops: %d candidate pairs (global descriptors, %.1f s), %d verified" % (
+            len(loops),
+            times["loops"],
+            len(closed),
+        )
+    return how
 
 
 # COLMAP's progress lines (pycolmap 4.2): "Processed file [3/36]" (extraction),
@@ -486,7 +578,7 @@ class _Stages:
         with open(self.log_file, "a", encoding="utf-8") as f:
             f.write("sfm: %s\n" % line)
 
-    def run(self, name: str, fn, *args, total=False, unit="image", profile=True, **kwargs):
+    def run(self, name: str, fn, *args, total=False, unit="image", profile=True, own_bar=False, **kwargs):
         import contextlib
 
         from spirula.runtime import profiler
@@ -496,6 +588,9 @@ class _Stages:
             with capture_output(self.log_file, echo=self.verbose) as cap:
                 if total is not False:
                     bar = Bar(total, "sfm " + name, unit=unit, stream=cap.stream)
+                if own_bar:  # fn advances the bar itself (Spirula's own stages)
+                    kwargs["bar"] = bar
+                elif bar is not None:
                     parse = StageProgress()
 
                     def advance(line):

@@ -31,8 +31,8 @@ from spirula.runtime import profiler
 
 # bump when a stage changes what it writes: older cache entries are then ignored
 # (2: photos turned upright by their EXIF orientation, a camera per size and camera;
-# 3: frames by the view's motion, loop candidates matched)
-PIPELINE_VERSION = 3
+# 3: frames by the view's motion, loop candidates matched; 4: features on the GPU by default)
+PIPELINE_VERSION = 4
 VIDEO_SUFFIXES = frozenset((".mp4", ".mov", ".m4v", ".mkv", ".avi", ".webm", ".mts", ".m2ts", ".3gp", ".wmv", ".mpg"))
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"))
 
@@ -44,7 +44,8 @@ class CaptureSettings:
     ``fps``, ``every``, ``max_frames``: frame selection (``spirula frames``;
     None: its defaults, the count from the view's motion); ``matcher``, ``mapper``, ``camera_model``,
     ``single_camera`` (``--single-camera`` True, ``--camera-per-image``
-    False): SfM (``spirula sfm``; None: its defaults)."""
+    False), ``features`` (``gpu``, ``cpu``, ``auto``): SfM (``spirula sfm``;
+    None: its defaults)."""
 
     fps: float | None = None
     every: int | None = None
@@ -53,6 +54,7 @@ class CaptureSettings:
     mapper: str | None = None
     camera_model: str | None = None
     single_camera: bool | None = None
+    features: str | None = None
 
 
 def capture_kind(path) -> str | None:
@@ -145,7 +147,12 @@ def cached_dataset(path, settings: CaptureSettings | None = None, cache: Path | 
 
 
 def prepare_capture(
-    path, settings: CaptureSettings | None = None, log=print, cache: Path | None = None, verbose: bool = False
+    path,
+    settings: CaptureSettings | None = None,
+    log=print,
+    cache: Path | None = None,
+    verbose: bool = False,
+    device=None,
 ) -> Path:
     """The COLMAP dataset folder made from the capture at ``path`` (a video
     or a folder of photos), from the cache when an earlier run made it.
@@ -154,7 +161,8 @@ def prepare_capture(
     SfM's log (its stage lines and COLMAP's own) ends up in the entry as
     ``sfm.log``; after a failure it stays beside where the entry would be
     (``<entry>.log``), and the error names it. ``verbose``: COLMAP's lines on
-    stderr too. Bad input raises :class:`~spirula.errors.DatasetError` (one
+    stderr too. ``device``: where ``--features gpu`` runs (a device or a function
+    that opens one; default the process's). Bad input raises :class:`~spirula.errors.DatasetError` (one
     line, exit status 2), as ``spirula frames`` and ``spirula sfm`` do."""
     settings = settings or CaptureSettings()
     path = Path(path).expanduser()
@@ -192,11 +200,12 @@ def prepare_capture(
             mapper=settings.mapper,
             camera_model=settings.camera_model,
             single_camera=settings.single_camera,
+            features=settings.features,
         )
         sfm = {k: v for k, v in sfm.items() if v is not None}
         t0 = time.perf_counter()
         log_file = entry.parent / (entry.name + ".log")
-        run_sfm(images, work / "dataset", log=log, log_file=log_file, verbose=verbose, **sfm)
+        run_sfm(images, work / "dataset", log=log, log_file=log_file, verbose=verbose, device=device, **sfm)
         timings["sfm"] = time.perf_counter() - t0
         if log_file.is_file():
             os.replace(log_file, work / "sfm.log")
