@@ -35,7 +35,14 @@ from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MAT
     type=click.Choice(CAMERA_MODELS),
     default=DEFAULT_CAMERA_MODEL,
     show_default=True,
-    help="Lens model estimated; OPENCV for wide or distorting lenses. The output is always undistorted (PINHOLE).",
+    help="Lens model estimated; OPENCV for wide or distorting lenses, OPENCV_FISHEYE for fisheye ones."
+    " OPENCV and OPENCV_FISHEYE keep their lens in the output (training goes through it); others are undistorted.",
+)
+@click.option(
+    "--undistort/--no-undistort",
+    default=None,
+    help="Write undistorted images and a PINHOLE model, or the original images with the estimated lens"
+    " [default: the lens kept for OPENCV and OPENCV_FISHEYE, undistorted otherwise].",
 )
 @click.option(
     "--masks",
@@ -49,12 +56,14 @@ from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MAT
     help="One camera (intrinsics) shared by all images, or one per image"
     " [default: one per image size and camera (EXIF make, model, focal length)].",
 )
-def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
+def sfm(images, out, matcher, mapper, camera_model, undistort, masks, single_camera):
     """Estimate camera poses for the images in IMAGES; write a dataset to OUT.
 
     OUT gets images/ (undistorted) and sparse/0/ (a PINHOLE COLMAP model), ready
-    for `spirula train OUT`, plus masks/ when masks were used and colmap/ (the
-    database, raw models and sfm.log, COLMAP's own output). Photos with an
+    for `spirula train OUT` (with --camera-model OPENCV or OPENCV_FISHEYE: the
+    original images and the estimated lens; --undistort: PINHOLE), plus masks/
+    when masks were used and colmap/ (the database, raw models and sfm.log,
+    COLMAP's own output). Photos with an
     EXIF orientation are turned upright first. A result that fails the
     quality gate (too few images registered, high reprojection error, short
     tracks) exits with 2.
@@ -77,6 +86,7 @@ def sfm(images, out, matcher, mapper, camera_model, masks, single_camera):
         camera_model=camera_model,
         masks=masks,
         single_camera=single_camera,
+        undistort=undistort,
         log=log,
         verbose=verbose(),
     )

@@ -20,7 +20,10 @@
 - **gate**: :mod:`spirula.sfm.gate` on the kept model.
 - **undistort**: to PINHOLE (pycolmap.undistort_images), written as
   ``OUT/images`` + ``OUT/sparse/0``, which ``spirula train OUT`` reads; masks
-  go to ``OUT/masks``. COLMAP's working files stay in ``OUT/colmap/``.
+  go to ``OUT/masks``. COLMAP's working files stay in ``OUT/colmap/``. With
+  ``camera_model`` OPENCV or OPENCV_FISHEYE the default is **native** instead:
+  the images as they are and the model with its own lens (:data:`NATIVE_MODELS`;
+  training goes through it, docs/design.md §2.3); ``undistort=True`` restores PINHOLE.
 
 What COLMAP prints goes to the run's log (``OUT/colmap/sfm.log``, beside
 the stage lines), not between Spirula's lines; ``verbose`` shows it too.
@@ -51,7 +54,9 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 MATCHERS = ("auto", "sequential", "exhaustive")
 MAPPERS = ("incremental", "global")
 # Models COLMAP estimates that spirula.data reads (undistortion turns any of them into PINHOLE).
-CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
+CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "OPENCV_FISHEYE")
+# ... and those whose output keeps the lens by default (the dataset trains through it; --undistort: PINHOLE)
+NATIVE_MODELS = ("OPENCV", "OPENCV_FISHEYE")
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
 MAX_EXHAUSTIVE = 300  # above this, exhaustive matching's n^2/2 pairs take hours on a CPU
 SEQUENTIAL_OVERLAP = 10  # frames matched ahead (plus 2^k further with quadratic overlap)
@@ -144,6 +149,7 @@ def run_sfm(
     single_camera: bool | None = None,
     num_threads: int = -1,
     log: Callable[[str], None] | None = None,
+    undistort: bool | None = None,
     log_file=None,
     verbose: bool = False,
 ) -> SfmResult:
@@ -151,7 +157,7 @@ def run_sfm(
 
     Args:
         images: folder of images (not recursive).
-        out: new or empty folder; gets ``images/``, ``sparse/0/`` (PINHOLE),
+        out: new or empty folder; gets ``images/``, ``sparse/0/`` (PINHOLE, or the lens with ``undistort`` off),
             ``masks/`` (when masks were used) and ``colmap/`` (database, raw
             models, the upright copies of turned photos).
         matcher: ``"auto"`` (default), ``"sequential"`` or ``"exhaustive"``.
@@ -166,6 +172,8 @@ def run_sfm(
         log_file: the run's log: the stage lines and COLMAP's own, without
             ANSI codes (default ``out/colmap/sfm.log``).
         verbose: COLMAP's lines on stderr as well.
+        undistort: write PINHOLE images and model (True), or the original images with
+            the estimated lens (False); None (default): False for :data:`NATIVE_MODELS`.
 
     Raises :class:`~spirula.errors.DatasetError` for bad input and :class:`SfmError`
     when the result fails the gate (both exit 2 from the CLI).
@@ -180,6 +188,8 @@ def run_sfm(
     if camera_model not in CAMERA_MODELS:
         raise DatasetError("--camera-model %r: expected one of %s" % (camera_model, ", ".join(CAMERA_MODELS)))
     matcher = choose_matcher(names, matcher)
+    if undistort is None:
+        undistort = camera_model not in NATIVE_MODELS
     mode = photos_mod.camera_mode(single_camera)
     groups = photos_mod.camera_groups(photos)
     if mode == "single":
@@ -208,6 +218,7 @@ def run_sfm(
             camera_model,
             num_threads,
             log or (lambda msg: None),
+            undistort,
         )
     finally:
         stages.restore()
@@ -229,6 +240,7 @@ def _run(
     camera_model,
     num_threads,
     say,
+    undistort=True,
 ) -> SfmResult:
     """run_sfm's stages, its input checked."""
 
@@ -396,6 +408,11 @@ def _run(
         model_dir = work / "kept"
         model_dir.mkdir()
         kept.write(model_dir)
+    if not undistort:  # native: the images as they are, the model with its lens
+        n_masks = _native(stages, kept, src, out, mask_files, times, t0, log, camera_model)
+        return SfmResult(
+            out, quality, sizes, matcher, times, n_masks, len(calls) if mode == "grouped" else None, n_turned
+        )
     staging = work / "undistorted"
     stages.run(
         "undistort",
@@ -423,6 +440,34 @@ def _run(
         % (times["undistort"], quality.n_registered, ", %d masks" % n_masks if n_masks else "", out)
     )
     return SfmResult(out, quality, sizes, matcher, times, n_masks, len(calls) if mode == "grouped" else None, n_turned)
+
+
+def _native(stages, kept, src, out, mask_files, times, t0, log, camera_model) -> int:
+    """The dataset without undistortion: ``out/images`` (the registered images, copied),
+    ``out/sparse/0`` (the kept model, its cameras' lens as estimated) and ``out/masks``
+    (``<name>.png``, unwarped). Returns the number of masks."""
+    names = sorted(im.name for im in kept.images.values() if kept.exists_image(im.image_id) and im.has_pose)
+    (out / "sparse" / "0").mkdir(parents=True)
+    kept.write(out / "sparse" / "0")
+    for name in names:
+        dst = out / "images" / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(src) / name, dst)
+    kept_masks = {n: mask_files[n] for n in names if n in mask_files}
+    if kept_masks:
+        stages.run("masks", masks_mod.write_colmap_masks, kept_masks, src, out / "masks", profile=False)
+    times["write"] = time.perf_counter() - t0
+    log(
+        "write     %6.1f s  %s (not undistorted), %d images%s -> %s"
+        % (
+            times["write"],
+            camera_model,
+            len(names),
+            ", %d masks" % len(kept_masks) if kept_masks else "",
+            out,
+        )
+    )
+    return len(kept_masks)
 
 
 # COLMAP's progress lines (pycolmap 4.2): "Processed file [3/36]" (extraction),

@@ -32,7 +32,7 @@ from spirula.runtime import profiler
 # bump when a stage changes what it writes: older cache entries are then ignored
 # (2: photos turned upright by their EXIF orientation, a camera per size and camera;
 # 3: frames by the view's motion, loop candidates matched)
-PIPELINE_VERSION = 3
+PIPELINE_VERSION = 4  # 4: OPENCV and OPENCV_FISHEYE keep their lens (no undistortion)
 VIDEO_SUFFIXES = frozenset((".mp4", ".mov", ".m4v", ".mkv", ".avi", ".webm", ".mts", ".m2ts", ".3gp", ".wmv", ".mpg"))
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"))
 
