@@ -5,7 +5,8 @@ The inverse of the kernels' lenses (docs/design.md §2.3; the forward is
 the unit camera-space direction (OpenCV frame) of every pixel, and whether the
 lens's valid domain reaches it. PINHOLE and EQUIRECTANGULAR invert in closed form,
 OPENCV_FISHEYE by bisection of the monotonic theta_d(theta) on [0, limit], OPENCV
-by Newton's method on the forward model (checked by projecting back).
+by Newton's method on the forward model (checked by projecting back); :func:`project`
+is the forward, numpy only (tests/test_lens_training.py holds it to the reference's).
 
 :func:`valid_mask` is the loss mask of the image area outside the lens's valid
 domain (a fisheye's black border past the angle where its polynomial stops
@@ -22,10 +23,40 @@ import numpy as np
 MODELS = ("PINHOLE", "OPENCV", "OPENCV_FISHEYE", "EQUIRECTANGULAR")
 
 
-def _limit(model: str, d) -> float:
-    from spirula.render.raster_buffers import CAMERA_MODELS, lens_limit
+def lens_limit(model: str, dist) -> float:
+    """The lens's valid limit, as the kernels take it (the camera record's slot 13;
+    spirula/render/raster_buffers.py's twin): OPENCV the largest r^2 = (x/z)^2 + (y/z)^2
+    (r <= 10) before d r_d / d r of the radial part stops being positive; OPENCV_FISHEYE
+    the largest theta (<= pi - 0.01) before d theta_d / d theta does; 0 otherwise."""
+    d = np.zeros(12) if dist is None else np.asarray(dist, np.float64)
+    k1, k2, k3, k4, k5, k6 = d[:6]
+    if model == "OPENCV":
+        r = np.linspace(0.0, 10.0, 4001)[1:]
+        r2 = r * r
+        with np.errstate(all="ignore"):
+            rd = r * (1 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1 + r2 * (k4 + r2 * (k5 + r2 * k6)))
+        x = r2
+    elif model == "OPENCV_FISHEYE":
+        x = np.linspace(0.0, np.pi - 0.01, 4001)[1:]
+        rd = _fisheye_td(x, d)
+    else:
+        return 0.0
+    bad = np.nonzero((np.diff(np.concatenate([[0.0], rd])) <= 0) | ~np.isfinite(rd))[0]
+    return float(x[-1] if len(bad) == 0 else (x[bad[0] - 1] if bad[0] > 0 else 0.0))
 
-    return lens_limit(CAMERA_MODELS[model], d)
+
+_limit = lens_limit
+
+
+def _opencv(x, y, d):
+    """OpenCV's distortion of normalized coordinates (radial with the rational k4..k6,
+    tangential p1, p2, thin prism s1..s4)."""
+    k1, k2, k3, k4, k5, k6, p1, p2, s1, s2, s3, s4 = d
+    r2 = x * x + y * y
+    rad = (1 + r2 * (k1 + r2 * (k2 + r2 * k3))) / (1 + r2 * (k4 + r2 * (k5 + r2 * k6)))
+    nx = x * rad + 2 * p1 * x * y + p2 * (r2 + 2 * x * x) + s1 * r2 + s2 * r2 * r2
+    ny = y * rad + p1 * (r2 + 2 * y * y) + 2 * p2 * x * y + s3 * r2 + s4 * r2 * r2
+    return nx, ny
 
 
 def _fisheye_td(t, d):
@@ -61,21 +92,24 @@ def pixel_rays(model: str, K, dist, width: int, height: int, offset=(0.5, 0.5)) 
         t = 0.5 * (lo + hi)
         s = np.where(td > 0, np.sin(t) / np.where(td > 0, td, 1.0), 1.0)
         dirs = np.stack([s * nx, s * ny, np.cos(t)], -1)
-    elif model == "OPENCV":
-        from spirula.reference.projection import OPENCV, lens_project
-
-        unit = np.eye(3)
-        x, y = nx.copy(), ny.copy()
-        for _ in range(30):
-            uv, J, ok = lens_project(OPENCV, d, unit, np.stack([x, y, np.ones_like(x)], -1))
-            rx, ry = uv[..., 0] - nx, uv[..., 1] - ny
-            a, b, c, e = J[..., 0, 0], J[..., 0, 1], J[..., 1, 0], J[..., 1, 1]
-            det = a * e - b * c
-            det = np.where(np.abs(det) > 1e-12, det, 1.0)
-            x, y = x - (e * rx - b * ry) / det, y - (a * ry - c * rx) / det
-            x, y = np.clip(x, -10, 10), np.clip(y, -10, 10)
-        uv, _, ok = lens_project(OPENCV, d, unit, np.stack([x, y, np.ones_like(x)], -1))
-        valid = ok & (np.hypot(uv[..., 0] - nx, uv[..., 1] - ny) < 1e-6)
+    elif model == "OPENCV":  # Newton's method, the Jacobian by central differences
+        x, y, h = nx.copy(), ny.copy(), 1e-7
+        with np.errstate(all="ignore"):
+            for _ in range(30):
+                fx, fy = _opencv(x, y, d)
+                ax, ay = _opencv(x + h, y, d)
+                bx, by = _opencv(x - h, y, d)
+                cx_, cy_ = _opencv(x, y + h, d)
+                ex, ey = _opencv(x, y - h, d)
+                a, b = (ax - bx) / (2 * h), (cx_ - ex) / (2 * h)
+                c, e = (ay - by) / (2 * h), (cy_ - ey) / (2 * h)
+                det = a * e - b * c
+                det = np.where(np.abs(det) > 1e-12, det, 1.0)
+                rx, ry = fx - nx, fy - ny
+                x = np.clip(np.nan_to_num(x - (e * rx - b * ry) / det), -10, 10)
+                y = np.clip(np.nan_to_num(y - (a * ry - c * rx) / det), -10, 10)
+            fx, fy = _opencv(x, y, d)
+        valid = (np.hypot(fx - nx, fy - ny) < 1e-6) & (x * x + y * y <= _limit(model, d))
         dirs = np.stack([x, y, np.ones_like(x)], -1)
     else:
         raise ValueError("lens model %r (expected one of %s)" % (model, ", ".join(MODELS)))
@@ -112,18 +146,33 @@ _MASKS = {}
 
 def project(model: str, K, dist, p) -> tuple:
     """``(uv [...,2], ok [...])``: camera-space points ``p [...,3]`` through the lens (pixels),
-    and whether the lens's valid domain holds them (the reference's ``lens_project``)."""
+    and whether the lens's valid domain holds them (as the reference's ``lens_project``)."""
     K = np.asarray(K, np.float64)
-    p = np.asarray(p, np.float64)
-    if model == "PINHOLE":
-        z = p[..., 2]
-        zs = np.where(z > 0, z, 1.0)
-        uv = np.stack([K[0, 0] * p[..., 0] / zs + K[0, 2], K[1, 1] * p[..., 1] / zs + K[1, 2]], -1)
-        return uv, z > 0
-    from spirula.reference import projection as ref
-
-    uv, _, ok = ref.lens_project(getattr(ref, model), np.zeros(12) if dist is None else dist, K, p)
-    return uv, ok
+    d = np.zeros(12) if dist is None else np.asarray(dist, np.float64)
+    X, Y, Z = np.moveaxis(np.asarray(p, np.float64), -1, 0)
+    with np.errstate(all="ignore"):
+        if model in ("PINHOLE", "OPENCV"):
+            Zs = np.where(Z > 0, Z, 1.0)
+            x, y = X / Zs, Y / Zs
+            ok = Z > 0
+            if model == "OPENCV":
+                ok &= x * x + y * y <= _limit(model, d)
+                x, y = _opencv(np.where(ok, x, 0.0), np.where(ok, y, 0.0), d)
+        elif model == "OPENCV_FISHEYE":
+            rho = np.hypot(X, Y)
+            t = np.arctan2(rho, Z)
+            ok = t <= _limit(model, d)
+            g = np.where(rho > 0, _fisheye_td(t, d) / np.where(rho > 0, rho, 1.0), 0.0)
+            x, y = g * X, g * Y
+        elif model == "EQUIRECTANGULAR":
+            q2 = X * X + Z * Z
+            ok = q2 > 1e-8 * (q2 + Y * Y)
+            x, y = np.arctan2(X, Z), np.arctan2(Y, np.sqrt(q2))
+        else:
+            raise ValueError("lens model %r (expected one of %s)" % (model, ", ".join(MODELS)))
+        uv = np.stack([K[0, 0] * x + K[0, 2], K[1, 1] * y + K[1, 2]], -1)
+    ok = ok & np.all(np.isfinite(uv), -1)
+    return np.where(ok[..., None], uv, 0.0), ok
 
 
 def resample(img, src: tuple, dst: tuple) -> tuple:
