@@ -297,3 +297,32 @@ def test_ransac_and_the_mapper_draw_from_a_fixed_seed(scene, tmp_path, monkeypat
         colmap.run_sfm(scene[0] / "images", tmp_path / "out", log=lambda m: None)
     assert colmap.RANDOM_SEED >= 0
     assert set(seeds.values()) == {colmap.RANDOM_SEED} and "incremental_mapping" in seeds, seeds
+
+
+@pytest.mark.slow
+def test_opencv_model_keeps_its_lens_and_undistort_restores_pinhole(scene, tmp_path):
+    """Issue 39 item 2: ``--camera-model OPENCV`` (as OPENCV_FISHEYE, the same path; COLMAP
+    registers none of this pinhole scene's images with a fisheye model) writes the original
+    images (copied byte for byte), the masks unwarped and the model with its lens, which
+    load_dataset trains through; ``--undistort`` writes PINHOLE as before."""
+    from spirula.data import load_dataset
+
+    root, names, *_ = scene
+    out = tmp_path / "native"
+    proc = spirula("sfm", root / "images", out, "--camera-model", "OPENCV", "--single-camera")
+    assert proc.returncode == 0, proc.stderr
+    assert "OPENCV (not undistorted), 20 images, 20 masks" in proc.stderr, proc.stderr
+    rec = pycolmap.Reconstruction(out / "sparse" / "0")
+    assert {c.model.name for c in rec.cameras.values()} == {"OPENCV"}
+    for name in names:
+        assert (out / "images" / name).read_bytes() == (root / "images" / name).read_bytes()
+        m = np.asarray(Image.open(out / "masks" / (name + ".png")))
+        assert (m[:CORNER, :CORNER] == 0).all() and (m[CORNER:, :] == 255).all()
+    loaded = load_dataset(out)
+    assert {f.model for f in loaded.frames} == {"OPENCV"} and len(loaded.frames) == N_CAMS
+    assert loaded.load_mask(0)[:CORNER, :CORNER].sum() == 0
+    again = tmp_path / "pinhole"
+    proc = spirula("sfm", root / "images", again, "--camera-model", "OPENCV", "--single-camera", "--undistort")
+    assert proc.returncode == 0, proc.stderr
+    rec = pycolmap.Reconstruction(again / "sparse" / "0")
+    assert {c.model.name for c in rec.cameras.values()} == {"PINHOLE"}

@@ -172,12 +172,15 @@ def test_masked_garbage_is_not_learned(device, tmp_path):
 
 
 def test_a_mask_for_a_distorted_camera_is_refused(tmp_path):
-    """The loader undistorts such images into a cache but not their masks:
-    one line saying so (spirula sfm writes undistorted images and masks)."""
+    """Undistorting (``undistort=True``), the loader undistorts such images into a cache
+    but not their masks: one line saying so (spirula sfm writes undistorted images and
+    masks). Trained through its lens (the default) the mask matches its image: kept."""
     root = write_colmap(tmp_path / "d", make_truth(), model="OPENCV", params=[60.0, 60.0, 32.0, 24.0, 0.05, 0, 0, 0])
     (root / "masks").mkdir()
     Image.fromarray(np.full((H, W), 255, np.uint8)).save(root / "masks" / "0002.png")
     with pytest.raises(DatasetError) as e:
-        load_dataset(root)
+        load_dataset(root, undistort=True)
     msg = str(e.value)
     assert "\n" not in msg and "masks/0002.png" in msg and "distorted" in msg
+    scene = load_dataset(root)
+    assert scene.frames[2].model == "OPENCV" and scene.load_mask(2).all()

@@ -36,7 +36,14 @@ from spirula.sfm.front import FEATURES
     type=click.Choice(CAMERA_MODELS),
     default=DEFAULT_CAMERA_MODEL,
     show_default=True,
-    help="Lens model estimated; OPENCV for wide or distorting lenses. The output is always undistorted (PINHOLE).",
+    help="Lens model estimated; OPENCV for wide or distorting lenses, OPENCV_FISHEYE for fisheye ones."
+    " OPENCV and OPENCV_FISHEYE keep their lens in the output (training goes through it); others are undistorted.",
+)
+@click.option(
+    "--undistort/--no-undistort",
+    default=None,
+    help="Write undistorted images and a PINHOLE model, or the original images with the estimated lens"
+    " [default: the lens kept for OPENCV and OPENCV_FISHEYE, undistorted otherwise].",
 )
 @click.option(
     "--masks",
@@ -60,12 +67,14 @@ from spirula.sfm.front import FEATURES
     " device such as lavapipe, where pycolmap's is faster). Geometric"
     " verification and mapping are pycolmap's either way.",
 )
-def sfm(images, out, matcher, mapper, camera_model, masks, single_camera, features):
+def sfm(images, out, matcher, mapper, camera_model, undistort, masks, single_camera, features):
     """Estimate camera poses for the images in IMAGES; write a dataset to OUT.
 
     OUT gets images/ (undistorted) and sparse/0/ (a PINHOLE COLMAP model), ready
-    for `spirula train OUT`, plus masks/ when masks were used and colmap/ (the
-    database, raw models and sfm.log, COLMAP's own output). Photos with an
+    for `spirula train OUT` (with --camera-model OPENCV or OPENCV_FISHEYE: the
+    original images and the estimated lens; --undistort: PINHOLE), plus masks/
+    when masks were used and colmap/ (the database, raw models and sfm.log,
+    COLMAP's own output). Photos with an
     EXIF orientation are turned upright first. A result that fails the
     quality gate (too few images registered, high reprojection error, short
     tracks) exits with 2.
@@ -90,6 +99,7 @@ def sfm(images, out, matcher, mapper, camera_model, masks, single_camera, featur
         single_camera=single_camera,
         features=features,
         device=open_cli_device,  # --backend / --device, opened unless --features cpu
+        undistort=undistort,
         log=log,
         verbose=verbose(),
     )

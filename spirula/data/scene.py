@@ -110,13 +110,19 @@ class Scene:
 
     def load_mask(self, i: int) -> np.ndarray | None:
         """Frame ``i``'s loss mask, ``[H,W] bool`` (True = keep) at the size of
-        :meth:`load_image`, or None when it has none. Grey levels are kept at
-        128 and above; a downscaled mask (``--downscale``) keeps a pixel only
+        :meth:`load_image`, or None when it has none: the dataset's mask file, and
+        through a lens other than the pinhole the pixels its valid domain reaches
+        (:func:`spirula.data.lenses.valid_mask`: a fisheye's border past the angle its
+        polynomial folds at has no ray, so no splat can be drawn there). Grey levels
+        are kept at 128 and above; a downscaled mask (``--downscale``) keeps a pixel only
         when every original pixel its box averages is kept, so no dropped
         colour leaks into a kept pixel of the downscaled image."""
+        from spirula.data.lenses import valid_mask
+
         f = self.frames[i]
+        lens = valid_mask(f.model, f.K, f.dist, f.width, f.height)
         if f.mask_path is None:
-            return None
+            return lens
         from PIL import Image
 
         try:
@@ -125,9 +131,10 @@ class Scene:
         except (OSError, ValueError, SyntaxError) as exc:
             raise DatasetError("%s: cannot read mask (%s)" % (f.mask_path, " ".join(str(exc).split()))) from None
         if m.size != (f.width, f.height):
-            m = m.resize((f.width, f.height), Image.BOX)
-            return np.asarray(m) == 255
-        return np.asarray(m) >= 128
+            m = np.asarray(m.resize((f.width, f.height), Image.BOX)) == 255
+        else:
+            m = np.asarray(m) >= 128
+        return m if lens is None else m & lens
 
     def load_rgba(self, i: int) -> np.ndarray:
         """Frame ``i``'s image with its alpha, not composited: ``[H,W,4] float32``

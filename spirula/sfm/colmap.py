@@ -23,7 +23,10 @@
 - **gate**: :mod:`spirula.sfm.gate` on the kept model.
 - **undistort**: to PINHOLE (pycolmap.undistort_images), written as
   ``OUT/images`` + ``OUT/sparse/0``, which ``spirula train OUT`` reads; masks
-  go to ``OUT/masks``. COLMAP's working files stay in ``OUT/colmap/``.
+  go to ``OUT/masks``. COLMAP's working files stay in ``OUT/colmap/``. With
+  ``camera_model`` OPENCV or OPENCV_FISHEYE the default is **native** instead:
+  the images as they are and the model with its own lens (:data:`NATIVE_MODELS`;
+  training goes through it, docs/design.md §2.3); ``undistort=True`` restores PINHOLE.
 
 What COLMAP prints goes to the run's log (``OUT/colmap/sfm.log``, beside
 the stage lines), not between Spirula's lines; ``verbose`` shows it too.
@@ -55,7 +58,9 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 MATCHERS = ("auto", "sequential", "exhaustive")
 MAPPERS = ("incremental", "global")
 # Models COLMAP estimates that spirula.data reads (undistortion turns any of them into PINHOLE).
-CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV")
+CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "OPENCV_FISHEYE")
+# ... and those whose output keeps the lens by default (the dataset trains through it; --undistort: PINHOLE)
+NATIVE_MODELS = ("OPENCV", "OPENCV_FISHEYE")
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
 MAX_EXHAUSTIVE = 300  # above this, exhaustive matching's n^2/2 pairs take hours on a CPU
 SEQUENTIAL_OVERLAP = 10  # with quadratic overlap: each frame with the ones 2^k further, k < 10
@@ -155,6 +160,7 @@ def run_sfm(
     single_camera: bool | None = None,
     num_threads: int = -1,
     log: Callable[[str], None] | None = None,
+    undistort: bool | None = None,
     log_file=None,
     verbose: bool = False,
     features: str = "auto",
@@ -164,7 +170,7 @@ def run_sfm(
 
     Args:
         images: folder of images (not recursive).
-        out: new or empty folder; gets ``images/``, ``sparse/0/`` (PINHOLE),
+        out: new or empty folder; gets ``images/``, ``sparse/0/`` (PINHOLE, or the lens with ``undistort`` off),
             ``masks/`` (when masks were used) and ``colmap/`` (database, raw
             models, the upright copies of turned photos).
         matcher: ``"auto"`` (default), ``"sequential"`` or ``"exhaustive"``.
@@ -183,6 +189,8 @@ def run_sfm(
             COLMAP's database), ``"cpu"`` (pycolmap's) or ``"auto"`` (the
             default: gpu where a device opens, else cpu).
         device: the device of the GPU path (default: the process's, opened on first use).
+        undistort: write PINHOLE images and model (True), or the original images with
+            the estimated lens (False); None (default): False for :data:`NATIVE_MODELS`.
 
     Raises :class:`~spirula.errors.DatasetError` for bad input and :class:`SfmError`
     when the result fails the gate (both exit 2 from the CLI).
@@ -197,6 +205,8 @@ def run_sfm(
     if camera_model not in CAMERA_MODELS:
         raise DatasetError("--camera-model %r: expected one of %s" % (camera_model, ", ".join(CAMERA_MODELS)))
     matcher = choose_matcher(names, matcher)
+    if undistort is None:
+        undistort = camera_model not in NATIVE_MODELS
     mode = photos_mod.camera_mode(single_camera)
     groups = photos_mod.camera_groups(photos)
     if mode == "single":
@@ -227,6 +237,7 @@ def run_sfm(
             num_threads,
             log or (lambda msg: None),
             (features, device, why),
+            undistort,
         )
     finally:
         stages.restore()
@@ -249,6 +260,7 @@ def _run(
     num_threads,
     say,
     front=("cpu", None, ""),
+    undistort=True,
 ) -> SfmResult:
     """run_sfm's stages, its input checked."""
 
@@ -443,6 +455,11 @@ def _run(
         model_dir = work / "kept"
         model_dir.mkdir()
         kept.write(model_dir)
+    if not undistort:  # native: the images as they are, the model with its lens
+        n_masks = _native(stages, kept, src, out, mask_files, times, t0, log, camera_model)
+        return SfmResult(
+            out, quality, sizes, matcher, times, n_masks, len(calls) if mode == "grouped" else None, n_turned
+        )
     staging = work / "undistorted"
     stages.run(
         "undistort",
@@ -515,6 +532,34 @@ def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verifi
             len(closed),
         )
     return how
+
+
+def _native(stages, kept, src, out, mask_files, times, t0, log, camera_model) -> int:
+    """The dataset without undistortion: ``out/images`` (the registered images, copied),
+    ``out/sparse/0`` (the kept model, its cameras' lens as estimated) and ``out/masks``
+    (``<name>.png``, unwarped). Returns the number of masks."""
+    names = sorted(im.name for im in kept.images.values() if kept.exists_image(im.image_id) and im.has_pose)
+    (out / "sparse" / "0").mkdir(parents=True)
+    kept.write(out / "sparse" / "0")
+    for name in names:
+        dst = out / "images" / name
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(src) / name, dst)
+    kept_masks = {n: mask_files[n] for n in names if n in mask_files}
+    if kept_masks:
+        stages.run("masks", masks_mod.write_colmap_masks, kept_masks, src, out / "masks", profile=False)
+    times["write"] = time.perf_counter() - t0
+    log(
+        "write     %6.1f s  %s (not undistorted), %d images%s -> %s"
+        % (
+            times["write"],
+            camera_model,
+            len(names),
+            ", %d masks" % len(kept_masks) if kept_masks else "",
+            out,
+        )
+    )
+    return len(kept_masks)
 
 
 # COLMAP's progress lines (pycolmap 4.2): "Processed file [3/36]" (extraction),

@@ -31,7 +31,8 @@ from spirula.runtime import profiler
 
 # bump when a stage changes what it writes: older cache entries are then ignored
 # (2: photos turned upright by their EXIF orientation, a camera per size and camera;
-# 3: frames by the view's motion, loop candidates matched; 4: features on the GPU by default)
+# 3: frames by the view's motion, loop candidates matched; 4: features on the GPU by default,
+# OPENCV and OPENCV_FISHEYE keep their lens (no undistortion)
 PIPELINE_VERSION = 4
 VIDEO_SUFFIXES = frozenset((".mp4", ".mov", ".m4v", ".mkv", ".avi", ".webm", ".mts", ".m2ts", ".3gp", ".wmv", ".mpg"))
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".webp"))
