@@ -6,10 +6,12 @@ uniform in +-15%), both zero mean over the training images, optionally vignetted
 test images (every 8th, the default split) left clean.
 
     python benchmarks/perturbed_capture.py [--seeds 0 1 2] [--steps 300] [--size 64x48]
+        [--modes ppisp none] [--no-clean]
 
-trains each seed three times (clean images without appearance correction, perturbed
-images with PPISP, perturbed without) and prints test PSNR, colour-corrected PSNR and
-the differences. tests/test_appearance_training.py runs one seed of it.
+trains each seed on the clean images without appearance correction, then on the
+perturbed images once per ``--modes`` value (default: PPISP and none; `both`,
+`bilagrid` too), and prints test PSNR, colour-corrected PSNR and the differences.
+tests/test_appearance_training.py runs one seed of it.
 """
 
 from __future__ import annotations
@@ -79,7 +81,9 @@ def write_capture(root: Path, width=64, height=48, n_views=48, perturb=True, see
     return root
 
 
-def train(dataset: Path, appearance: str, steps: int, seed: int, device, output: Path, lr: float = LR) -> dict:
+def train(
+    dataset: Path, appearance: str, steps: int, seed: int, device, output: Path, lr: float = LR, grid_lr=None
+) -> dict:
     """test PSNR, SSIM and colour-corrected PSNR of one run of ``steps`` steps."""
     from spirula.data import load_dataset
     from spirula.train.config import TrainConfig
@@ -88,27 +92,38 @@ def train(dataset: Path, appearance: str, steps: int, seed: int, device, output:
     scene = load_dataset(dataset, seed=seed)
     cfg = TrainConfig.from_settings(
         iterations=steps, cap_max=20_000, seed=seed, appearance=appearance, init_scale=1.0, save_every=0,
-        refine_start=100, refine_every=50, appearance_lr=lr,
+        refine_start=100, refine_every=50, appearance_lr=lr, bilagrid_lr=grid_lr,
     )  # fmt: skip
     return train_run(scene, cfg, device, output, log=lambda m: None)
 
 
-def measure(seeds, steps, size, device, vignetting=0.0, log=print) -> list:
+def measure(
+    seeds, steps, size, device, vignetting=0.0, log=print, modes=("ppisp", "none"), clean=True, grid_lr=None
+) -> list:
+    """one row per seed: ``clean`` (without correction, on the clean images; if ``clean``)
+    and one (psnr, psnr_cc) per appearance mode on the perturbed images; ``on`` and ``off``
+    alias ``ppisp`` and ``none``."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         w, h = size
         for seed in seeds:
-            clean = write_capture(tmp / ("clean%d" % seed), w, h, perturb=False, seed=seed)
+            clean_data = write_capture(tmp / ("clean%d" % seed), w, h, perturb=False, seed=seed) if clean else None
             pert = write_capture(tmp / ("pert%d" % seed), w, h, perturb=True, seed=seed, vignetting=vignetting)
             row = dict(seed=seed)
-            for key, data, mode in (("clean", clean, "none"), ("on", pert, "ppisp"), ("off", pert, "none")):
-                m = train(data, mode, steps, seed, device, tmp / ("run-%s-%d" % (key, seed)))
+            runs = ([("clean", clean_data, "none")] if clean else []) + [(m, pert, m) for m in modes]
+            for key, data, mode in runs:
+                m = train(data, mode, steps, seed, device, tmp / ("run-%s-%d" % (key, seed)), grid_lr=grid_lr)
                 row[key] = (m["psnr"], m["psnr_cc"])
+            for alias, mode in (("on", "ppisp"), ("off", "none")):
+                if mode in row:
+                    row[alias] = row[mode]
             rows.append(row)
             log(
-                "seed %d: clean %.2f (cc %.2f) | perturbed, ppisp %.2f (cc %.2f) | perturbed, none %.2f (cc %.2f)"
-                % (seed, *row["clean"], *row["on"], *row["off"])
+                "seed %d: " % seed
+                + " | ".join(
+                    "%s %.2f (cc %.2f)" % ("clean" if k == "clean" else "perturbed, " + k, *row[k]) for k, _, _ in runs
+                )
             )
     return rows
 
@@ -119,14 +134,30 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--size", default="64x48")
     ap.add_argument("--vignetting", type=float, default=0.0)
+    ap.add_argument("--modes", nargs="+", default=["ppisp", "none"], choices=["ppisp", "bilagrid", "both", "none"])
+    ap.add_argument("--no-clean", action="store_true", help="skip the clean run")
+    ap.add_argument("--grid-lr", type=float, default=None, help="the grids' lr (default: PPISP's, %g)" % LR)
     args = ap.parse_args(argv)
     from spirula.backends import open_device
 
     w, h = map(int, args.size.split("x"))
-    rows = measure(args.seeds, args.steps, (w, h), open_device(), args.vignetting)
-    on = np.mean([r["on"][0] - r["clean"][0] for r in rows])
-    off = np.mean([r["off"][0] - r["clean"][0] for r in rows])
-    print("mean over seeds: ppisp - clean %+.2f dB, none - clean %+.2f dB" % (on, off))
+    rows = measure(
+        args.seeds,
+        args.steps,
+        (w, h),
+        open_device(),
+        args.vignetting,
+        modes=args.modes,
+        clean=not args.no_clean,
+        grid_lr=args.grid_lr,
+    )
+    for mode in args.modes:
+        mean = np.mean([r[mode][0] for r in rows])
+        mean_cc = np.mean([r[mode][1] for r in rows])
+        line = "mean over seeds: %s %.2f dB (cc %.2f)" % (mode, mean, mean_cc)
+        if not args.no_clean:
+            line += ", %+.2f dB against clean" % np.mean([r[mode][0] - r["clean"][0] for r in rows])
+        print(line)
 
 
 if __name__ == "__main__":

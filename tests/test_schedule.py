@@ -280,7 +280,7 @@ def test_demo_settings_live_in_the_configuration():
     assert (demo.iterations, demo.strategy.cap_max, demo.log_every, demo.strategy.init_scale) == (400, 30_000, 50, 1.0)
     assert demo.strategy.init_opacity == TrainConfig().strategy.init_opacity == 0.5
     assert TrainConfig.demo(iterations=1500, init_scale=0.1) == TrainConfig.from_settings(
-        iterations=1500, cap_max=30_000, log_every=50, init_scale=0.1
+        iterations=1500, cap_max=30_000, log_every=50, init_scale=0.1, appearance="none"
     )
     adc = TrainConfig.demo(strategy="adc")
     assert (adc.strategy.refine_stop, adc.strategy.init_opacity) == (15_000, 0.1)

@@ -257,7 +257,7 @@ def test_a_bad_source_is_one_line_and_exit_status_2(tmp_path, capsys):
     empty = tmp_path / "empty.ply"
     z = np.zeros((0, 3), np.float32)
     write_splat_ply(empty, z, np.zeros((0, 4), np.float32), z, np.zeros(0, np.float32), np.zeros((0, 1, 3), np.float32))
-    cases = ((tmp_path / "missing.ply", "no such file"), (__file__, "not a splat .ply"), (empty, "holds no splats"))
+    cases = ((tmp_path / "missing.ply", "no such file"), (__file__, "not a splat file"), (empty, "holds no splats"))
     for source, says in cases:
         with pytest.raises(SystemExit) as exc:
             main(["view", str(source), "--port", str(_free_port())])

@@ -118,27 +118,15 @@ def render_command(
 
 def _appearance_of(source: Path, scene, spec):
     """--appearance-of: a function that applies the chosen training image's appearance to a
-    render (spirula.train.appearance.apply_appearance), or None."""
+    render (spirula.train.appearance.AppearanceLook), or None."""
     if spec is None:
         return None
-    from spirula.train.appearance import apply_appearance
-    from spirula.train.run import appearance_of_state, load_run
+    from spirula.train.appearance import AppearanceLook
+    from spirula.train.run import appearance_of_view
 
     if is_splat_file(source):
         raise UsageError("--appearance-of needs a run (folder or checkpoint): a splat file holds only the radiance")
-    cfg, _, _, state = load_run(source)
-    isp = appearance_of_state(state, scene, cfg)
-    if isp is None:
-        raise UsageError("%s: trained without appearance correction (--appearance none)" % source)
-    i = _camera_index(scene, spec)
-    if i not in scene.train:
-        raise UsageError(
-            "--appearance-of %s: a test image has no fitted appearance; pick a training image (train:K)" % spec
-        )
-    frame = list(scene.train).index(i)
-    camera = int(isp["cameras"][frame])
-    device = open_cli_device()
-    return lambda img: apply_appearance(device, img, isp, frame, camera)
+    return AppearanceLook(open_cli_device(), *appearance_of_view(source, scene, spec))
 
 
 def _load_source(source: Path, dataset, need_scene: bool):
@@ -242,18 +230,6 @@ def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size,
 
 
 def _camera_index(scene, spec: str) -> int:
-    names = [f.name for f in scene.frames]
-    if spec in names:
-        return names.index(spec)
-    try:
-        if ":" in spec:
-            split, k = spec.split(":", 1)
-            return {"test": scene.test, "train": scene.train}[split][int(k)]
-        i = int(spec)
-        if 0 <= i < len(names):
-            return i
-    except (KeyError, ValueError, IndexError):
-        pass
-    raise UsageError(
-        "--camera %s: no such view (an index 0..%d, test:K, train:K or an image name)" % (spec, len(names) - 1)
-    )
+    from spirula.train.run import view_index
+
+    return view_index(scene, spec)

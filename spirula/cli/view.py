@@ -21,7 +21,15 @@ from spirula.errors import UsageError
 @web_viewer_options(
     "--port", "Serve the web viewer on this port instead of opening a window (remote GPUs; docs/viewer.md)."
 )
-def view_command(source, width, height, port, viewer_host):
+@click.option(
+    "--appearance-of",
+    "appearance_of",
+    default=None,
+    metavar="VIEW",
+    help="Apply a training image's fitted exposure and colour (train:K, its image name or dataset index) and its"
+    " camera's vignetting and response to every frame; a run trained with --appearance [default: the radiance].",
+)
+def view_command(source, width, height, port, viewer_host, appearance_of):
     """Look at SOURCE (a splat.ply, or a run folder or checkpoint: its latest
     splats, with the dataset's cameras) in a window, or, with --port, in a
     browser at http://HOST:PORT until Ctrl-C. A mesh (spirula mesh's .glb,
@@ -43,17 +51,26 @@ def view_command(source, width, height, port, viewer_host):
 
         if port is None:
             raise UsageError("%s: a mesh is shown in the web viewer: add --port PORT (docs/viewer.md)" % source)
+        if appearance_of is not None:
+            raise UsageError("--appearance-of: %s is a mesh; it applies to a run's splats" % source)
         serve_mesh(load_mesh(source), port, viewer_host, log=lambda msg: click.echo(msg, err=True))
         return
     if port is not None:
         from spirula.view.web import serve
 
-        serve(source, port, viewer_host, device=open_cli_device(), log=lambda msg: click.echo(msg, err=True))
+        serve(
+            source,
+            port,
+            viewer_host,
+            device=open_cli_device(),
+            log=lambda msg: click.echo(msg, err=True),
+            appearance_of=appearance_of,
+        )
         return
     from spirula.view.window import check_display
 
     check_display()  # before loading anything: no display is one line, exit 2
-    window, session = open_view(source, width, height, open_cli_device())
+    window, session = open_view(source, width, height, open_cli_device(), appearance_of)
     try:
         window.run()
     finally:
@@ -74,15 +91,16 @@ def _stale_notes(source: Path) -> list:
     return []
 
 
-def open_view(source: Path, width: int, height: int, device):
-    """(ViewerWindow, ViewSession) on a splat.ply or a run folder, rendering on ``device``."""
+def open_view(source: Path, width: int, height: int, device, appearance_of: str | None = None):
+    """(ViewerWindow, ViewSession) on a splat.ply or a run folder, rendering on ``device``
+    (through training image ``appearance_of``'s appearance, if given)."""
     from spirula.view.camera import Camera, CameraPath
     from spirula.view.session import ViewRenderer, ViewSession, load_source
     from spirula.view.window import ViewerWindow
 
-    src = load_source(source)
+    src = load_source(source, appearance_of)
     path = CameraPath.from_frames(src.frames) if src.frames else None
-    view = ViewRenderer.from_params(device, src.params, src.background, src.max_alpha)
+    view = ViewRenderer.from_params(device, src.params, src.background, src.max_alpha, src.appearance)
     session = ViewSession(view, width, height, own_view=True)
     camera = path.camera() if path is not None else Camera.fit(src.params["means"])
     try:

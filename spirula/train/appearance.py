@@ -211,10 +211,11 @@ class Appearance:
     partial sums, per training image size the corrected image and its gradient, and the
     ``words`` the step copies from host_in (:meth:`host_words`)."""
 
-    def __init__(self, device, mode: str, frames, iterations: int, lr: float = PPISP_LR):
+    def __init__(self, device, mode: str, frames, iterations: int, lr: float = PPISP_LR, grid_lr: float | None = None):
         if mode not in MODES or mode == "none":
             raise ValueError("appearance %r: expected one of ppisp, bilagrid, both" % (mode,))
         self.device, self.mode, self.iterations, self.lr = device, mode, iterations, lr
+        self.grid_lr = lr if grid_lr is None else grid_lr
         self.ppisp_on = mode in ("ppisp", "both")
         self.bilagrid_on = mode in ("bilagrid", "both")
         self.n_frames = len(frames)
@@ -264,7 +265,7 @@ class Appearance:
         t = k + 1
         hyper = np.zeros(12, np.float32)
         hyper[:6] = adam_hyper(ppisp_lr(k, self.iterations, self.lr), t)
-        hyper[6:] = adam_hyper(bilagrid_lr(k, self.iterations, self.lr), t)
+        hyper[6:] = adam_hyper(bilagrid_lr(k, self.iterations, self.grid_lr), t)
         out[HYPER_PPISP:] = hyper.view(np.uint32)
         return out
 
@@ -360,46 +361,87 @@ def apply_appearance(device, img: np.ndarray, isp: dict, frame: int | None, came
     """A render [H,W,3] through a run's appearance models (:meth:`Appearance.isp`), on the
     GPU with the training kernels: ``frame`` None for the per-frame stages' identity (a
     novel view: exposure 0, colour 0, no grid), else training frame ``frame``'s; ``camera``
-    None for no per-camera stage (vignetting, CRF), else that camera's."""
-    H, W, _ = img.shape
-    mode = str(isp["mode"])
-    if mode == "none":
-        return img
-    F, C = int(isp["n_frames"]), int(isp["n_cameras"])
-    pool = device.pool
-    bufs = []
+    None for no per-camera stage (vignetting, CRF), else that camera's. One call; a viewer
+    that applies the same appearance to every frame keeps an :class:`AppearanceLook`."""
+    look = AppearanceLook(device, isp, frame, camera)
+    try:
+        return look(img)
+    finally:
+        look.close()
 
-    def put(name, arr):
+
+class AppearanceLook:
+    """One frame's appearance (``frame``, ``camera``: as :func:`apply_appearance`) applied
+    to renders of any size: the one-frame parameters are uploaded once, and the buffers and
+    the recorded ``ppisp_fwd`` / ``bilagrid_fwd`` sequence are kept per image size, so a
+    viewer's frame is one upload, one replay and one read back (``spirula view
+    --appearance-of``)."""
+
+    def __init__(self, device, isp: dict, frame: int | None, camera: int | None):
+        self.device, self.mode = device, str(isp["mode"])
+        self.frame, self.camera = frame, camera
+        self._bufs, self._size_bufs, self._size, self._seq = [], [], None, None
+        if self.mode == "none":
+            return
+        F, C = int(isp["n_frames"]), int(isp["n_cameras"])
+        try:
+            self._words = self._put(self._bufs, "words", np.zeros(12, np.uint32))  # frame 0 of a one-frame model
+            self._ppisp = self._grid = None
+            if self.mode in ("ppisp", "both"):
+                flat = np.asarray(isp["ppisp"], np.float32)
+                small = np.zeros(ppisp_size(1, 1), np.float32)
+                if frame is not None:
+                    small[0] = flat[frame]
+                    small[1:9] = flat[F + 8 * frame : F + 8 * frame + 8]
+                if camera is not None:
+                    small[9:24] = flat[9 * F + 15 * camera : 9 * F + 15 * camera + 15]
+                    small[24:36] = flat[9 * F + 15 * C + 12 * camera : 9 * F + 15 * C + 12 * camera + 12]
+                self._ppisp = self._put(self._bufs, "ppisp", small)
+                self._cameras = self._put(self._bufs, "cameras", np.zeros(1, np.uint32))
+            if self.mode in ("bilagrid", "both") and frame is not None:
+                grid = np.ascontiguousarray(np.asarray(isp["grids"], np.float32)[frame : frame + 1])
+                self._grid, self._grid_shape = self._put(self._bufs, "grid", grid), tuple(grid.shape[1:4])
+        except BaseException:
+            self.close()
+            raise
+
+    def _put(self, into: list, name: str, arr: np.ndarray) -> Buffer:
         arr = np.ascontiguousarray(arr)
-        b = pool.alloc("appearance.apply." + name, arr.shape, arr.dtype, "appearance")
-        device.upload(b, arr)
-        bufs.append(b)
+        b = self.device.pool.alloc("appearance.apply." + name, arr.shape, arr.dtype, "appearance")
+        self.device.upload(b, arr)
+        into.append(b)
         return b
 
-    try:
-        words = put("words", np.zeros(12, np.uint32))  # frame 0 of a one-frame model
-        rgb = put("rgb_in", np.asarray(img, np.float32)[None])
-        rec = device.recorder("appearance.apply")
-        if mode in ("ppisp", "both"):
-            flat = np.asarray(isp["ppisp"], np.float32)
-            small = np.zeros(ppisp_size(1, 1), np.float32)
-            if frame is not None:
-                small[0] = flat[frame]
-                small[1:9] = flat[F + 8 * frame : F + 8 * frame + 8]
-            if camera is not None:
-                small[9:24] = flat[9 * F + 15 * camera : 9 * F + 15 * camera + 15]
-                small[24:36] = flat[9 * F + 15 * C + 12 * camera : 9 * F + 15 * C + 12 * camera + 12]
-            out = put("ppisp_out", np.zeros_like(np.asarray(img, np.float32)[None]))
-            record_ppisp_fwd(rec, words, put("cameras", np.zeros(1, np.uint32)), put("ppisp", small), rgb, out,
-                             W, H, 0, 1, 0 if camera is None else 1)  # fmt: skip
+    def _record(self, W: int, H: int):
+        for b in self._size_bufs:
+            self.device.pool.free(b)
+        self._size_bufs, self._size, self._seq = [], None, None
+        zeros = np.zeros((1, H, W, 3), np.float32)
+        self._rgb_in = rgb = self._put(self._size_bufs, "rgb_in", zeros)
+        rec = self.device.recorder("appearance.apply")
+        if self._ppisp is not None:
+            out = self._put(self._size_bufs, "ppisp_out", zeros)
+            record_ppisp_fwd(rec, self._words, self._cameras, self._ppisp, rgb, out, W, H, 0, 1,
+                             0 if self.camera is None else 1)  # fmt: skip
             rgb = out
-        if mode in ("bilagrid", "both") and frame is not None:
-            grid = np.asarray(isp["grids"], np.float32)[frame : frame + 1]
-            out = put("grid_out", np.zeros_like(np.asarray(img, np.float32)[None]))
-            record_bilagrid_fwd(rec, words, put("grid", grid), rgb, out, W, H, 0, 1, tuple(grid.shape[1:4]))
+        if self._grid is not None:
+            out = self._put(self._size_bufs, "grid_out", zeros)
+            record_bilagrid_fwd(rec, self._words, self._grid, rgb, out, W, H, 0, 1, self._grid_shape)
             rgb = out
-        rec.finish().run()
-        return device.readback(rgb)[0]
-    finally:
-        for b in bufs:
-            pool.free(b)
+        self._rgb_out, self._seq, self._size = rgb, rec.finish(), (W, H)
+
+    def __call__(self, img: np.ndarray) -> np.ndarray:
+        """``img`` [H,W,3] float32 (a render) -> [H,W,3] float32 with the appearance."""
+        if self.mode == "none":
+            return img
+        H, W, _ = img.shape
+        if self._size != (W, H) or self._seq is None or self._seq.stale:
+            self._record(W, H)
+        self.device.upload(self._rgb_in, np.asarray(img, np.float32)[None])
+        self._seq.run()
+        return self.device.readback(self._rgb_out)[0]
+
+    def close(self):
+        for b in self._size_bufs + self._bufs:
+            self.device.pool.free(b)
+        self._size_bufs, self._bufs, self._seq, self._size = [], [], None, None

@@ -245,6 +245,12 @@ class TrainConfig:
         " their warm-up and decay",
         gt=0,
     )
+    bilagrid_lr: float | None = setting(
+        None,
+        "Adam's learning rate of the bilateral grids (bilagrid, both), before their warm-up and decay",
+        gt=0,
+        default_help="appearance_lr",
+    )
     # run
     eval_every: int = setting(0, "Evaluate on the test images every N steps (0: never)", flag="--eval-every", ge=0)
     save_every: int = setting(7000, "Checkpoint every N steps", flag="--save-every", ge=0)

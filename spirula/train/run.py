@@ -431,6 +431,51 @@ def appearance_of_state(state: dict, scene, cfg) -> dict | None:
     return isp
 
 
+def view_index(scene, spec: str, option: str = "--camera") -> int:
+    """The dataset index of view ``spec``: an image name, a dataset index, or test:K /
+    train:K (the split's K-th); else a one-line UsageError naming ``option``."""
+    from spirula.errors import UsageError
+
+    names = [f.name for f in scene.frames]
+    if spec in names:
+        return names.index(spec)
+    try:
+        if ":" in spec:
+            split, k = spec.split(":", 1)
+            return {"test": scene.test, "train": scene.train}[split][int(k)]
+        i = int(spec)
+        if 0 <= i < len(names):
+            return i
+    except (KeyError, ValueError, IndexError):
+        pass
+    raise UsageError(
+        "%s %s: no such view (an index 0..%d, test:K, train:K or an image name)" % (option, spec, len(names) - 1)
+    )
+
+
+def appearance_of_view(source, scene, spec: str):
+    """``--appearance-of SPEC`` of ``spirula render`` and ``spirula view``: (isp, frame,
+    camera) for :class:`~spirula.train.appearance.AppearanceLook` (training image ``spec``'s
+    exposure and colour, its camera's vignetting and response) from the run ``source`` (a
+    folder or checkpoint) and its dataset ``scene``; a one-line UsageError for a splat file,
+    a run without appearance correction, a missing dataset or a test image."""
+    from spirula.errors import UsageError
+
+    if scene is None:
+        raise UsageError("--appearance-of %s: %s: the run's dataset is not where it was trained" % (spec, source))
+    cfg, _, _, state = load_run(source)
+    isp = appearance_of_state(state, scene, cfg)
+    if isp is None:
+        raise UsageError("%s: trained without appearance correction (--appearance none)" % source)
+    i = view_index(scene, spec, "--appearance-of")
+    if i not in scene.train:
+        raise UsageError(
+            "--appearance-of %s: a test image has no fitted appearance; pick a training image (train:K)" % spec
+        )
+    frame = list(scene.train).index(i)
+    return isp, frame, int(isp["cameras"][frame])
+
+
 def load_run(run: Path):
     """(config, raw splat arrays in dataset coordinates, checkpoint path, state)
     of a run folder or checkpoint."""

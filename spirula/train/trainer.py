@@ -161,7 +161,9 @@ class Trainer:
         mode = cfg.appearance or "none"
         self.appearance = None
         if mode != "none":
-            self.appearance = Appearance(device, mode, frames, cfg.iterations, cfg.appearance_lr)
+            self.appearance = Appearance(
+                device, mode, frames, cfg.iterations, cfg.appearance_lr, cfg.bilagrid_lr or cfg.appearance_lr
+            )
         self._eval_rasters = {}
         self.io = StepIO(pool)  # the step parameters on the GPU, the host's slots in and out
         self._slot = 0  # the host_in/host_out slot of the next step submitted

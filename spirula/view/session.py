@@ -41,19 +41,34 @@ class ViewRenderer:
             are in training coordinates (a trainer's), else None.
     """
 
-    def __init__(self, renderer, world=None):
-        self.renderer, self.world = renderer, world
+    def __init__(self, renderer, world=None, look=None):
+        self.renderer, self.world, self.look = renderer, world, look
 
     @classmethod
-    def from_params(cls, device, params: dict, background=None, max_alpha: float = MAX_ALPHA) -> ViewRenderer:
+    def from_params(
+        cls, device, params: dict, background=None, max_alpha: float = MAX_ALPHA, appearance=None
+    ) -> ViewRenderer:
         """Splats uploaded once from raw numpy parameters: means [N,3], quats
         [N,4] wxyz, scales [N,3] (log), opacities [N] (logit), sh [N,K,3]
         (:func:`spirula.train.run.load_run`'s or :func:`load_source`'s),
-        activated on the host as ``spirula render`` does (same numbers)."""
+        activated on the host as ``spirula render`` does (same numbers).
+        ``appearance``: (isp, frame, camera) of a training image
+        (:attr:`ViewSource.appearance`), applied to every frame (an
+        :class:`~spirula.train.appearance.AppearanceLook`), or None: the radiance."""
         from spirula.render.renderer import Renderer, activate_splats
 
         renderer = Renderer(device=device, max_alpha=max_alpha, background=background)
-        return cls(renderer.set_splats(**activate_splats(params)))
+        renderer.set_splats(**activate_splats(params))
+        look = None
+        if appearance is not None:
+            from spirula.train.appearance import AppearanceLook
+
+            try:
+                look = AppearanceLook(renderer.device, *appearance)
+            except BaseException:
+                renderer.close()
+                raise
+        return cls(renderer, look=look)
 
     @classmethod
     def for_training(cls, device, world, background, max_alpha: float) -> ViewRenderer:
@@ -69,12 +84,19 @@ class ViewRenderer:
 
     def render(self, viewmat, K, width: int, height: int) -> np.ndarray:
         """[H,W,3] float32 colours (background composited) from the dataset
-        camera ``viewmat`` [4,4] (OpenCV world->camera), ``K`` [3,3]."""
-        return self._render(viewmat, K, width, height).numpy()
+        camera ``viewmat`` [4,4] (OpenCV world->camera), ``K`` [3,3]; through
+        the training image's appearance when the view has one (``look``)."""
+        img = self._render(viewmat, K, width, height).numpy()
+        return img if self.look is None else self.look(img)
 
     def render_rgb8(self, viewmat, K, width: int, height: int) -> np.ndarray:
         """[H,W,3] uint8 of :meth:`render` (``to_uint8`` of it, bit for bit),
-        converted on the GPU: a viewer's frame reads back 4 bytes a pixel, not 12."""
+        converted on the GPU: a viewer's frame reads back 4 bytes a pixel, not 12
+        (with an appearance, the float image comes back and is converted here)."""
+        if self.look is not None:
+            from spirula.render.video import to_uint8
+
+            return to_uint8(self.render(viewmat, K, width, height))
         return self._render(viewmat, K, width, height).rgb8()
 
     def _render(self, viewmat, K, width: int, height: int):
@@ -84,6 +106,9 @@ class ViewRenderer:
         return self.renderer.render(viewmat, K, width, height)
 
     def close(self):
+        if self.look is not None:
+            self.look.close()
+            self.look = None
         self.renderer.close()
 
 
@@ -149,19 +174,26 @@ class ViewSource:
         max_alpha: the alpha cap the splats were trained with.
         frames: the dataset's training cameras (:class:`~spirula.data.Frame`
             list), empty for a splat.ply or a run whose dataset moved.
+        appearance: (isp, frame, camera) of the training image asked for with
+            ``appearance_of`` (:func:`spirula.train.run.appearance_of_view`), or None.
     """
 
     params: dict
     background: object = None
     max_alpha: float = MAX_ALPHA
     frames: list = dataclasses.field(default_factory=list)
+    appearance: tuple | None = None
 
 
-def load_source(source) -> ViewSource:
+def load_source(source, appearance_of: str | None = None) -> ViewSource:
     """A splat.ply, or a run folder or checkpoint .npz (with its dataset's
     training cameras when the dataset is still there). Bad input raises a
-    :class:`~spirula.errors.DatasetError` naming ``source`` (one line, exit 2)."""
-    from spirula.errors import DatasetError, SpirulaError
+    :class:`~spirula.errors.DatasetError` naming ``source`` (one line, exit 2).
+    ``appearance_of``: a training image (train:K, its name or dataset index) whose
+    fitted exposure and colour the view applies (``spirula view --appearance-of``;
+    a run trained with ``--appearance`` whose dataset is still there), else a
+    one-line UsageError."""
+    from spirula.errors import DatasetError, SpirulaError, UsageError
 
     path = Path(source)
     if not path.exists():
@@ -171,6 +203,8 @@ def load_source(source) -> ViewSource:
     if is_splat_file(path):
         from spirula.export import read_splats
 
+        if appearance_of is not None:
+            raise UsageError("--appearance-of needs a run (folder or checkpoint): a splat file holds only the radiance")
         p = read_splats(path, allow_empty=False)
         params = dict(
             means=p["means"], quats=p["quats"], scales=p["log_scales"], opacities=p["opacity_logits"], sh=p["sh_coeffs"]
@@ -189,6 +223,7 @@ def load_source(source) -> ViewSource:
     except SpirulaError as exc:  # no checkpoint, or not one: bad input
         raise DatasetError(str(exc)) from None
     out = ViewSource(params, max_alpha=cfg.max_alpha)
+    scene = None
     try:
         from spirula.data import load_dataset
 
@@ -204,5 +239,9 @@ def load_source(source) -> ViewSource:
         out.background = scene.background
         out.frames = [scene.frames[i] for i in scene.train] or list(scene.frames)
     except (OSError, KeyError, ValueError, IndexError, SpirulaError):
-        pass  # the dataset moved: the splats alone still show
+        scene = None  # the dataset moved: the splats alone still show
+    if appearance_of is not None:
+        from spirula.train.run import appearance_of_view
+
+        out.appearance = appearance_of_view(path, scene, appearance_of)
     return out

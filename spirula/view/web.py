@@ -280,23 +280,35 @@ def start_view(source) -> StartView:
     return start_view_from_camera(V, max(distance, 1e-3))
 
 
-def serve(splats_source, port: int, host: str = "127.0.0.1", *, device=None, stop=None, on_ready=None, log=print):
+def serve(
+    splats_source,
+    port: int,
+    host: str = "127.0.0.1",
+    *,
+    device=None,
+    stop=None,
+    on_ready=None,
+    log=print,
+    appearance_of: str | None = None,
+):
     """Serve the web viewer of ``splats_source`` (a splat.ply, a run folder or a
     checkpoint) until Ctrl-C, or until the ``stop`` :class:`threading.Event` is
     set. The splats are uploaded once; renders happen on this thread, only
     when a browser's camera changes. ``on_ready(viewer)`` is called once the
-    server listens."""
+    server listens. ``appearance_of``: a training image whose exposure and colour
+    every frame gets (``spirula view --appearance-of``; default: the radiance)."""
     from spirula.view.session import ViewRenderer, load_source
 
-    source = load_source(splats_source)
-    view = ViewRenderer.from_params(device, source.params, source.background, source.max_alpha)
+    source = load_source(splats_source, appearance_of)
+    view = ViewRenderer.from_params(device, source.params, source.background, source.max_alpha, source.appearance)
     try:
         viewer = WebViewer(port, host, start_view(source))
     except BaseException:
         view.close()
         raise
     n = len(source.params["means"])
-    viewer.set_status("**%s**  \n%s splats" % (Path(splats_source).name, f"{n:,}"))
+    look = "" if appearance_of is None else "  \nappearance of %s" % appearance_of
+    viewer.set_status("**%s**  \n%s splats%s" % (Path(splats_source).name, f"{n:,}", look))
     log("spirula: web viewer of %s (%s splats) at %s" % (splats_source, f"{n:,}", viewer.where()))
 
     def render(viewmat, K, width, height):
