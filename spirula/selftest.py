@@ -777,6 +777,7 @@ def check_appearance(dev):
         rgb=rgb, g=g, pgrads=np.zeros_like(flat), grid=grid, brgb=brgb, bg=bg, ggrid=np.zeros_like(grid),
         params=p0, grads=pg, m=np.zeros_like(p0), v=np.zeros_like(p0),
         hyper=np.array(app.adam_hyper(2e-3, 1), f32),
+        no_overflow=np.zeros(64, np.uint32),  # adam_small's guard: count 0, prev_isects 0, never skipped
     )  # fmt: skip
     bufs = {k: dev.pool.alloc("selftest.app." + k, v.shape, v.dtype) for k, v in arrays.items()}
     for k, like in (("out", rgb), ("grgb", rgb), ("bout", brgb), ("bgrgb", brgb), ("terms", grid)):
@@ -797,7 +798,8 @@ def check_appearance(dev):
         got = {k: dev.readback(b[k]) for k in ("out", "grgb", "pgrads", "bout", "bgrgb", "ggrid")}
         rec = dev.recorder("selftest.appearance_tv")
         app.record_bilagrid_tv(rec, b["grid"], b["ggrid"], b["terms"], 1, 1.0, shape)
-        app.record_adam_small(rec, b["params"], b["grads"], b["m"], b["v"], b["hyper"], p0.size)
+        guard = (b["no_overflow"], 0, 0, b["no_overflow"])
+        app.record_adam_small(rec, b["params"], b["grads"], b["m"], b["v"], b["hyper"], p0.size, 0, guard)
         rec.finish().run()
         got.update({k: dev.readback(b[k]) for k in ("ggrid", "terms", "params", "m", "v")})
     finally:
@@ -835,6 +837,32 @@ def check_appearance(dev):
         _within("adam_small", got["v"], wv, 1e-4 * np.abs(wv), "1e-4 |ref| (float32 beta2)"),
     ]
     return rows
+
+
+def check_match(dev):
+    """match_top2 + match_mutual: COLMAP's cross-checked ratio matching of two sets of
+    random RootSIFT-like descriptors (half of b a noisy copy of a) against the reference
+    (spirula/reference/match.py; tests/test_match.py): the same matches (integer dots)."""
+    from spirula.features.match import DescriptorMatcher
+    from spirula.reference import match as ref
+
+    rng = np.random.default_rng(6)
+
+    def unit(v):  # SIFT's bytes: a unit vector x 512, rounded
+        return np.minimum(np.round(512 * v / np.linalg.norm(v, axis=1, keepdims=True)), 255).astype(np.uint8)
+
+    va = rng.random((300, 128)) ** 4
+    a = unit(va)
+    b = unit(np.concatenate([va[:150] + 0.02 * rng.random((150, 128)), rng.random((200, 128)) ** 4]))
+    m = DescriptorMatcher(dev, capacity=512)
+    try:
+        got = m.match(a, b)
+    finally:
+        m.close()
+    want = ref.match(a, b)
+    same = got.shape == want.shape and bool((got == want).all())
+    ok = same and len(want) > 100
+    return [Row("match_top2 + match_mutual", float(not same), "exact (%d matches)" % len(want), ok)]
 
 
 def check_sift(dev):
@@ -892,6 +920,7 @@ CHECKS = (
     check_normal_consistency,
     check_appearance,
     check_sift,
+    check_match,
 )
 
 

@@ -15,7 +15,7 @@ from mesh_cases import COLOUR_GRADIENT, Sphere, colour_field, tsdf_volume
 from test_cli_train import assert_one_line_error, spirula
 
 from spirula.cli.main import main
-from spirula.data.ply import write_splat_ply
+from spirula.data.ply import read_splat_ply, write_splat_ply
 from spirula.reference.projection import SH_C0
 
 SHAPE = Sphere()
@@ -208,7 +208,9 @@ def test_a_splat_ply_meshes_to_vertex_colours_beside_it(capsys, run_dir, fake_fu
     code, err = cli(capsys, ply, "--color", "vertex", "--color-from", "volume", "--format", fmt, "--simplify", 800)
     assert code == 0, err
     assert fake_fusion["cameras"] == ("cameras of", None) and fake_fusion["resolution"] is None
-    mesh = trimesh.load(run_dir / ("splat." + fmt), force="mesh")
+    # a .ply mesh goes beside splat.ply as splat.mesh.ply, never over the splats
+    mesh = trimesh.load(run_dir / ("splat.mesh.ply" if fmt == "ply" else "splat." + fmt), force="mesh")
+    assert read_splat_ply(ply)["means"].shape[0] > 0
     assert abs(len(mesh.faces) - 800) <= 16  # simplify: within 2% (test_mesh_surface.py)
     # the volume's colour grid is the field at voxel centres: trilinear is exact; 8-bit rounding
     got = mesh.visual.vertex_colors[:, :3] / 255.0

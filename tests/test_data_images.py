@@ -110,7 +110,7 @@ def test_undistortion_recovers_pinhole_image(tmp_path, truth, capsys):
     while the distorted image itself is off by > 0.1."""
     write_distorted(tmp_path, truth, DIST)
     pin, dimg = fx.render_pinhole_and_distorted(DIST)
-    s = load_dataset(tmp_path)
+    s = load_dataset(tmp_path, undistort=True)
     err = capsys.readouterr().err.splitlines()
     out_dir = tmp_path / "spirula_undistorted" / "images"
     assert err == ["spirula: undistorting 12 images (OPENCV) into %s" % out_dir]
@@ -122,7 +122,7 @@ def test_undistortion_recovers_pinhole_image(tmp_path, truth, capsys):
     assert np.abs(img - pin).max() < 0.01
     assert np.abs(img - pin).mean() < 0.003
     # Loading again reuses the cache silently and gives the same pixels.
-    s2 = load_dataset(tmp_path)
+    s2 = load_dataset(tmp_path, undistort=True)
     assert capsys.readouterr().err == ""
     np.testing.assert_array_equal(s2.load_image(0), img)
 
@@ -133,7 +133,7 @@ def test_undistortion_outside_source_is_noted(tmp_path, truth, capsys):
     dist = dict(DIST, k1=0.15)
     write_distorted(tmp_path, truth, dist)
     pin, _ = fx.render_pinhole_and_distorted(dist)
-    s = load_dataset(tmp_path)
+    s = load_dataset(tmp_path, undistort=True)
     err = capsys.readouterr().err
     assert "lie outside the source" in err and err.count("\n") == 1
     img = s.load_image(1)
@@ -147,10 +147,10 @@ def test_undistortion_outside_source_is_noted(tmp_path, truth, capsys):
 
 def test_undistortion_recomputed_when_camera_changes(tmp_path, truth, capsys):
     write_distorted(tmp_path, truth, DIST)
-    load_dataset(tmp_path)
+    load_dataset(tmp_path, undistort=True)
     capsys.readouterr()
     write_distorted(tmp_path, truth, dict(DIST, k1=-0.1))
-    load_dataset(tmp_path)
+    load_dataset(tmp_path, undistort=True)
     assert "undistorting 12 images" in capsys.readouterr().err
 
 
@@ -159,7 +159,7 @@ def test_nerfstudio_distortion_and_downscale(tmp_path, truth, capsys):
     then the downscaled images are undistorted with the scaled K."""
     pin, dimg = fx.render_pinhole_and_distorted(DIST)
     fx.write_nerfstudio(tmp_path, truth, dist=DIST, images=[dimg] * fx.N_CAMS)
-    s = load_dataset(tmp_path, downscale=2)
+    s = load_dataset(tmp_path, downscale=2, undistort=True)
     err = capsys.readouterr().err
     assert "downscaling 12 images by 2" in err
     assert "undistorting 12 images (OPENCV) into %s" % (tmp_path / "spirula_undistorted" / "images_2") in err

@@ -29,8 +29,12 @@ def scene(tmp_path_factory):
 
 
 def _mcmc(**kw):
+    # no appearance correction (train_run's default for this COLMAP scene): these measure the splats
     return TrainConfig.from_settings(
-        **{**dict(strategy="mcmc", refine_start=1, refine_every=2, cap_max=100_000, sh_degree=1), **kw}
+        **{
+            **dict(strategy="mcmc", refine_start=1, refine_every=2, cap_max=100_000, sh_degree=1, appearance="none"),
+            **kw,
+        }
     )
 
 

@@ -4,7 +4,7 @@ values). Repeatability: the fraction of COLMAP's keypoints with one of ours with
 and a scale within 10%. Matching score: nearest neighbours with Lowe's ratio 0.8 and the
 mutual check between two views 11.4 degrees apart, a match correct when within 2 px of
 the epipolar line of the known cameras, over the smaller keypoint count; ours against
-COLMAP's own. Figures in docs/sfm.md ("SIFT on the GPU"); ``SPIRULA_SIFT_REPORT=1 pytest
+COLMAP's own. Figures in docs/sfm.md ("SIFT on the GPU"); ``SPIRULA_PARITY_REPORT=1 pytest
 -s`` prints them."""
 
 import os
@@ -91,7 +91,7 @@ def test_gpu_sift_against_colmap(device, tmp_path):
     F = _fundamental(K, Rs[3], ts[3], Rs[4], ts[4])
     ms_ours, m_ours = matching_score(*ours[pick[0]], *ours[pick[1]], F)
     ms_theirs, m_theirs = matching_score(*theirs[pick[0]], *theirs[pick[1]], F)
-    if os.environ.get("SPIRULA_SIFT_REPORT"):
+    if os.environ.get("SPIRULA_PARITY_REPORT"):
         print(
             "\nkeypoints ours %s colmap %s; repeatability %s; matching score ours %.3f (%d matches) colmap %.3f (%d)"
             % (

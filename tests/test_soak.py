@@ -21,8 +21,9 @@ soak = load_benchmark("soak")
 
 # every 10 steps NaN into 1% of the splats; MCMC relocates dead splats every 20
 # steps from step 20, and grows 500 -> ~1,200 splats over 400 steps
-CFG = dict(cap_max=2000, sh_degree=1, refine_start=20, refine_every=20)
-OVERRIDES = ["sh_degree=1", "refine_start=20", "refine_every=20"]
+# no appearance correction (a COLMAP scene's default): the budget is the splats'
+CFG = dict(cap_max=2000, sh_degree=1, refine_start=20, refine_every=20, appearance="none")
+OVERRIDES = ["sh_degree=1", "refine_start=20", "refine_every=20", "appearance=none"]
 
 
 @pytest.fixture(scope="module")
