@@ -306,6 +306,16 @@ FN vec3 splat_normal(mat3 R, vec3 s, mat3 Rc, vec3 pcam) {
 // quat is the stored (unnormalized) quaternion, scale the activated scale; the
 // gradients are with respect to the same.
 
+// dL/d cov2d as (xx, xy, yy) from dL/d conic, conic = inverse(cov2d) (both (xx, xy, yy), the
+// conic's xy gradient counting both off-diagonal entries): -X V X, V the symmetric gradient
+FN vec3 conic_vjp(vec3 cov2d, vec3 v_conic) {
+    float inv_det = 1.0f / (cov2d.x * cov2d.z - cov2d.y * cov2d.y);
+    float a = cov2d.z * inv_det, b = -cov2d.y * inv_det, c = cov2d.x * inv_det;
+    float va = v_conic.x, vb = 0.5f * v_conic.y, vc = v_conic.z;
+    return vec3(-((a * va + b * vb) * a + (a * vb + b * vc) * b), -((a * va + b * vb) * b + (a * vb + b * vc) * c),
+                -((b * va + c * vb) * b + (b * vb + c * vc) * c));
+}
+
 // Geometry: adds to (v_mean, v_quat, v_scale) the gradient from the 2D mean
 // and conic (v_mean2d, v_conic).
 FN void projection_geometry_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, float W, float H, float eps2d,
@@ -320,14 +330,8 @@ FN void projection_geometry_vjp(Camera cam, vec3 mean, vec4 quat, vec3 scale, fl
     vec2 clipped;
     vec2 tanc = clamped_tan(pcam, cam.f, W, H, clipped);
     vec3 cov2d = project_cov(cov_c, pcam, tanc, cam.f) + vec3(eps2d, 0.0f, eps2d);
-    float inv_det = 1.0f / (cov2d.x * cov2d.z - cov2d.y * cov2d.y);
-    float a = cov2d.z * inv_det, b = -cov2d.y * inv_det, c = cov2d.x * inv_det;
-
-    // conic = inverse(cov2d): dL/dcov2d = -X V X with V the symmetric gradient
-    float va = v_conic.x, vb = 0.5f * v_conic.y, vc = v_conic.z;
-    float g00 = -((a * va + b * vb) * a + (a * vb + b * vc) * b);
-    float g01 = -((a * va + b * vb) * b + (a * vb + b * vc) * c);
-    float g11 = -((b * va + c * vb) * b + (b * vb + c * vc) * c);
+    vec3 g = conic_vjp(cov2d, v_conic);
+    float g00 = g.x, g01 = g.y, g11 = g.z;
 
     // cov2d = J cov_c J^T
     float rz = 1.0f / pcam.z, rz2 = rz * rz;
@@ -385,12 +389,8 @@ FN void projection_geometry_vjp_ut(Camera cam, Lens L, vec3 mean, vec4 quat, vec
         vec2 e = u[k] - m;
         cov2d += vec3(e.x * e.x, e.x * e.y, e.y * e.y) * (1.0f / 6.0f);
     }
-    float inv_det = 1.0f / (cov2d.x * cov2d.z - cov2d.y * cov2d.y);
-    float a = cov2d.z * inv_det, b = -cov2d.y * inv_det, c = cov2d.x * inv_det;
-    float va = v_conic.x, vb = 0.5f * v_conic.y, vc = v_conic.z;
-    float g00 = -((a * va + b * vb) * a + (a * vb + b * vc) * b);
-    float g01 = -((a * va + b * vb) * b + (a * vb + b * vc) * c);
-    float g11 = -((b * va + c * vb) * b + (b * vb + c * vc) * c);
+    vec3 g = conic_vjp(cov2d, v_conic);
+    float g00 = g.x, g01 = g.y, g11 = g.z;
 
     vec3 v_pcam = vec3(0.0f);
     mat3 v_A = mat3(0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f);

@@ -137,6 +137,20 @@ def cameras(width=WIDTH, height=HEIGHT, focal=FOCAL, n_views=N_VIEWS):
     return np.array(views), K
 
 
+def _look_at_centre(eye) -> np.ndarray:
+    """[4,4] OpenCV world->camera of a camera at ``eye`` looking at the spheres' centre
+    (0, 0, 0.35), world +z up in the image."""
+    fwd = np.array([0, 0, 0.35]) - eye
+    fwd /= np.linalg.norm(fwd)
+    right = np.cross(fwd, [0, 0, 1.0])
+    right /= np.linalg.norm(right)
+    R = np.stack([right, np.cross(fwd, right), fwd])
+    vm = np.eye(4)
+    vm[:3, :3] = R
+    vm[:3, 3] = -R @ eye
+    return vm
+
+
 def object_cameras(width=WIDTH, height=HEIGHT, focal=FOCAL, n_views=N_VIEWS):
     """(viewmats [V,4,4], K [3,3]) of the object-centric views: a spiral over the upper
     hemisphere (elevation 8 to 72 degrees, golden-angle azimuths), all looking at the spheres."""
@@ -147,15 +161,7 @@ def object_cameras(width=WIDTH, height=HEIGHT, focal=FOCAL, n_views=N_VIEWS):
         el = np.radians(8 + 64 * (v + 0.5) / n_views)
         r = 4.0 + 0.3 * np.cos(3 * az)
         eye = np.array([r * np.cos(el) * np.cos(az), r * np.cos(el) * np.sin(az), 0.35 + r * np.sin(el)])
-        fwd = np.array([0, 0, 0.35]) - eye
-        fwd /= np.linalg.norm(fwd)
-        right = np.cross(fwd, [0, 0, 1.0])
-        right /= np.linalg.norm(right)
-        R = np.stack([right, np.cross(fwd, right), fwd])
-        vm = np.eye(4)
-        vm[:3, :3] = R
-        vm[:3, 3] = -R @ eye
-        views.append(vm)
+        views.append(_look_at_centre(eye))
     return np.array(views), K
 
 
@@ -265,15 +271,7 @@ def inside_cameras(n_views: int) -> np.ndarray:
         az = 2 * np.pi * v / n_views
         r = 2.4 + 0.25 * np.cos(2 * az)
         eye = np.array([r * np.cos(az), r * np.sin(az), 1.0 + 0.3 * np.sin(3 * az)])
-        fwd = np.array([0, 0, 0.35]) - eye
-        fwd /= np.linalg.norm(fwd)
-        right = np.cross(fwd, [0, 0, 1.0])
-        right /= np.linalg.norm(right)
-        R = np.stack([right, np.cross(fwd, right), fwd])
-        vm = np.eye(4)
-        vm[:3, :3] = R
-        vm[:3, 3] = -R @ eye
-        views.append(vm)
+        views.append(_look_at_centre(eye))
     return np.array(views)
 
 
