@@ -455,11 +455,14 @@ def _run(
         model_dir = work / "kept"
         model_dir.mkdir()
         kept.write(model_dir)
+
+    def result(n_masks):
+        n_cameras = len(calls) if mode == "grouped" else None
+        return SfmResult(out, quality, sizes, matcher, features, times, n_masks, n_cameras, n_turned)
+
     if not undistort:  # native: the images as they are, the model with its lens
         n_masks = _native(stages, kept, src, out, mask_files, times, t0, log, camera_model)
-        return SfmResult(
-            out, quality, sizes, matcher, times, n_masks, len(calls) if mode == "grouped" else None, n_turned
-        )
+        return result(n_masks)
     staging = work / "undistorted"
     stages.run(
         "undistort",
@@ -486,9 +489,7 @@ def _run(
         "undistort %6.1f s  PINHOLE, %d images%s -> %s"
         % (times["undistort"], quality.n_registered, ", %d masks" % n_masks if n_masks else "", out)
     )
-    return SfmResult(
-        out, quality, sizes, matcher, features, times, n_masks, len(calls) if mode == "grouped" else None, n_turned
-    )
+    return result(n_masks)
 
 
 def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verification, num_threads, times) -> str:
