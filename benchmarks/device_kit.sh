@@ -8,6 +8,9 @@
 #   .device/local/before.tar.gz             (BEFORE=REV) the tree at REV, for "before" rows
 #   .device/local/scene1080                 (SCENE1080=1) the 1080p training scene, images only
 #   build/libspirula_cuda.so                the CUDA backend for the H200 only (sm_90: small to carry)
+#   .device/local/sfm/pycolmap-*-cp312-*.whl   (SFM=1) pycolmap for benchmarks/gpu_sfm_bench.sh, the
+#                                           version of .venv's, 38 MB: carry .device without rs/ and
+#                                           before.tar.gz, and let that script build the CUDA library there
 # Run from the project root after `make install`:
 #     BEFORE=531b635 SCENE1080=1 bash benchmarks/device_kit.sh
 set -euo pipefail
@@ -36,6 +39,11 @@ fi
 if [ "${SCENE1080:-0}" = 1 ] && [ ! -d $L/scene1080 ]; then
     .venv/bin/python benchmarks/make_scene.py $L/scene1080
     rm -f $L/scene1080/points*  # regenerated there (carry limit)
+fi
+if [ "${SFM:-0}" = 1 ] && ! ls $L/sfm/pycolmap-*-cp312-*.whl >/dev/null 2>&1; then
+    V=$(.venv/bin/python -c "import pycolmap; print(pycolmap.__version__)")
+    .venv/bin/python -m pip download -q "pycolmap==$V" --no-deps --only-binary :all: \
+        --python-version 3.12 --platform manylinux_2_28_x86_64 -d $L/sfm
 fi
 SPIRULA_CUDA_ARCHS=90 bash scripts/build_cuda.sh
 du -sh .device build/libspirula_cuda.so

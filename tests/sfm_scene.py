@@ -11,7 +11,8 @@ round (tests/test_video_sfm.py), ROOM puts the blocks in a walled room and
 orbit_path / walk_path give the cameras, render_path their views.
 
 Written independently of spirula.data and pycolmap: the test compares the
-poses COLMAP recovers with these.
+poses COLMAP recovers with these (:func:`umeyama`, :func:`pose_errors_of`;
+also used by benchmarks/sfm_bench.py).
 """
 
 from __future__ import annotations
@@ -215,3 +216,38 @@ def render_path(centres, targets, width=256, height=192, seed=0, boxes=ROOM) -> 
         Rs.append(R)
         ts.append(t)
     return images, np.array(Rs), np.array(ts), K
+
+
+def umeyama(src, dst):
+    """Similarity (s, R, t) minimising sum |s R src_i + t - dst_i|^2 (Umeyama 1991)."""
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    a, b = src - mu_s, dst - mu_d
+    U, S, Vt = np.linalg.svd(b.T @ a / len(src))
+    D = np.eye(3)
+    D[2, 2] = np.sign(np.linalg.det(U @ Vt))
+    R = U @ D @ Vt
+    s = np.trace(np.diag(S) @ D) / (a**2).sum(1).mean()
+    return s, R, mu_d - s * R @ mu_s
+
+
+def pose_errors_of(rec, names, R_true, t_true) -> tuple:
+    """(rotation errors in degrees [k], centre errors as fractions of the true
+    centres' extent [k], the registered names [k]) of the images of the
+    pycolmap Reconstruction ``rec`` named in ``names`` (true poses ``R_true``,
+    ``t_true`` in that order), after the similarity that best aligns the
+    registered centres to the true ones. Unregistered names are left out."""
+    by_name = {im.name: im for im in rec.images.values() if im.has_pose}
+    idx = [i for i, n in enumerate(names) if n in by_name]
+    got = [names[i] for i in idx]
+    c_all = np.array([-R.T @ t for R, t in zip(R_true, t_true)])
+    extent = np.linalg.norm(c_all[:, None] - c_all[None], axis=-1).max()
+    if len(idx) < 3:
+        return np.full(len(idx), np.nan), np.full(len(idx), np.nan), got
+    c_true, R_ref = c_all[idx], np.asarray(R_true)[idx]
+    R_est = np.array([by_name[n].cam_from_world().rotation.matrix() for n in got])
+    c_est = np.array([by_name[n].projection_center() for n in got])
+    s, R_sim, t_sim = umeyama(c_est, c_true)
+    centre_err = np.linalg.norm(s * c_est @ R_sim.T + t_sim - c_true, axis=1) / extent
+    # world_true = s R_sim world_est + t: the true cam_from_world rotation is R_est R_sim^T
+    cos = (np.einsum("nij,nij->n", R_est @ R_sim.T, R_ref) - 1) / 2
+    return np.degrees(np.arccos(np.clip(cos, -1, 1))), centre_err, got

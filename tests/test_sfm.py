@@ -15,7 +15,7 @@ import sqlite3
 import numpy as np
 import pytest
 from PIL import Image
-from sfm_scene import make_scene
+from sfm_scene import make_scene, pose_errors_of, umeyama  # noqa: F401 (umeyama: test_photos)
 from test_cli_train import SMALL, assert_one_line_error, spirula
 
 pycolmap = pytest.importorskip("pycolmap")
@@ -58,36 +58,17 @@ def solved(scene):
     return root / "out", proc
 
 
-def umeyama(src, dst):
-    """Similarity (s, R, t) minimising sum |s R src_i + t - dst_i|^2 (Umeyama 1991)."""
-    mu_s, mu_d = src.mean(0), dst.mean(0)
-    a, b = src - mu_s, dst - mu_d
-    U, S, Vt = np.linalg.svd(b.T @ a / len(src))
-    D = np.eye(3)
-    D[2, 2] = np.sign(np.linalg.det(U @ Vt))
-    R = U @ D @ Vt
-    s = np.trace(np.diag(S) @ D) / (a**2).sum(1).mean()
-    return s, R, mu_d - s * R @ mu_s
-
-
 def pose_errors(scene, out):
     """(rotation errors in degrees [n], centre errors as fractions of the arc's extent [n])
     of the model in ``out``/sparse/0 against the scene's true cameras, after the
-    similarity that best aligns the centres. Asserts every view registered, PINHOLE."""
+    similarity that best aligns the centres (tests/sfm_scene.py's pose_errors_of).
+    Asserts every view registered, PINHOLE."""
     _, names, R_true, t_true, _ = scene
     rec = pycolmap.Reconstruction(out / "sparse" / "0")
     assert {c.model.name for c in rec.cameras.values()} == {"PINHOLE"}
-    by_name = {im.name: im for im in rec.images.values()}
-    assert sorted(by_name) == names  # every view registered
-    c_true = np.array([-R.T @ t for R, t in zip(R_true, t_true)])
-    R_est = np.array([by_name[n].cam_from_world().rotation.matrix() for n in names])
-    c_est = np.array([by_name[n].projection_center() for n in names])
-    s, R_sim, t_sim = umeyama(c_est, c_true)
-    extent = np.linalg.norm(c_true[:, None] - c_true[None], axis=-1).max()
-    centre_err = np.linalg.norm(s * c_est @ R_sim.T + t_sim - c_true, axis=1) / extent
-    # world_true = s R_sim world_est + t: the true cam_from_world rotation is R_est R_sim^T
-    cos = (np.einsum("nij,nij->n", R_est @ R_sim.T, R_true) - 1) / 2
-    return np.degrees(np.arccos(np.clip(cos, -1, 1))), centre_err
+    assert sorted(im.name for im in rec.images.values()) == names  # every view registered
+    rot_err, centre_err, _ = pose_errors_of(rec, names, R_true, t_true)
+    return rot_err, centre_err
 
 
 def test_sfm_recovers_known_cameras_up_to_a_similarity(scene, solved):
