@@ -127,3 +127,31 @@ def test_renderer_takes_the_lens(device):
             r.render(vm, K, w, h, model="FISHEYE")
         with pytest.raises(UsageError, match="dist"):
             r.render(vm, K, w, h, model="OPENCV", dist=np.zeros(5))
+
+
+def test_mesh_cameras_of_a_lens_dataset_are_pinholes_at_its_poses(fisheye_run):
+    """spirula mesh --dataset (mesh/cameras.py dataset_cameras) of a fisheye dataset: one
+    90-degree pinhole per frame at its pose (undistortion refuses a fisheye); an
+    equirectangular frame's six cube faces, proper rotations looking along its 6 axes."""
+    from spirula.cli.common import open_run, saved_config
+    from spirula.mesh.cameras import dataset_cameras, pinholes_of
+
+    cams = dataset_cameras(saved_config(fisheye_run)["dataset"], size=W)
+    scene = open_run(fisheye_run)[3]
+    assert len(cams) == len(scene.frames)
+    np.testing.assert_allclose(cams.viewmats, np.stack([f.viewmat for f in scene.frames]), atol=1e-9)
+    assert tuple(cams.sizes[0]) == (W, H) and cams.Ks[0, 0, 0] == pytest.approx(W / 2)
+    f = dataclasses.replace(scene.frames[0], model="EQUIRECTANGULAR", width=2 * H, height=H)
+    faces = pinholes_of(f)
+    assert len(faces) == 6 and all(size == (H // 2, H // 2) for _, _, size in faces)
+    np.testing.assert_allclose(faces[0][0], f.viewmat, atol=1e-12)
+    R = np.asarray(f.viewmat)[:3, :3]
+    eye = -R.T @ np.asarray(f.viewmat)[:3, 3]
+    axes = []
+    for vm, K, _ in faces:
+        assert np.linalg.det(vm[:3, :3]) == pytest.approx(1.0) and K[0, 0] == K[0, 2] == H // 2 / 2  # 90 degrees
+        np.testing.assert_allclose(-vm[:3, :3].T @ vm[:3, 3], eye, atol=1e-9)  # the same centre
+        axes.append(R @ vm[2, :3])  # the face's forward axis in the frame's camera axes
+    np.testing.assert_allclose(
+        np.array(axes), [[0, 0, 1], [1, 0, 0], [0, 0, -1], [-1, 0, 0], [0, -1, 0], [0, 1, 0]], atol=1e-9
+    )
