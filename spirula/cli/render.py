@@ -17,6 +17,7 @@ DEFAULT_FPS = 30.0
 DEFAULT_FRAMES = 120
 MAX_SIZE = 16384  # an image side, in pixels
 MAX_FRAMES = 1_000_000
+PERSPECTIVE = ("PINHOLE", "OPENCV")  # lenses whose K a camera path's pinhole keeps
 
 
 def _positive(name, value):
@@ -140,13 +141,13 @@ def _load_source(source: Path, dataset, need_scene: bool):
         raise UsageError("%s: no such run folder, checkpoint or splat file" % source)
     if is_splat_file(source):
         ply = read_splats(source, allow_empty=False)
-        scene = load_dataset(dataset, undistort=True) if dataset is not None else None
+        scene = load_dataset(dataset) if dataset is not None else None  # its lenses kept (views render through them)
         if need_scene and scene is None:
             raise UsageError("%s: dataset views need the splats' dataset (--dataset DIR)" % source)
         return activate_splats(ply), ply["sh_degree"], scene, MAX_ALPHA, source.parent
     cfg, params, ckpt, scene = open_run(source)
     if dataset is not None:
-        scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, seed=cfg.seed, undistort=True)
+        scene = load_dataset(dataset, downscale=cfg.downscale, eval_split=cfg.eval_split, seed=cfg.seed)
     sh_degree = int(round(np.sqrt(params["sh"].shape[1]))) - 1
     folder = source if source.is_dir() else ckpt.parent.parent
     return activate_splats(params), sh_degree, scene, cfg.max_alpha, folder
@@ -173,7 +174,8 @@ def _render_views(source, splats, sh_degree, scene, max_alpha, folder, cameras, 
     renderer = _renderer(splats, sh_degree, scene, max_alpha)
     for i in track(indices, "rendering", unit="view"):
         f = scene.frames[i]
-        img = renderer.render(f.viewmat, f.K, f.width, f.height).numpy()
+        # through the view's own lens (Frame.model, Frame.dist), as evaluation renders it
+        img = renderer.render(f.viewmat, f.K, f.width, f.height, model=f.model, dist=f.dist).numpy()
         if look is not None:
             img = look(img)
         path = out / (Path(f.name).stem + ".png")
@@ -204,7 +206,9 @@ def _render_path(splats, sh_degree, scene, max_alpha, kind, video, images, size,
         if width is not None and height is not None:
             raise UsageError("--video needs even sizes (yuv420p), got --width %d --height %d" % (w, h))
         w, h = w - w % 2, h - h % 2  # a dataset's odd size, rounded down
-    if fov is not None or ref is None:
+    # a path is rendered through a pinhole: a perspective lens's intrinsics carry over,
+    # a fisheye's or an equirectangular camera's focal length would not mean the same
+    if fov is not None or ref is None or ref.model not in PERSPECTIVE:
         K = camera_path.intrinsics(w, h, fov if fov is not None else DEFAULT_FOV)
     else:  # the first view's intrinsics scaled to the output size
         K = np.diag([w / ref.width, h / ref.height, 1.0]) @ np.asarray(ref.K, np.float64)

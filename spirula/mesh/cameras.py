@@ -124,11 +124,57 @@ def dataset_cameras(path, size=None, config=DEFAULT) -> Cameras:
     pixels; the principal point and focal lengths scale with the image."""
     from spirula.data.dataset import load_dataset
 
-    scene = load_dataset(path, undistort=True)  # TSDF fusion projects through pinholes
-    viewmats, Ks, sizes = scene.cameras()  # every frame: more views, a better fused surface
+    scene = load_dataset(path)  # the lenses as they are
+    if all(f.model in PERSPECTIVE for f in scene.frames):
+        scene = load_dataset(path, undistort=True)  # TSDF fusion projects through pinholes
+        viewmats, Ks, sizes = scene.cameras()  # every frame: more views, a better fused surface
+    else:  # a fisheye or 360-degree camera cannot be undistorted: pinholes at its pose
+        cams = [c for f in scene.frames for c in pinholes_of(f)]
+        viewmats = np.array([c[0] for c in cams]).reshape(-1, 4, 4)
+        Ks = np.array([c[1] for c in cams]).reshape(-1, 3, 3)
+        sizes = np.array([c[2] for c in cams], np.int64).reshape(-1, 2)
     if len(viewmats) == 0:
         raise SpirulaError("%s: the dataset has no training cameras" % (path,))
     return scale_cameras(Cameras(viewmats, Ks, sizes), size or config.render_size)
+
+
+PERSPECTIVE = ("PINHOLE", "OPENCV")  # lenses undistortion turns into a pinhole
+# camera -> face rotations of a cube's faces (OpenCV axes: x right, y down, z forward):
+# forward, right, back, left, up, down
+_CUBE = np.array(
+    [
+        [[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        [[0, 0, -1], [0, 1, 0], [1, 0, 0]],
+        [[-1, 0, 0], [0, 1, 0], [0, 0, -1]],
+        [[0, 0, 1], [0, 1, 0], [-1, 0, 0]],
+        [[1, 0, 0], [0, 0, 1], [0, -1, 0]],
+        [[1, 0, 0], [0, 0, -1], [0, 1, 0]],
+    ],
+    np.float64,
+)
+
+
+def pinholes_of(frame) -> list:
+    """[(viewmat, K, (width, height))] pinholes that see what ``frame``'s lens sees, for
+    fusion: an equirectangular frame's six cube faces (90 degrees, height / 2 pixels a side:
+    its own resolution), a fisheye's forward 90-degree pinhole of its size; a perspective
+    frame itself (its K: the pinhole of its undistortion's focal length)."""
+    vm = np.asarray(frame.viewmat, np.float64)
+    if frame.model == "EQUIRECTANGULAR":
+        side = max(1, frame.height // 2)
+        K = np.array([[side / 2, 0, side / 2], [0, side / 2, side / 2], [0, 0, 1.0]])
+        out = []
+        for R in _CUBE:
+            face = np.eye(4)
+            face[:3, :3] = R @ vm[:3, :3]
+            face[:3, 3] = R @ vm[:3, 3]
+            out.append((face, K, (side, side)))
+        return out
+    if frame.model in PERSPECTIVE:
+        return [(vm, np.asarray(frame.K, np.float64), (frame.width, frame.height))]
+    f = frame.width / 2  # 90 degrees across the width
+    K = np.array([[f, 0, frame.width / 2], [0, f, frame.height / 2], [0, 0, 1.0]])
+    return [(vm, K, (frame.width, frame.height))]
 
 
 def scale_cameras(cams: Cameras, size: int) -> Cameras:

@@ -291,7 +291,9 @@ class Renderer:
         self._seq = None
 
     # -- rendering ------------------------------------------------------------------------
-    def render(self, viewmat, K, width: int, height: int, background=None) -> RenderResult:
+    def render(
+        self, viewmat, K, width: int, height: int, background=None, model: str = "PINHOLE", dist=None
+    ) -> RenderResult:
         """Render the splats from one camera; the image stays on the GPU.
 
         Args:
@@ -299,6 +301,11 @@ class Renderer:
             K: [3,3] pixel intrinsics (fx, fy, cx, cy; pixel centres at +0.5).
             width, height: image size in pixels.
             background: [3] colour behind the splats (default: the renderer's).
+            model: the lens, by COLMAP's name: ``"PINHOLE"`` (default), ``"OPENCV"``,
+                ``"OPENCV_FISHEYE"`` or ``"EQUIRECTANGULAR"`` (docs/design.md §2.3;
+                a dataset's ``Frame.model``).
+            dist: its [12] parameters (k1..k6, p1, p2, s1..s4; ``Frame.dist``), None = zeros.
+                A pinhole without ``dist`` packs the same camera record as before lenses.
 
         Returns:
             A :class:`RenderResult`; the GPU work is finished when it returns.
@@ -314,11 +321,12 @@ class Renderer:
         K = np.asarray(K, np.float64).reshape(3, 3)
         if not (np.isfinite(viewmat).all() and np.isfinite(K).all()):
             raise SpirulaError("Renderer.render: the camera holds a non-finite value")
+        model, dist = _lens(model, dist)
         raster = self._rasterizer(width, height)
         frame = self._frame_in.host_view()
         from spirula.render.rasterizer import pack_cameras
 
-        frame[:CAMERA_FLOATS] = pack_cameras(viewmat[None], K[None])[0]
+        frame[:CAMERA_FLOATS] = pack_cameras(viewmat[None], K[None], [model], None if dist is None else dist[None])[0]
         frame[CAMERA_FLOATS : CAMERA_FLOATS + 3] = self.background if background is None else _colour(background)
         while True:
             self._sequence(raster).run()
@@ -409,6 +417,19 @@ class Renderer:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _lens(model, dist):
+    """(model name, [12] float64 or None) of Renderer.render's lens arguments, checked."""
+    from spirula.render.raster_buffers import CAMERA_MODELS, DIST_PARAMS
+
+    if model not in CAMERA_MODELS:
+        raise UsageError("camera model %r: expected one of %s" % (model, ", ".join(CAMERA_MODELS)))
+    if dist is not None:
+        dist = np.asarray(dist, np.float64).reshape(-1)
+        if dist.shape != (DIST_PARAMS,) or not np.isfinite(dist).all():
+            raise UsageError("dist: expected %d finite numbers (k1..k6, p1, p2, s1..s4)" % DIST_PARAMS)
+    return model, dist
 
 
 def _colour(value) -> np.ndarray:

@@ -168,8 +168,11 @@ class CameraPath:
 
     @classmethod
     def from_frames(cls, frames) -> CameraPath:
-        """The path through a dataset's :class:`~spirula.data.scene.Frame` list."""
-        return cls([f.viewmat for f in frames], [f.K for f in frames], [f.height for f in frames])
+        """The path through a dataset's :class:`~spirula.data.scene.Frame` list. The viewer's
+        camera is a pinhole: a perspective lens (PINHOLE, OPENCV) keeps its focal length, a
+        fisheye or an equirectangular camera (whose focal length is not a pinhole's) gets
+        DEFAULT_FOV_Y."""
+        return cls([f.viewmat for f in frames], [_pinhole_K(f) for f in frames], [f.height for f in frames])
 
     def __len__(self) -> int:
         return len(self.viewmats)
@@ -182,3 +185,11 @@ class CameraPath:
     def step(self, delta: int) -> Camera:
         self.index = (self.index + delta) % len(self)
         return self.camera()
+
+
+def _pinhole_K(frame) -> np.ndarray:
+    """A frame's K where its lens is perspective, else a pinhole's of DEFAULT_FOV_Y (CameraPath.from_frames)."""
+    if getattr(frame, "model", "PINHOLE") in ("PINHOLE", "OPENCV"):
+        return np.asarray(frame.K, np.float64)
+    f = 0.5 * frame.height / math.tan(math.radians(0.5 * DEFAULT_FOV_Y))
+    return np.array([[f, 0.0, 0.5 * frame.width], [0.0, f, 0.5 * frame.height], [0.0, 0.0, 1.0]])
