@@ -906,6 +906,66 @@ def check_sift(dev):
     ]
 
 
+def check_nn(dev):
+    """The neural-network runtime's kernels (spirula/nn/) in one recorded sequence against the
+    float64 reference (spirula/reference/nn.py), each within its derived float bound:
+    nn_linear (fp16 weights), nn_layer_norm, nn_gelu, nn_softmax, and nn_matmul inside
+    global multi-head attention."""
+    from spirula import nn
+    from spirula.reference import nn as ref
+
+    rng = np.random.default_rng(5)
+
+    def f32(a):
+        return np.asarray(a, np.float32).astype(np.float64)
+
+    x, w, b = f32(rng.normal(size=(4, 21))), rng.normal(0.0, 0.3, (7, 21)), f32(rng.normal(size=7))
+    xn, g, beta = f32(rng.normal(1.0, 2.0, (3, 40))), f32(rng.normal(1.0, 0.2, 40)), f32(rng.normal(0.0, 0.2, 40))
+    xg, xs = f32(np.linspace(-8.0, 8.0, 101)), f32(rng.normal(0.0, 4.0, (3, 40)))
+    T, C, heads = 6, 8, 2
+    xa, b1, b2 = f32(rng.normal(size=(T, C))), f32(rng.normal(0.0, 0.1, 3 * C)), f32(rng.normal(0.0, 0.1, C))
+    w1, w2 = rng.normal(0.0, C**-0.5, (3 * C, C)), rng.normal(0.0, C**-0.5, (C, C))
+    made = []
+
+    def t(a):
+        made.append(nn.Tensor.from_numpy(dev, a, "selftest.nn"))
+        return made[-1]
+
+    def hw(a):
+        made.append(nn.HalfWeight(dev, a, "selftest.nn.w"))
+        return made[-1]
+
+    try:
+        rec = dev.recorder("selftest.nn")
+        outs = [
+            nn.linear(rec, t(x), hw(w), t(b)),
+            nn.layer_norm(rec, t(xn), t(g), t(beta)),
+            nn.gelu(rec, t(xg)),
+            nn.softmax(rec, t(xs), 0.7),
+            nn.multi_head_attention(rec, t(xa), hw(w1), t(b1), hw(w2), t(b2), heads),
+        ]
+        made.extend(outs)
+        rec.finish().run()
+        got = [o.numpy() for o in outs]
+    finally:
+        for m in made:
+            m.free()
+    attn = (xa, ref.half(w1), b1, ref.half(w2), b2, heads)
+    return [
+        _within("nn_linear", got[0], ref.linear(x, w, b), ref.linear_bound(x, w, b, True), "fp16 w + f32 sum"),
+        _within("nn_layer_norm", got[1], ref.layer_norm(xn, g, beta), ref.layer_norm_bound(xn, g, beta), "f32 bound"),
+        _within("nn_gelu", got[2], ref.gelu(xg), ref.gelu_bound(xg), "A&S erf + f32"),
+        _within("nn_softmax", got[3], ref.softmax(xs, 0.7), ref.softmax_bound(xs, 0.7), "f32 bound"),
+        _within(
+            "nn_matmul (attention)",
+            got[4],
+            ref.multi_head_attention(*attn),
+            ref.multi_head_attention_bound(xa, *attn[1:]),
+            "f32 bound",
+        ),  # fmt: skip
+    ]
+
+
 CHECKS = (
     check_runtime,
     check_sort,
@@ -921,6 +981,7 @@ CHECKS = (
     check_appearance,
     check_sift,
     check_match,
+    check_nn,
 )
 
 

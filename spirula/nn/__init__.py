@@ -1,0 +1,193 @@
+"""A small neural-network runtime on Spirula's kernels (issue 41): the layers of SAM-family
+models as recorded dispatches, so that a whole forward pass is one sequence
+(``rec = device.recorder(...)``, the layers, ``rec.finish().run()``) and every layer has its
+row in SS_PROFILE under its kernel's name. No torch or onnxruntime at inference time.
+
+Activations are float32 :class:`Tensor` s (row-major, a pool buffer and a shape); the weights
+of :func:`linear` are fp16 (:class:`HalfWeight`: two per word, each row padded to whole
+words), the sums float32. The float64 references are spirula/reference/nn.py; the kernels
+shaders/nn_*.comp (docs/design.md §3.3).
+
+Each layer allocates its output from the device's pool unless ``out`` is given; the caller
+frees what it no longer needs (``Tensor.free``), or keeps the buffers of a recorded sequence
+to run it again.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from spirula.runtime.buffers import Buffer
+from spirula.runtime.sequence import Threads
+
+
+class Tensor:
+    """A float32 row-major array on the device: ``buffer`` (a pool Buffer) and ``shape``."""
+
+    def __init__(self, device, buffer: Buffer, shape):
+        self.device, self.buffer, self.shape = device, buffer, tuple(int(s) for s in shape)
+        self.scratch = []  # intermediates a composed layer recorded into (freed with this)
+
+    @classmethod
+    def empty(cls, device, shape, name: str = "nn.tensor") -> Tensor:
+        shape = tuple(int(s) for s in shape)
+        return cls(device, device.pool.alloc(name, (max(1, math.prod(shape)),), np.float32), shape)
+
+    @classmethod
+    def from_numpy(cls, device, array, name: str = "nn.tensor") -> Tensor:
+        array = np.ascontiguousarray(array, np.float32)
+        t = cls.empty(device, array.shape, name)
+        device.upload(t.buffer, array.reshape(-1) if array.size else np.zeros(1, np.float32))
+        return t
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def numpy(self) -> np.ndarray:
+        return self.device.readback(self.buffer)[: self.size].reshape(self.shape)
+
+    def free(self):
+        for t in self.scratch:
+            t.free()
+        self.scratch = []
+        if self.buffer.alive:
+            self.device.pool.free(self.buffer)
+
+
+class HalfWeight:
+    """A [out, in] weight matrix in fp16 (rounded to nearest, ties to even, on the host), two
+    per word, low half first, each row padded to whole words with a zero half."""
+
+    def __init__(self, device, w, name: str = "nn.weight"):
+        w = np.asarray(w, np.float32)
+        if w.ndim != 2:
+            raise ValueError("a linear weight is [out, in], got shape %s" % (w.shape,))
+        self.device, self.n_out, self.n_in = device, int(w.shape[0]), int(w.shape[1])
+        self.buffer = device.pool.alloc(name, (max(1, self.n_out * self.words),), np.uint32)
+        device.upload(self.buffer, pack_half(w).reshape(-1))
+
+    @property
+    def words(self) -> int:
+        return (self.n_in + 1) // 2
+
+    def free(self):
+        if self.buffer.alive:
+            self.device.pool.free(self.buffer)
+
+
+def pack_half(w) -> np.ndarray:
+    """[out, in] floats -> [out, (in + 1) // 2] uint32 words of fp16 pairs (low half first)."""
+    w = np.asarray(w, np.float32)
+    h = np.zeros((w.shape[0], 2 * ((w.shape[1] + 1) // 2)), np.float16)
+    h[:, : w.shape[1]] = w.astype(np.float16)
+    u = h.view(np.uint16).astype(np.uint32)
+    return u[:, 0::2] | (u[:, 1::2] << 16)
+
+
+def _rows(x: Tensor) -> tuple:
+    width = x.shape[-1]
+    return x.size // max(width, 1), width
+
+
+def _out(rec, out, shape, name) -> Tensor:
+    if out is None:
+        return Tensor.empty(rec.device, shape, name)
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError("%s: out has shape %s, expected %s" % (name, out.shape, tuple(shape)))
+    return out
+
+
+def linear(rec, x: Tensor, w: HalfWeight, b: Tensor | None = None, out: Tensor | None = None) -> Tensor:
+    """y = x w^T + b over the last axis of x (torch's nn.Linear; kernel nn_linear)."""
+    rows, n_in = _rows(x)
+    if n_in != w.n_in:
+        raise ValueError("linear: x has %d features, the weight takes %d" % (n_in, w.n_in))
+    y = _out(rec, out, x.shape[:-1] + (w.n_out,), "nn.linear")
+    bias = b.buffer if b is not None else w.buffer  # unread without a bias
+    push = dict(rows=rows, n_in=n_in, n_out=w.n_out, has_bias=int(b is not None))
+    rec.dispatch("nn_linear", Threads(rows * w.n_out), dict(x=x.buffer, w=w.buffer, bias=bias, y=y.buffer), push=push)
+    return y
+
+
+def layer_norm(rec, x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5, out: Tensor | None = None) -> Tensor:
+    """torch's nn.LayerNorm over the last axis (kernel nn_layer_norm)."""
+    rows, width = _rows(x)
+    y = _out(rec, out, x.shape, "nn.layer_norm")
+    bufs = dict(x=x.buffer, gamma=gamma.buffer, beta=beta.buffer, y=y.buffer)
+    rec.dispatch("nn_layer_norm", Threads(rows), bufs, push=dict(rows=rows, width=width, eps=float(eps)))
+    return y
+
+
+def gelu(rec, x: Tensor, out: Tensor | None = None) -> Tensor:
+    """torch's nn.GELU() (the erf form; kernel nn_gelu)."""
+    y = _out(rec, out, x.shape, "nn.gelu")
+    rec.dispatch("nn_gelu", Threads(x.size), dict(x=x.buffer, y=y.buffer), push=dict(count=x.size))
+    return y
+
+
+def softmax(rec, x: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
+    """softmax(scale x) over the last axis (kernel nn_softmax)."""
+    rows, width = _rows(x)
+    y = _out(rec, out, x.shape, "nn.softmax")
+    rec.dispatch("nn_softmax", Threads(rows), dict(x=x.buffer, y=y.buffer),
+                 push=dict(rows=rows, width=width, scale=float(scale)))  # fmt: skip
+    return y
+
+
+def _view(shape, strides=None):
+    """The (outer, inner, row, col) strides of a 4D view, row-major unless given."""
+    if strides is None:
+        strides, s = [], 1
+        for n in reversed(shape):
+            strides.insert(0, s)
+            s *= n
+    return tuple(int(s) for s in strides)
+
+
+def matmul(rec, a: Buffer, b: Buffer, c: Buffer, shape, a_strides=None, b_strides=None, c_strides=None,
+           offsets=(0, 0, 0)):  # fmt: skip
+    """Batched c = a b over a (outer, inner) batch: shape = (outer, inner, m, n, k); a is read
+    at (outer, inner, i, k), b at (outer, inner, k, j), c written at (outer, inner, i, j),
+    each from its element offset (``offsets``: a, b, c) through its element strides
+    (row-major [outer, inner, m, k], [.., k, n], [.., m, n] unless given): a transposed
+    operand is a swap of its last two strides (kernel nn_matmul)."""
+    outer, inner, m, n, k = (int(s) for s in shape)
+    sa = _view((outer, inner, m, k), a_strides)
+    sb = _view((outer, inner, k, n), b_strides)
+    sc = _view((outer, inner, m, n), c_strides)
+    push = dict(batch=outer * inner, inner_count=inner, m=m, n=n, k=k)
+    push.update(a_offset=int(offsets[0]), b_offset=int(offsets[1]), c_offset=int(offsets[2]))
+    for prefix, s in (("a", sa), ("b", sb), ("c", sc)):
+        push.update({prefix + "_outer": s[0], prefix + "_inner": s[1], prefix + "_row": s[2], prefix + "_col": s[3]})
+    rec.dispatch("nn_matmul", Threads(outer * inner * m * n), dict(a=a, b=b, c=c), push=push)
+
+
+def multi_head_attention(
+    rec, x: Tensor, w_qkv: HalfWeight, b_qkv: Tensor | None, w_proj: HalfWeight, b_proj: Tensor | None, heads: int
+) -> Tensor:
+    """Global self-attention of x [T, C] (SAM's and ViT's): qkv = linear(x) laid out
+    [T, 3, heads, d]; per head softmax(q k^T / sqrt(d)) v, read from qkv through strides and
+    written side by side as [T, heads, d]; then the output projection. Five dispatches. The
+    intermediate tensors must live as long as the recorded sequence: they hang on the
+    output's ``scratch`` and its ``free`` frees them."""
+    T, C = x.shape
+    if C % heads:
+        raise ValueError("attention: %d features do not split into %d heads" % (C, heads))
+    d = C // heads
+    qkv = linear(rec, x, w_qkv, b_qkv)  # [T, 3C]
+    scores = Tensor.empty(rec.device, (heads, T, T), "nn.attention.scores")
+    # q at (0, h, i, c) = qkv[i, 0, h, c]; k^T at (0, h, c, j) = qkv[j, 1, h, c]
+    row = 3 * C
+    matmul(rec, qkv.buffer, qkv.buffer, scores.buffer, (1, heads, T, T, d),
+           a_strides=(0, d, row, 1), b_strides=(0, d, 1, row), offsets=(0, C, 0))  # fmt: skip
+    probs = softmax(rec, scores, 1.0 / math.sqrt(d))
+    heads_out = Tensor.empty(rec.device, (T, C), "nn.attention.heads")
+    # v at (0, h, j, c) = qkv[j, 2, h, c]; out at (0, h, i, c) = heads_out[i, h, c]
+    matmul(rec, probs.buffer, qkv.buffer, heads_out.buffer, (1, heads, T, d, T),
+           b_strides=(0, d, row, 1), c_strides=(0, d, C, 1), offsets=(0, 2 * C, 0))  # fmt: skip
+    y = linear(rec, heads_out, w_proj, b_proj)
+    y.scratch = [qkv, scores, probs, heads_out]
+    return y

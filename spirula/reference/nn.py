@@ -1,0 +1,187 @@
+"""The neural-network runtime's layers (spirula/nn/), float64 references of
+shaders/nn_linear.comp, nn_matmul.comp, nn_layer_norm.comp, nn_gelu.comp and nn_softmax.comp,
+each as torch defines the layer (nn.Linear, torch.matmul, nn.LayerNorm, nn.GELU() with the
+erf, softmax over the last axis), and multi-head attention composed from them as
+torch.nn.functional.scaled_dot_product_attention computes it. Weights are whatever the
+caller passes: the tests pass them exactly and rounded to fp16 (``half``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def half(w) -> np.ndarray:
+    """``w`` rounded to fp16 (to nearest, ties to even) and back, as the runtime stores weights."""
+    return np.asarray(w, np.float64).astype(np.float16).astype(np.float64)
+
+
+def linear(x, w, b=None) -> np.ndarray:
+    """x [..., in] @ w[out, in]^T + b[out]."""
+    y = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T
+    return y if b is None else y + np.asarray(b, np.float64)
+
+
+def matmul(a, b) -> np.ndarray:
+    return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def layer_norm(x, gamma, beta, eps=1e-5) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * np.asarray(gamma, np.float64) + np.asarray(beta, np.float64)
+
+
+def gelu(x) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def softmax(x, scale=1.0) -> np.ndarray:
+    z = scale * np.asarray(x, np.float64)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def multi_head_attention(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndarray:
+    """SAM's (and ViT's) self-attention of x [T, C]: qkv = linear(x) as [T, 3, heads, d],
+    softmax(q k^T / sqrt(d)) v per head, the heads side by side [T, C], then the projection."""
+    T, C = np.shape(x)
+    d = C // heads
+    qkv = linear(x, w_qkv, b_qkv).reshape(T, 3, heads, d).transpose(1, 2, 0, 3)  # [3, heads, T, d]
+    q, k, v = qkv
+    p = softmax(matmul(q, k.transpose(0, 2, 1)), 1.0 / math.sqrt(d))
+    o = matmul(p, v).transpose(1, 0, 2).reshape(T, C)
+    return linear(o, w_proj, b_proj)
+
+
+# ---- error bounds of the kernels against these references ---------------------------------
+# First-order float error analysis of the kernels' f32 arithmetic (u = 2^-24, the unit
+# roundoff; an ulp is at most 2u of a value; Vulkan's precision rules: exp within 3 + 2|x|
+# ulp, inversesqrt within 2 ulp, division within 2.5 ulp; CUDA's expf, rsqrtf and division
+# without fast maths are within these), per output element. tests/test_nn.py and the
+# selftest hold the kernels to them.
+
+U = 2.0**-24
+HALF_REL = 2.0**-11  # fp16 rounding to nearest: relative, for |w| >= 2^-14 (normal fp16)
+HALF_ABS = 2.0**-25  # ... absolute, below (subnormal fp16 spacing 2^-24, half of it)
+ERF_AS = 1.5e-7  # Abramowitz & Stegun 7.1.26's |error|
+ERF_A = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+ERF_P = 0.3275911
+
+
+def gamma(n) -> np.ndarray:
+    """n u / (1 - n u): the relative bound of an n-term sum or product in f32 (Higham 3.1)."""
+    n = np.asarray(n, np.float64)
+    return n * U / (1.0 - n * U)
+
+
+def linear_bound(x, w, b=None, exact_weights=False) -> np.ndarray:
+    """nn_linear against linear(x, half(w), b): the dot product of K terms and the bias, an
+    f32 sum of K + 1 terms in order: gamma(K + 1) sum |x_i w_i| + |b|. Against linear(x, w, b)
+    (``exact_weights``) each weight also moved by its fp16 rounding: 2^-11 |w| (or 2^-25
+    below 2^-14), through |x|."""
+    x, w = np.abs(np.asarray(x, np.float64)), np.asarray(w, np.float64)
+    k = x.shape[-1]
+    bias = 0.0 if b is None else np.abs(np.asarray(b, np.float64))
+    bound = gamma(k + 1) * (x @ np.abs(half(w)).T + bias)
+    if exact_weights:
+        bound = bound + x @ np.maximum(HALF_REL * np.abs(w), HALF_ABS).T
+    return bound
+
+
+def matmul_bound(a, b) -> np.ndarray:
+    """nn_matmul: a K-term f32 dot product, gamma(K) |a| |b|."""
+    a, b = np.abs(np.asarray(a, np.float64)), np.abs(np.asarray(b, np.float64))
+    return gamma(a.shape[-1]) * np.matmul(a, b)
+
+
+def layer_norm_bound(x, gamma_, beta, eps=1e-5) -> np.ndarray:
+    """nn_layer_norm, width C: the mean's error e = (C + 1) u mean|x| (a C-term sum, then a
+    division); the variance's absolute error (C + 3) u var + e^2 (the squared differences'
+    sum, with the mean off by e: C e^2 / C), plus u of var + eps for the add, relative to
+    var + eps = s^2: dv; inversesqrt's relative error dv / 2 + 2 ulp (4u). Then
+    y = ((x - mean) inv) gamma + beta, each step one rounding: |dy| <= |gamma| / s (e + |d| (dv / 2
+    + 7u)) + u (|y| + |beta|), d = x - mean."""
+    x = np.asarray(x, np.float64)
+    C = x.shape[-1]
+    mean = x.mean(-1, keepdims=True)
+    d = x - mean
+    var = (d**2).mean(-1, keepdims=True)
+    s2 = var + eps
+    e = (C + 1) * U * np.abs(x).mean(-1, keepdims=True)
+    dv = ((C + 3) * U * var + e**2) / s2 + U
+    y = layer_norm(x, gamma_, beta, eps)
+    g = np.abs(np.asarray(gamma_, np.float64))
+    return g / np.sqrt(s2) * (e + np.abs(d) * (dv / 2 + 7 * U)) + U * (np.abs(y) + np.abs(np.asarray(beta, np.float64)))
+
+
+def gelu_bound(x) -> np.ndarray:
+    """nn_gelu with A&S 7.1.26's erf: z = |x| 0.70710678 (the constant within 1.2e-9 of
+    1/sqrt(2), then two roundings: dz <= 3u z, moving erf by 2/sqrt(pi) e^(-z^2) dz);
+    t = 1 / (1 + p z) (p's rounding, z's, the product, the add, the division: dt <= 11u t);
+    the polynomial P = sum a_i t^i by Horner (ten roundings and the coefficients' own: 11u
+    sum |a_i| t^i, plus sum i |a_i| t^i dt); E = exp(-z^2) (z^2 rounded and z off by 3u:
+    7u z^2 in the argument; exp within (3 + 2 z^2) ulp): 6u + 11u z^2 relative; the product
+    and 1 - P E one rounding each. erf's error: 1.5e-7 + E (11u sum |a_i| t^i + 11u sum i |a_i|
+    t^i) + P E (6u + 11u z^2 + u) + u + the z term; gelu = 0.5 x (1 +- erf): 0.5 |x| (that +
+    u (1 + erf)) + u |gelu| (the product)."""
+    x = np.asarray(x, np.float64)
+    z = np.abs(x) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + ERF_P * z)
+    terms = np.stack([abs(a) * t ** (i + 1) for i, a in enumerate(ERF_A)])
+    s_abs = terms.sum(0)
+    s_i = sum((i + 1) * terms[i] for i in range(5))
+    E = np.exp(-(z**2))
+    P = np.abs(sum(a * t ** (i + 1) for i, a in enumerate(ERF_A)))
+    d_z = 2.0 / math.sqrt(math.pi) * E * (3 * U * z + 1.2e-9 * z)
+    d_erf = ERF_AS + E * (11 * U * s_abs + 11 * U * s_i) + P * E * (7 * U + 11 * U * z**2) + U + d_z
+    g = gelu(x)
+    return 0.5 * np.abs(x) * (d_erf + 2 * U) + U * np.abs(g)
+
+
+def softmax_bound(x, scale=1.0) -> np.ndarray:
+    """nn_softmax: a_j = fl(fl(s x_j) - m): off by u |s x_j| + u |a_j| (m's own rounding is
+    common to the row and cancels in the ratio); exp(a_j) within (3 + 2 |a_j|) ulp: each
+    e_j relative eps_j = u |s x_j| + u |a_j| + (6 + 4 |a_j|) u; the C-term sum adds
+    gamma(C - 1) to the largest eps_k; 1 / sum 2.5 ulp (5u), the product u:
+    |dy_j| <= y_j (eps_j + max eps_k + gamma(C - 1) + 6u)."""
+    z = scale * np.asarray(x, np.float64)
+    a = np.abs(z - z.max(-1, keepdims=True))
+    eps = U * np.abs(z) + U * a + (6 + 4 * a) * U
+    C = z.shape[-1]
+    y = softmax(x, scale)
+    return y * (eps + eps.max(-1, keepdims=True) + gamma(C - 1) + 6 * U)
+
+
+def multi_head_attention_bound(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndarray:
+    """The composed layer against multi_head_attention(x, half(w_qkv), ..., half(w_proj), ...):
+    each stage's own bound (above) plus its inputs' bounds carried through it to first order:
+    a product's |da| |b| + |a| |db|; softmax's Jacobian dy_j = y_j (dz_j - sum_k y_k dz_k),
+    so |dy_j| <= y_j c (|ds_j| + sum_k y_k |ds_k|) for scores s scaled by c."""
+    x = np.asarray(x, np.float64)
+    T, C = x.shape
+    d = C // heads
+    c = 1.0 / math.sqrt(d)
+    w1, w2 = half(w_qkv), half(w_proj)
+
+    def split(a):  # [T, 3C] -> q, k, v each [heads, T, d]
+        return a.reshape(T, 3, heads, d).transpose(1, 2, 0, 3)
+
+    qkv = linear(x, w1, b_qkv)
+    e_qkv = linear_bound(x, w_qkv, b_qkv)
+    q, k, v = split(qkv)
+    eq, ek, ev = split(e_qkv)
+    s = matmul(q, k.transpose(0, 2, 1))
+    e_s = matmul_bound(q, k.transpose(0, 2, 1)) + matmul(eq, np.abs(k).transpose(0, 2, 1))
+    e_s = e_s + matmul(np.abs(q), ek.transpose(0, 2, 1))
+    p = softmax(s, c)
+    e_p = softmax_bound(s, c) + p * c * (e_s + (p * e_s).sum(-1, keepdims=True))
+    o = matmul(p, v)
+    e_o = matmul_bound(p, v) + matmul(e_p, np.abs(v)) + matmul(p, ev)
+    o, e_o = (a.transpose(1, 0, 2).reshape(T, C) for a in (o, e_o))
+    return linear_bound(o, w_proj, b_proj) + e_o @ np.abs(w2).T

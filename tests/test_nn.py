@@ -1,0 +1,191 @@
+"""The neural-network runtime (spirula/nn/, issue 41): each layer's kernel against the
+float64 reference (spirula/reference/nn.py) on each backend (the ``backend`` fixture: the CUDA
+half runs with ``-m cuda`` where a CUDA GPU is), within the float error bounds derived there
+(fp16 weight rounding, f32 sums), the two backends against each other, and the kernels' rows
+in SS_PROFILE's table."""
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from kernel_cases import REPORT, assert_near
+
+from spirula import nn
+from spirula.reference import nn as ref
+
+
+def _f32(a):
+    return np.asarray(a, np.float32).astype(np.float64)
+
+
+def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
+    """Inputs rounded to f32 (as the kernels see them); an odd n_in pads a weight row."""
+    rng = np.random.default_rng(seed)
+    c = dict(
+        x=_f32(rng.normal(size=(rows, n_in))),
+        w=rng.normal(0.0, 0.3, (n_out, n_in)),
+        b=_f32(rng.normal(size=n_out)),
+        xn=_f32(rng.normal(1.5, 2.0, (rows, width))),
+        g=_f32(rng.normal(1.0, 0.2, width)),
+        beta=_f32(rng.normal(0.0, 0.2, width)),
+        xg=_f32(np.concatenate([rng.normal(0.0, 3.0, 200), np.linspace(-12.0, 12.0, 97), [0.0, -0.0]])),
+        xs=_f32(rng.normal(0.0, 4.0, (rows, width))),
+        xa=_f32(rng.normal(size=(T, C))),
+        w_qkv=rng.normal(0.0, C**-0.5, (3 * C, C)),
+        b_qkv=_f32(rng.normal(0.0, 0.1, 3 * C)),
+        w_proj=rng.normal(0.0, C**-0.5, (C, C)),
+        b_proj=_f32(rng.normal(0.0, 0.1, C)),
+    )
+    c["heads"] = heads
+    return c
+
+
+SOFTMAX_SCALE = 0.7
+
+
+def run_layers(dev, c):
+    """Every layer once, recorded as one sequence; their outputs as numpy arrays."""
+    made = []
+
+    def t(a):
+        made.append(nn.Tensor.from_numpy(dev, a))
+        return made[-1]
+
+    def hw(w):
+        made.append(nn.HalfWeight(dev, w))
+        return made[-1]
+
+    try:
+        rec = dev.recorder("test.nn")
+        outs = dict(
+            linear=nn.linear(rec, t(c["x"]), hw(c["w"]), t(c["b"])),
+            linear_nobias=nn.linear(rec, t(c["x"]), hw(c["w"])),
+            layer_norm=nn.layer_norm(rec, t(c["xn"]), t(c["g"]), t(c["beta"])),
+            gelu=nn.gelu(rec, t(c["xg"])),
+            softmax=nn.softmax(rec, t(c["xs"]), SOFTMAX_SCALE),
+            attention=nn.multi_head_attention(
+                rec, t(c["xa"]), hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
+            ),
+        )
+        made.extend(outs.values())
+        rec.finish().run()
+        return {k: v.numpy().astype(np.float64) for k, v in outs.items()}
+    finally:
+        for m in made:
+            m.free()
+
+
+def expected(c):
+    """name -> (reference, bound) pairs; linear twice: against the fp16-rounded weights
+    (the f32 sum's bound alone) and against the exact ones (plus fp16's rounding)."""
+    w16 = ref.half(c["w"])
+    args = (c["xa"], ref.half(c["w_qkv"]), c["b_qkv"], ref.half(c["w_proj"]), c["b_proj"], c["heads"])
+    return dict(
+        linear=[
+            (ref.linear(c["x"], w16, c["b"]), ref.linear_bound(c["x"], c["w"], c["b"])),
+            (ref.linear(c["x"], c["w"], c["b"]), ref.linear_bound(c["x"], c["w"], c["b"], exact_weights=True)),
+        ],
+        linear_nobias=[(ref.linear(c["x"], w16), ref.linear_bound(c["x"], c["w"]))],
+        layer_norm=[(ref.layer_norm(c["xn"], c["g"], c["beta"]), ref.layer_norm_bound(c["xn"], c["g"], c["beta"]))],
+        gelu=[(ref.gelu(c["xg"]), ref.gelu_bound(c["xg"]))],
+        softmax=[(ref.softmax(c["xs"], SOFTMAX_SCALE), ref.softmax_bound(c["xs"], SOFTMAX_SCALE))],
+        attention=[
+            (ref.multi_head_attention(*args), ref.multi_head_attention_bound(c["xa"], *args[1:])),
+        ],
+    )
+
+
+def test_layers_match_the_reference_within_their_float_bounds(backend):
+    c = _case()
+    got = run_layers(backend, c)
+    for name, pairs in expected(c).items():
+        for i, (want, bound) in enumerate(pairs):
+            assert_near(got[name], want, bound, 0.0, "%s %d" % (name, i))
+
+
+def test_softmax_rows_sum_to_one_and_survive_large_logits(backend):
+    """Stability: logits of +-1e4 (exp would overflow without subtracting the row's largest);
+    a row's sum within its bound's sum."""
+    x = _f32(np.array([[1e4, 1e4 - 1.0, -1e4, 0.0], [-3e4, -3e4, -3e4, -3e4]]))
+    t = nn.Tensor.from_numpy(backend, x)
+    try:
+        rec = backend.recorder("test.nn.softmax")
+        y = nn.softmax(rec, t)
+        rec.finish().run()
+        got = y.numpy().astype(np.float64)
+        y.free()
+    finally:
+        t.free()
+    want, bound = ref.softmax(x), ref.softmax_bound(x)
+    assert_near(got, want, bound, 0.0, "softmax large")
+    assert np.all(np.abs(got.sum(-1) - 1.0) <= bound.sum(-1) + 4 * ref.U)
+
+
+def test_pack_half_is_numpys_fp16_two_per_word():
+    w = np.array([[1.0, -2.0, 0.5], [65504.0, 2.0**-24, 3.0]])
+    words = nn.pack_half(w)
+    assert words.shape == (2, 2) and words.dtype == np.uint32
+    halves = np.stack([words & 0xFFFF, words >> 16], -1).reshape(2, 4).astype(np.uint16).view(np.float16)
+    np.testing.assert_array_equal(halves[:, :3], w.astype(np.float16))
+    assert np.all(halves[:, 3] == 0)
+
+
+def test_the_bounds_are_tight_enough_to_mean_something():
+    """Each layer's largest bound is below 2e-4 of its largest output (a few hundred f32 ulps;
+    fp16 weights would be 2^-11 ~ 5e-4): a kernel with a dropped term, fp16 activations or
+    a wrong erf would exceed them."""
+    c = _case()
+    for name, pairs in expected(c).items():
+        want, bound = pairs[0]
+        rel = bound.max() / np.abs(want).max()
+        assert rel < 2e-4, (name, rel)
+
+
+@pytest.mark.cuda
+def test_layers_agree_between_vulkan_and_cuda(backends):
+    """Both backends' outputs within twice the reference bound of each other (each is within
+    the bound of the reference)."""
+    vk, cu = backends
+    c = _case(1)
+    a, b = run_layers(vk, c), run_layers(cu, c)
+    for name, pairs in expected(c).items():
+        assert_near(a[name], b[name], 2 * pairs[0][1], 0.0, "nn %s vulkan-cuda" % name)
+    if REPORT:
+        print("nn: Vulkan and CUDA agree")
+
+
+PROFILE_CODE = """
+import os, sys; sys.path.insert(0, 'tests')
+import test_nn as t  # its conftest import turns SS_PROFILE off: on again
+os.environ['SS_PROFILE'] = '1'
+from spirula.backends import open_device
+t.run_layers(open_device(sys.argv[1]), t._case())
+"""
+NN_KERNELS = {"nn_linear": 4, "nn_layer_norm": 1, "nn_gelu": 1, "nn_softmax": 2, "nn_matmul": 2}
+
+
+def _profile_rows(backend_name):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SS_PROFILE="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-c", PROFILE_CODE, backend_name], env=env, capture_output=True, text=True,
+        cwd=str(ROOT), timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stderr.split("---- GPU time by kernel ----\n")[1].split("[spirula-profile] ----")[0]
+    return {line.split()[0]: int(line.split()[1]) for line in table.strip().splitlines()[1:]}
+
+
+def test_profiler_rows_name_the_nn_kernels():
+    """One row per kernel under its name: linear twice plus attention's two, softmax once
+    plus attention's, attention's two products."""
+    rows = _profile_rows("vulkan")
+    for name, count in NN_KERNELS.items():
+        assert rows.get(name) == count, (name, rows.get(name))
+
+
+@pytest.mark.cuda
+def test_profiler_rows_on_cuda_are_vulkans(cuda):
+    assert _profile_rows("cuda") == _profile_rows("vulkan")
