@@ -71,7 +71,7 @@ def test_a_second_run_uses_the_cached_dataset(tmp_path, monkeypatch):
 
     calls = []
 
-    def fake_sfm(images, out, log=None, log_file=None, verbose=False, **kw):
+    def fake_sfm(images, out, log=None, log_file=None, verbose=False, device=None, **kw):
         calls.append((Path(images), kw))
         (Path(out) / "sparse" / "0").mkdir(parents=True)
 

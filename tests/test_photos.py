@@ -112,7 +112,7 @@ def test_train_passes_the_camera_options_and_verbose_to_sfm(monkeypatch, four):
 
     got = []
 
-    def prepare_capture(path, settings=None, log=print, cache=None, verbose=False):
+    def prepare_capture(path, settings=None, log=print, cache=None, verbose=False, device=None):
         got.append((settings.single_camera, verbose))
         raise Stop
 
