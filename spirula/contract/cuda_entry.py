@@ -45,7 +45,7 @@ import re
 import sys
 from pathlib import Path
 
-from spirula.contract.headers import CUDA_DEFINES, FLAGS, variants
+from spirula.contract.headers import CUDA_DEFINES, FLAGS, generator_main, variants, write_generated
 from spirula.contract.kernel import shader_dir
 from spirula.contract.preprocess import read_kernel
 from spirula.errors import ShaderCompileError
@@ -392,33 +392,11 @@ def write_all(out_dir, names=None, source_dir=None) -> list:
     """Write ``<name>.cu`` for every single-source kernel (or ``names``) into
     ``out_dir``, leaving unchanged files alone and removing those of kernels
     that are gone or now have a hand-written twin. Returns the paths written."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if not names:
-        names = single_source(source_dir)
-        for stale in set(p.stem for p in out_dir.glob("*.cu")) - set(names):
-            (out_dir / (stale + ".cu")).unlink()
-    written = []
-    for name in names:
-        text = generate(name, source_dir)
-        path = out_dir / (name + ".cu")
-        if not path.is_file() or path.read_text() != text:
-            path.write_text(text)
-            written.append(path)
-    return written
+    return write_generated(out_dir, names, lambda: single_source(source_dir), ".cu", generate, source_dir)
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0].startswith("-"):
-        print("usage: python -m spirula.contract.cuda_entry OUTDIR [KERNEL...]", file=sys.stderr)
-        return 2
-    try:
-        write_all(argv[0], argv[1:] or None)
-    except ShaderCompileError as exc:
-        print("spirula.contract.cuda_entry: %s" % exc, file=sys.stderr)
-        return 1
-    return 0
+    return generator_main("spirula.contract.cuda_entry", write_all, argv)
 
 
 if __name__ == "__main__":

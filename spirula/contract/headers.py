@@ -262,36 +262,53 @@ def generate(name: str, source_dir=None) -> str:
     return "\n".join(out)
 
 
-def write_all(out_dir, names=None, source_dir=None) -> list:
-    """Write ``<name>.h`` for every shader (or ``names``) into ``out_dir``;
-    files whose text is unchanged are left alone. Returns the paths written."""
+def write_generated(out_dir, names, all_names, suffix: str, generate, source_dir=None) -> list:
+    """Write ``generate(name, source_dir)`` as ``<name><suffix>`` into ``out_dir`` for
+    ``names`` (default ``all_names()``, then removing the files of names no longer
+    there); files whose text is unchanged are left alone. Returns the paths written."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if not names:
-        names = sorted(p.stem for p in Path(source_dir or shader_dir()).glob("*.comp"))
-        for stale in set(p.stem for p in out_dir.glob("*.h")) - set(names):
-            (out_dir / (stale + ".h")).unlink()  # its shader is gone
+        names = all_names()
+        for stale in set(p.stem for p in out_dir.glob("*" + suffix)) - set(names):
+            (out_dir / (stale + suffix)).unlink()  # its shader is gone (or has a hand-written twin)
     written = []
     for name in names:
         text = generate(name, source_dir)
-        path = out_dir / (name + ".h")
+        path = out_dir / (name + suffix)
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)
             written.append(path)
     return written
 
 
-def main(argv=None) -> int:
+def generator_main(module: str, write_all, argv=None) -> int:
+    """``python -m MODULE OUTDIR [KERNEL...]``: ``write_all(OUTDIR, KERNELS)``; a shader
+    the generator cannot read is one line and exit status 1."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0].startswith("-"):
-        print("usage: python -m spirula.contract.headers OUTDIR [KERNEL...]", file=sys.stderr)
+        print("usage: python -m %s OUTDIR [KERNEL...]" % module, file=sys.stderr)
         return 2
     try:
         write_all(argv[0], argv[1:] or None)
     except ShaderCompileError as exc:
-        print("spirula.contract.headers: %s" % exc, file=sys.stderr)
+        print("%s: %s" % (module, exc), file=sys.stderr)
         return 1
     return 0
+
+
+def write_all(out_dir, names=None, source_dir=None) -> list:
+    """Write ``<name>.h`` for every shader (or ``names``) into ``out_dir``;
+    files whose text is unchanged are left alone. Returns the paths written."""
+
+    def every():
+        return sorted(p.stem for p in Path(source_dir or shader_dir()).glob("*.comp"))
+
+    return write_generated(out_dir, names, every, ".h", generate, source_dir)
+
+
+def main(argv=None) -> int:
+    return generator_main("spirula.contract.headers", write_all, argv)
 
 
 if __name__ == "__main__":
