@@ -180,3 +180,16 @@ class FiniteFloat(click.FloatRange):
 def positive_float() -> FiniteFloat:
     """A finite float > 0 (a frame rate)."""
     return FiniteFloat(min=0, min_open=True)
+
+
+def appearance_of_option(fn):
+    """``--appearance-of VIEW`` (spirula render, spirula view): a training image's fitted look."""
+    return click.option(
+        "--appearance-of",
+        "appearance_of",
+        default=None,
+        metavar="VIEW",
+        help="Apply a training image's fitted exposure and colour (train:K, its image name or dataset index) and"
+        " its camera's vignetting and response; a run trained with --appearance [default: the radiance, as"
+        " splat.ply].",
+    )(fn)

@@ -8,7 +8,14 @@ from pathlib import Path
 import click
 import numpy as np
 
-from spirula.cli.common import FiniteFloat, common_options, open_cli_device, open_run, positive_float
+from spirula.cli.common import (
+    FiniteFloat,
+    appearance_of_option,
+    common_options,
+    open_cli_device,
+    open_run,
+    positive_float,
+)
 from spirula.errors import UsageError
 
 DEFAULT_SIZE = (1280, 720)  # a path's image size without a dataset
@@ -71,14 +78,7 @@ def _positive(name, value):
     default=None,
     help="Vertical field of view, degrees [default: the dataset's, else 50].",
 )
-@click.option(
-    "--appearance-of",
-    "appearance_of",
-    default=None,
-    metavar="VIEW",
-    help="Apply a training image's fitted exposure and colour (train:K, its image name or dataset index) and its"
-    " camera's vignetting and response; a run trained with --appearance [default: the radiance, as splat.ply].",
-)
+@appearance_of_option
 def render_command(
     source, dataset, cameras, out, camera_path, video, images, width, height, fps, frames, fov, appearance_of
 ):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from spirula.cli.common import common_options, open_cli_device, web_viewer_options
+from spirula.cli.common import appearance_of_option, common_options, open_cli_device, web_viewer_options
 from spirula.errors import UsageError
 
 
@@ -21,14 +21,7 @@ from spirula.errors import UsageError
 @web_viewer_options(
     "--port", "Serve the web viewer on this port instead of opening a window (remote GPUs; docs/viewer.md)."
 )
-@click.option(
-    "--appearance-of",
-    "appearance_of",
-    default=None,
-    metavar="VIEW",
-    help="Apply a training image's fitted exposure and colour (train:K, its image name or dataset index) and its"
-    " camera's vignetting and response to every frame; a run trained with --appearance [default: the radiance].",
-)
+@appearance_of_option
 def view_command(source, width, height, port, viewer_host, appearance_of):
     """Look at SOURCE (a splat.ply, or a run folder or checkpoint: its latest
     splats, with the dataset's cameras) in a window, or, with --port, in a
