@@ -213,8 +213,43 @@ def test_frame_sequences_are_matched_sequentially():
     assert choose_matcher(["frame_%05d.png" % i for i in range(1, 40)]) == "sequential"
     assert choose_matcher(["IMG_%d.jpg" % i for i in (3, 9, 12)]) == "exhaustive"
     assert choose_matcher(["a.jpg", "b.jpg", "c.jpg"]) == "exhaustive"
-    assert choose_matcher(["a.jpg"] * 301) == "sequential"
+    assert choose_matcher(["a.jpg"] * 301) == "retrieval"  # past MAX_EXHAUSTIVE: no order to follow
+    assert choose_matcher(["IMG_%d.jpg" % (3 * i) for i in range(301)]) == "retrieval"
+    assert choose_matcher(["frame_%05d.png" % i for i in range(1, 1000)]) == "sequential"
     assert choose_matcher(["frame_1.png", "frame_2.png"], "exhaustive") == "exhaustive"
+
+
+def test_retrieval_pairs_each_view_with_its_nearest_on_the_arc(scene, solved):
+    """Issue 38 item 3: a photo set past exhaustive matching's size is matched on
+    the pairs the global descriptor (VLAD of the capture's own SIFT) finds most
+    similar. On the arc, each view's 2 most similar must be its neighbours (views
+    4 degrees apart; measured: 19 pairs 1 apart, 4 pairs 2 apart)."""
+    from spirula.sfm import loops
+
+    names = scene[1]
+    pairs = loops.retrieval_pairs(solved[0] / "colmap" / "database.db", names, per_image=2)
+    index = {name: i for i, name in enumerate(names)}
+    apart = [abs(index[a] - index[b]) for a, b in pairs]
+    assert max(apart) <= 2 and len(pairs) <= 2 * len(names), sorted(apart)
+    assert {n for p in pairs for n in p} == set(names)
+
+
+@pytest.mark.slow
+def test_retrieval_matcher_registers_every_view(scene, tmp_path, monkeypatch):
+    """``--matcher retrieval`` (auto past MAX_EXHAUSTIVE unordered images) with 3
+    candidates an image: at most 60 of the 190 pairs matched, every view registered
+    within the exhaustive run's bounds."""
+    from spirula.sfm import colmap, loops
+
+    monkeypatch.setattr(loops, "RETRIEVAL_PER_IMAGE", 3)
+    lines = []
+    colmap.run_sfm(scene[0] / "images", tmp_path / "out", matcher="retrieval", log=lines.append)
+    listed = (tmp_path / "out" / "colmap" / "retrieval_pairs.txt").read_text().splitlines()
+    assert 0 < len(listed) <= 3 * N_CAMS, listed
+    assert any(ln.startswith("match") and "retrieval, %d pairs" % len(listed) in ln for ln in lines), lines
+    rot_err, centre_err = pose_errors(scene, tmp_path / "out")
+    assert rot_err.max() < MAX_ROTATION_DEG, rot_err
+    assert centre_err.max() < MAX_CENTRE_ERROR, centre_err
 
 
 def test_colmap_output_goes_to_the_log_and_with_verbose_to_stderr(tmp_path):

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from spirula.cli.common import common_options, open_cli_device, verbose, verbose_option
-from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, cores
+from spirula.sfm.colmap import CAMERA_MODELS, DEFAULT_CAMERA_MODEL, MAPPERS, MATCHERS, MAX_EXHAUSTIVE, cores
 from spirula.sfm.front import FEATURES
+from spirula.sfm.loops import RETRIEVAL_PER_IMAGE
 
 
 @click.command()
@@ -22,7 +23,9 @@ from spirula.sfm.front import FEATURES
     default="auto",
     show_default=True,
     help="Which image pairs are matched: sequential (video frames: each against the next 10, more far"
-    " apart), exhaustive (every pair: photo sets), auto (sequential for numbered frames, else exhaustive).",
+    " apart), exhaustive (every pair: photo sets), retrieval (each image with its %d most similar: large"
+    " photo sets), auto (sequential for numbered frames, exhaustive up to %d images, else retrieval)."
+    % (RETRIEVAL_PER_IMAGE, MAX_EXHAUSTIVE),
 )
 @click.option(
     "--mapper",

@@ -198,7 +198,7 @@ def config_options(fn):
 )
 @click.option(
     "--matcher",
-    type=click.Choice(["auto", "sequential", "exhaustive"]),
+    type=click.Choice(["auto", "sequential", "exhaustive", "retrieval"]),
     default=None,
     help="Photos or a video: feature matching for SfM (see `spirula sfm`) [default: auto].",
 )

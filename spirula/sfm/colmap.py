@@ -14,10 +14,12 @@
 - **match**: sequential (each frame against the ones 2^k further, k <
   ``overlap``: pycolmap 4.2's quadratic overlap; COLMAP's loop detection off, as it needs a vocabulary
   tree file, and loop candidates from :mod:`spirula.sfm.loops` matched
-  instead) or exhaustive (every pair). ``matcher="auto"`` picks sequential for
-  consecutively numbered frames (what ``spirula frames`` writes) or more than
-  :data:`MAX_EXHAUSTIVE` images, exhaustive otherwise. On the GPU the same
-  pairs are matched by Spirula's kernels, then verified by pycolmap.
+  instead), exhaustive (every pair) or retrieval (each image with its
+  ``loops.RETRIEVAL_PER_IMAGE`` most similar by the same global descriptor).
+  ``matcher="auto"`` picks sequential for consecutively numbered frames (what
+  ``spirula frames`` writes), exhaustive for up to :data:`MAX_EXHAUSTIVE` other
+  images, retrieval past that. On the GPU the same pairs are matched by
+  Spirula's kernels, then verified by pycolmap.
 - **map**: incremental mapping with bundle adjustment (default) or global
   mapping (GLOMAP); the model with the most registered images is kept.
 - **gate**: :mod:`spirula.sfm.gate` on the kept model.
@@ -55,7 +57,7 @@ from spirula.sfm import masks as masks_mod
 from spirula.sfm import photos as photos_mod
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
-MATCHERS = ("auto", "sequential", "exhaustive")
+MATCHERS = ("auto", "sequential", "exhaustive", "retrieval")
 MAPPERS = ("incremental", "global")
 # Models COLMAP estimates that spirula.data reads (undistortion turns any of them into PINHOLE).
 CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "OPENCV_FISHEYE")
@@ -139,7 +141,9 @@ def choose_matcher(names, matcher: str = "auto") -> str:
         raise DatasetError("--matcher %r: expected one of %s" % (matcher, ", ".join(MATCHERS)))
     if matcher != "auto":
         return matcher
-    return "sequential" if is_frame_sequence(names) or len(names) > MAX_EXHAUSTIVE else "exhaustive"
+    if is_frame_sequence(names):
+        return "sequential"
+    return "retrieval" if len(names) > MAX_EXHAUSTIVE else "exhaustive"
 
 
 def _prepare_out(out: Path) -> None:
@@ -173,7 +177,7 @@ def run_sfm(
         out: new or empty folder; gets ``images/``, ``sparse/0/`` (PINHOLE, or the lens with ``undistort`` off),
             ``masks/`` (when masks were used) and ``colmap/`` (database, raw
             models, the upright copies of turned photos).
-        matcher: ``"auto"`` (default), ``"sequential"`` or ``"exhaustive"``.
+        matcher: ``"auto"`` (default), ``"sequential"``, ``"exhaustive"`` or ``"retrieval"``.
         mapper: ``"incremental"`` (default) or ``"global"``.
         camera_model: the COLMAP model estimated (one of :data:`CAMERA_MODELS`).
         masks: folder of masks (white = keep); default ``masks/`` beside ``images``, used when it exists.
@@ -373,20 +377,8 @@ def _run(
         t1 = time.perf_counter()
         pairs = loops_mod.loop_pairs(db, names, LOOP_GAP)
         if pairs:
-            listing = work / "loop_pairs.txt"
-            listing.write_text("".join("%s %s\n" % p for p in pairs))
-            imported = pycolmap.ImportedPairingOptions()
-            imported.match_list_path = listing
-            stages.run(
-                "match loops",
-                pycolmap.match_image_pairs,
-                db,
-                matching_options=matching,
-                pairing_options=imported,
-                verification_options=verification,
-                device=device,
-                total=None,
-                unit="block",
+            _match_listed(
+                pycolmap, stages, db, work / "loop_pairs.txt", pairs, matching, verification, device, "match loops"
             )
         closed = verified_pairs(pycolmap, db, pairs)
         times["loops"] = time.perf_counter() - t1
@@ -394,6 +386,17 @@ def _run(
             len(pairs),
             times["loops"],
             len(closed),
+        )
+    elif matcher == "retrieval":
+        # exhaustive matching first needs the features only: the pairs come from their descriptors
+        t1 = time.perf_counter()
+        pairs = loops_mod.retrieval_pairs(db, names)
+        times["retrieval"] = time.perf_counter() - t1
+        _match_listed(pycolmap, stages, db, work / "retrieval_pairs.txt", pairs, matching, verification, device)
+        how = "retrieval, %s pairs (%d most similar an image by global descriptor, %.1f s)" % (
+            format(len(pairs), ","),
+            loops_mod.RETRIEVAL_PER_IMAGE,
+            times["retrieval"],
         )
     else:
         stages.run(
@@ -492,6 +495,24 @@ def _run(
     return result(n_masks)
 
 
+def _match_listed(pycolmap, stages, db, listing, pairs, matching, verification, device, stage="match") -> None:
+    """pycolmap's matcher and verification on the image ``pairs`` (names), listed in the file ``listing``."""
+    listing.write_text("".join("%s %s\n" % p for p in pairs))
+    imported = pycolmap.ImportedPairingOptions()
+    imported.match_list_path = listing
+    stages.run(
+        stage,
+        pycolmap.match_image_pairs,
+        db,
+        matching_options=matching,
+        pairing_options=imported,
+        verification_options=verification,
+        device=device,
+        total=None,
+        unit="block",
+    )
+
+
 def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verification, num_threads, times) -> str:
     """The match stage of the GPU path: the CPU path's pairs matched on ``gpu``,
     verified by pycolmap; returns the stage line's description."""
@@ -504,6 +525,14 @@ def _match_on_gpu(pycolmap, stages, gpu, db, names, descriptors, matcher, verifi
         times["loops"] = time.perf_counter() - t1
         seen = set(pairs) | {(b, a) for a, b in pairs}
         pairs += [p for p in loops if p not in seen]
+    elif matcher == "retrieval":
+        t1 = time.perf_counter()
+        pairs = loops_mod.retrieval_pairs(db, names)
+        times["retrieval"] = time.perf_counter() - t1
+        how = "retrieval (%d most similar an image by global descriptor, %.1f s)" % (
+            loops_mod.RETRIEVAL_PER_IMAGE,
+            times["retrieval"],
+        )
     else:
         pairs = front_mod.exhaustive_pairs(names)
         how = "exhaustive"

@@ -18,6 +18,10 @@ already in the database:
 Geometric verification then keeps the true pairs and drops the rest; the
 cost is ``PER_IMAGE`` pairs an image, against the 10-16 of sequential
 matching. :func:`loop_pairs` returns the pairs; colmap.py matches them.
+
+The same descriptor picks the pairs of a photo set too large for exhaustive
+matching (:func:`retrieval_pairs`: each photo's :data:`RETRIEVAL_PER_IMAGE`
+most similar, whatever their order), where COLMAP would use its vocabulary tree.
 """
 
 from __future__ import annotations
@@ -26,6 +30,10 @@ import numpy as np
 
 WORDS = 64  # VLAD centres: 64 x 128 = 8,192 numbers an image
 PER_IMAGE = 3  # loop candidates an image proposes (the pairs are the union, both ways)
+# retrieval for photo sets past exhaustive matching's size (colmap.MAX_EXHAUSTIVE): the images
+# an image is matched with. hloc's retrieval pipelines match 20-50 a photo with NetVLAD; this
+# VLAD of the capture's own SIFT is a weaker descriptor, so the upper end
+RETRIEVAL_PER_IMAGE = 40
 SAMPLE = 800  # descriptors an image contributes (a random subset: the descriptor is statistical)
 KMEANS_SAMPLE = 20_000  # descriptors the centres are clustered from
 KMEANS_ITERATIONS = 12
@@ -107,10 +115,26 @@ def candidates(g: np.ndarray, gap: int, per_image: int = PER_IMAGE) -> list:
 def loop_pairs(database, names, gap: int, per_image: int = PER_IMAGE) -> list:
     """Loop candidate pairs ``(name_a, name_b)`` of the images ``names``
     (in capture order) from the SIFT descriptors in the COLMAP ``database``."""
-    import pycolmap
-
     if len(names) <= gap + 1:
         return []
+    return similar_pairs(database, names, gap, per_image)
+
+
+def retrieval_pairs(database, names, per_image: int | None = None) -> list:
+    """The pairs a photo set too large for exhaustive matching is matched on:
+    each image's ``per_image`` most similar images by global descriptor, in
+    any order (no gap: a photo folder's order says nothing), the union.
+    At most ``n * per_image`` pairs against exhaustive matching's n (n - 1) / 2
+    (``per_image`` default :data:`RETRIEVAL_PER_IMAGE`)."""
+    return similar_pairs(database, names, 0, RETRIEVAL_PER_IMAGE if per_image is None else per_image)
+
+
+def similar_pairs(database, names, gap: int, per_image: int) -> list:
+    """Pairs ``(name_a, name_b)`` of the images ``names`` most similar by
+    global descriptor (:func:`candidates`), from the SIFT descriptors in the
+    COLMAP ``database``."""
+    import pycolmap
+
     db = pycolmap.Database.open(str(database))
     try:
         ids = {im.name: im.image_id for im in db.read_all_images()}
