@@ -3,10 +3,13 @@
 in tests/web) converts each file Spirula wrote back to a PLY, and the splats
 must be what Spirula's own reader decodes (the same quantised values: what the
 round trips of tests/test_export.py bound against the original); and it writes
-a glTF that Spirula's reader must read as the original. The self-contained HTML
-page is opened from disk in headless Chromium and compared with Spirula's own
-render of the same camera. Skipped, with the reason, without node or the
-packages (tests/web/node_modules) or the browser."""
+a glTF that Spirula's reader must read as the original. Spark
+(``@sparkjsdev/spark`` on three.js, pinned there too) draws each file served
+from 127.0.0.1 in headless Chromium from one of Spirula's cameras, as Spirula
+renders it. The self-contained HTML page is opened from disk in headless
+Chromium and compared with Spirula's own render of the same camera. Skipped,
+with the reason, without node or the packages (tests/web/node_modules) or the
+browser."""
 
 from __future__ import annotations
 
@@ -255,11 +258,14 @@ def _spirula_render(p, V, K, W, H):
     return np.clip(np.asarray(colors)[0][..., :3], 0, 1)
 
 
-# Spark's frame against Spirula's render of what Spirula decodes from the same file: mean
-# absolute difference (fraction of full scale) and PSNR bounds (docs/export.md says where
-# they come from)
-SPARK_MAX_MAD = 0.01
-SPARK_MIN_PSNR = 35.0
+# Spark's frame against Spirula's render of what Spirula decodes from the same file. Measured
+# on chromium's SwiftShader against lavapipe, all five formats: mean abs 0.0026-0.0038, PSNR
+# 44.6-47.8 dB (8-bit blending in WebGL, Spark's 8-bit colours and log scales, its elliptical
+# 3-sigma cut). Bounds with room for other GPUs, tight enough that 2% of the splats missing
+# (34.6 dB), the SH left out (28.1 dB), the aspect from W/H (24.4 dB), SPZ's axes left as
+# stored (16.4 dB) or the principal point mirrored (13.0 dB) fail: docs/export.md
+SPARK_MAX_MAD = 0.006
+SPARK_MIN_PSNR = 40.0
 
 
 @pytest.mark.parametrize(
