@@ -217,8 +217,8 @@ def _served(folder):
         server.server_close()
 
 
-def _canvas(browser, url, ready, timeout=60.0):
-    """The page's first canvas as [H,W,3] floats in [0, 1], once ``window[ready]`` is true."""
+def _spark_frame(browser, url, timeout=60.0):
+    """tests/web/spark.html's canvas as [H,W,3] floats in [0, 1], once it says it is drawn."""
     import base64
     import io
     import time
@@ -228,7 +228,7 @@ def _canvas(browser, url, ready, timeout=60.0):
     browser.get(url)
     end = time.time() + timeout
     while True:
-        done, error = browser.execute_script("return [window[arguments[0]] === true, window.sparkError || null]", ready)
+        done, error = browser.execute_script("return [window.sparkReady === true, window.sparkError || null]")
         if done:
             break
         if error or time.time() > end:
@@ -294,7 +294,7 @@ def test_spark_draws_what_spirula_renders(tmp_path, browser, device, fmt, suffix
     camera = list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H]
     query = urllib.parse.quote(json.dumps(dict(file=name, axes=axes, camera=camera)))
     with _served(tmp_path) as base:
-        shot = _canvas(browser, base + "spark.html?" + query, "sparkReady")
+        shot = _spark_frame(browser, base + "spark.html?" + query)
         projection = np.array(browser.execute_script("return window.sparkProjection")).reshape(4, 4).T
     # the three.js camera's projection is OpenCV's K on OpenGL's axes (near 0.01, far 1000)
     n, f = 0.01, 1000.0
