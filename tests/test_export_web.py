@@ -258,6 +258,15 @@ def _spirula_render(p, V, K, W, H):
     return np.clip(np.asarray(colors)[0][..., :3], 0, 1)
 
 
+@pytest.fixture
+def spark_modules():
+    """tests/web/node_modules with Spark and three.js (before the browser starts)."""
+    modules = WEB / "node_modules"
+    if not ((modules / "@sparkjsdev" / "spark").exists() and (modules / "three").exists()):
+        pytest.skip("needs @sparkjsdev/spark and three: npm ci in tests/web (make test does)")
+    return modules
+
+
 # Spark's frame against Spirula's render of what Spirula decodes from the same file. Measured
 # on chromium's SwiftShader against lavapipe, all five formats: mean abs 0.0026-0.0038, PSNR
 # 44.6-47.8 dB (8-bit blending in WebGL, Spark's 8-bit colours and log scales, its elliptical
@@ -278,18 +287,16 @@ SPARK_MIN_PSNR = 40.0
         ("ply", ".ply", "RDF"),
     ],
 )
-def test_spark_draws_what_spirula_renders(tmp_path, browser, device, fmt, suffix, axes):
+def test_spark_draws_what_spirula_renders(tmp_path, spark_modules, browser, device, fmt, suffix, axes):
     """Spark (``@sparkjsdev/spark`` with three.js, from tests/web/node_modules, served from
     127.0.0.1) draws the exported file from one of Spirula's cameras in headless Chromium;
     its frame is compared with Spirula's render of the splats Spirula reads back from the
     same file (so the format's own quantisation, bounded by tests/test_export.py, is not
     counted twice), and the bound must reject that render mirrored or upside down."""
-    if not (WEB / "node_modules" / "@sparkjsdev" / "spark").exists():
-        pytest.skip("needs @sparkjsdev/spark and three: npm ci in tests/web (make test does)")
     name = "s" + suffix
     write_splats(tmp_path / name, _spark_scene(), fmt)
     shutil.copy(WEB / "spark.html", tmp_path / "spark.html")
-    (tmp_path / "node_modules").symlink_to(WEB / "node_modules", target_is_directory=True)
+    (tmp_path / "node_modules").symlink_to(spark_modules, target_is_directory=True)
     V, K, W, H = _spark_camera()
     camera = list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H]
     query = urllib.parse.quote(json.dumps(dict(file=name, axes=axes, camera=camera)))
