@@ -38,8 +38,9 @@ demo: install shaders
 test: install shaders
 	@bash scripts/install_system_deps.sh --browser-tests
 	@bash scripts/install_blender.sh
-	@# the independent readers of the share formats (tests/test_export_web.py), pinned by the
-	@# lock file; installed again only when it changes (without them those tests skip)
+	@# the independent readers and renderer (Spark) of the share formats
+	@# (tests/test_export_web.py), pinned by the lock file; installed again only
+	@# when it changes (without them those tests skip)
 	@test tests/web/node_modules/.package-lock.json -nt tests/web/package-lock.json || \
 		(cd tests/web && npm ci --no-audit --no-fund --silent) || \
 		echo "spirula: npm ci failed in tests/web: tests/test_export_web.py will skip"
