@@ -186,14 +186,6 @@ NO_FLOAT_ATOMICS = _setting(
     " as on a device without them (the validation tests run both).",
     "developer, tests",
 )
-SUBGROUP_SUMS = _setting(
-    "SPIRULA_SUBGROUP_SUMS",
-    "`shuffle`, `add`",
-    "`shuffle` on NVIDIA, `add` elsewhere",
-    "Vulkan: rasterize_bwd's per-Gaussian subgroup sums as explicit shuffle butterflies (`shuffle`,"
-    " where the device runs one power-of-two subgroup size) or subgroupAdd (`add`) (docs/design.md).",
-    "developer",
-)
 BARRIER_ALL = _setting(
     "SPIRULA_BARRIER_ALL",
     "`1`",
@@ -346,17 +338,6 @@ def buffer_robustness():
     if value == "kernels":
         return "kernels"
     raise UsageError("%s=%r: expected 0 or kernels" % (NO_BUFFER_ROBUSTNESS.name, value))
-
-
-def shuffle_sums():
-    """SPIRULA_SUBGROUP_SUMS: True for ``shuffle``, False for ``add``, None
-    when unset or empty (the device's default); any other value is a one-line UsageError."""
-    value = SUBGROUP_SUMS.raw()
-    if not value:
-        return None
-    if value in ("shuffle", "add"):
-        return value == "shuffle"
-    raise UsageError("%s=%r: expected shuffle or add" % (SUBGROUP_SUMS.name, value))
 
 
 def float_atomics() -> bool:

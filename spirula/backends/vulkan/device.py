@@ -210,11 +210,8 @@ class VulkanDevice(shared.Device):
         self.float_controls = float_controls
         self.buffer_robustness = buffer_robustness
         self.defines = {"ATOMIC_FLOAT": int(float_atomics), "INF_NAN_PRESERVE": int(float_controls)}
-        shuffle = settings.shuffle_sums()
-        if shuffle is None:
+        if self.info.vendor_id == vkinfo.VENDOR_NVIDIA:
             # measured faster on NVIDIA only (notes/performance-history.md, "subgroup sums as shuffles")
-            shuffle = self.info.vendor_id == vkinfo.VENDOR_NVIDIA
-        if shuffle:
             self.defines.update(shuffle_sums_defines(self.info))
         lo, hi = self.info.subgroup_size_range
         # radix_sort_scatter sizes its per-subgroup counts from the subgroup sizes it may run with
