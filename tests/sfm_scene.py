@@ -88,6 +88,23 @@ def render(R, t, K, width, height, table, boxes=BOXES) -> np.ndarray:
     """[H,W,3] uint8 image of the ``boxes`` seen by the camera (R, t, K), one ray per pixel centre."""
     px, py = np.meshgrid(np.arange(width) + 0.5, np.arange(height) + 0.5)
     d_cam = np.stack([(px - K[0, 2]) / K[0, 0], (py - K[1, 2]) / K[1, 1], np.ones_like(px)], -1).reshape(-1, 3)
+    return render_rays(R, t, d_cam, table, boxes).reshape(height, width, 3)
+
+
+def render_equirect(R, t, width, height, table, boxes=ROOM) -> np.ndarray:
+    """[H,W,3] uint8 equirectangular image (the full sphere, width = 2 height) of a camera
+    at (R, t): pixel (j, i) is longitude (j + 0.5) / W * 2 pi - pi (atan2(x, z), OpenCV
+    axes) and latitude (i + 0.5) / H * pi - pi / 2 (atan2(y, |xz|), y down), nerfstudio's
+    EQUIRECTANGULAR."""
+    lon = (np.arange(width) + 0.5) / width * 2 * np.pi - np.pi
+    lat = (np.arange(height) + 0.5) / height * np.pi - np.pi / 2
+    lon, lat = np.meshgrid(lon, lat)
+    d_cam = np.stack([np.cos(lat) * np.sin(lon), np.sin(lat), np.cos(lat) * np.cos(lon)], -1).reshape(-1, 3)
+    return render_rays(R, t, d_cam, table, boxes).reshape(height, width, 3)
+
+
+def render_rays(R, t, d_cam, table, boxes) -> np.ndarray:
+    """[N,3] uint8 colours of the camera-space rays ``d_cam`` [N,3] of the camera (R, t)."""
     d = d_cam @ R  # camera -> world: R^T d
     o = -R.T @ t
     best = np.full(len(d), np.inf)
@@ -114,7 +131,7 @@ def render(R, t, K, width, height, table, boxes=BOXES) -> np.ndarray:
     tint = np.array([[1.0, 0.85, 0.7], [0.7, 0.9, 1.0], [0.85, 1.0, 0.8]])[hit_axis]
     rgb = (0.1 + 0.85 * albedo * shade)[:, None] * tint
     rgb[hit_box < 0] = 0.05
-    return (np.clip(rgb, 0, 1) * 255 + 0.5).astype(np.uint8).reshape(height, width, 3)
+    return (np.clip(rgb, 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
 def make_scene(folder, n=20, width=320, height=240, seed=0, name="frame_%05d.png"):

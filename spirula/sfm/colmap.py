@@ -60,7 +60,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff")
 MATCHERS = ("auto", "sequential", "exhaustive", "retrieval")
 MAPPERS = ("incremental", "global")
 # Models COLMAP estimates that spirula.data reads (undistortion turns any of them into PINHOLE).
-CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "OPENCV_FISHEYE")
+# EQUIRECTANGULAR: 360-degree panoramas, solved through pinhole views cut from them (spirula/sfm/panorama.py)
+CAMERA_MODELS = ("SIMPLE_PINHOLE", "PINHOLE", "SIMPLE_RADIAL", "RADIAL", "OPENCV", "OPENCV_FISHEYE", "EQUIRECTANGULAR")
 # ... and those whose output keeps the lens by default (the dataset trains through it; --undistort: PINHOLE)
 NATIVE_MODELS = ("OPENCV", "OPENCV_FISHEYE")
 DEFAULT_CAMERA_MODEL = "SIMPLE_RADIAL"
@@ -223,6 +224,11 @@ def run_sfm(
     work = out / "colmap"
     work.mkdir()
     stages = _Stages(pycolmap, Path(log_file) if log_file is not None else work / "sfm.log", verbose)
+    if camera_model == "EQUIRECTANGULAR":
+        try:
+            return _panoramas(pycolmap, stages, images, out, names, num_threads, log or (lambda msg: None))
+        finally:
+            stages.restore()
     try:
         return _run(
             pycolmap,
@@ -493,6 +499,27 @@ def _run(
         % (times["undistort"], quality.n_registered, ", %d masks" % n_masks if n_masks else "", out)
     )
     return result(n_masks)
+
+
+def _panoramas(pycolmap, stages, images, out, names, num_threads, say) -> SfmResult:
+    """run_sfm for equirectangular panoramas (spirula/sfm/panorama.py), gated as any model."""
+    from spirula.sfm import panorama
+
+    def log(msg):
+        say(msg)
+        stages.note(msg)
+
+    got = panorama.run_panorama_sfm(images, out, names, log, num_threads, stages=stages, seed=RANDOM_SEED)
+    quality = got["quality"]
+    failure = quality.failure("more overlap between panoramas")
+    log("gate      %6.1f s  %s: %s" % (0.0, "FAILED" if failure else "passed", quality.line()))
+    if failure:
+        raise SfmError("%s: %s (log: %s)" % (images, failure, stages.log_file))
+    log(
+        "write     %6.1f s  EQUIRECTANGULAR (nerfstudio), %d panoramas -> %s"
+        % (got["times"]["write"], quality.n_registered, out)
+    )
+    return SfmResult(out, quality, got["model_sizes"], "exhaustive", "cpu", got["times"])
 
 
 def _match_listed(pycolmap, stages, db, listing, pairs, matching, verification, device, stage="match") -> None:
