@@ -113,10 +113,14 @@ _lib = None
 
 
 def library_path() -> Path:
-    """Where the library is: ``$SPIRULA_CUDA_LIB``, else ``build/`` of the checkout."""
+    """Where the library is: ``$SPIRULA_CUDA_LIB``, else the wheel's ``spirula/_lib/``
+    (where nvcc built it with the wheel), else ``build/`` of the checkout."""
     env = settings.cuda_lib()
     if env is not None:
         return env
+    packaged = Path(__file__).resolve().parents[2] / "_lib" / LIB_NAME
+    if packaged.is_file():
+        return packaged
     return Path(__file__).resolve().parents[3] / "build" / LIB_NAME
 
 
