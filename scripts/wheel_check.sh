@@ -5,6 +5,7 @@
 # a user's), then from an empty folder, with PATH holding that venv only (no
 # glslang, no checkout, no dev venv) and an empty cache folder:
 #   spirula --version, devices, selftest, a short `train` of the demo scene,
+#   `render` and `export` of it,
 #   a command of a missing extra (one line naming it), and no kernel compiled;
 # then `auditwheel show`: the libraries the wheel needs from the system.
 #   WHEEL_PYTHON=/path/to/python3.X   the CPython whose wheel to check (default: .venv/bin/python)
@@ -39,6 +40,8 @@ run spirula devices
 run spirula selftest
 run spirula train --iterations "$STEPS" --output "$TMP/work/demo"
 test -s "$TMP/work/demo/splat.ply"
+run spirula render "$TMP/work/demo" --images "$TMP/work/orbit" --frames 2 --width 64 --height 48
+run spirula export "$TMP/work/demo" --format spz
 # an extra the wheel alone does not bring: one line naming it, exit status 2
 if run spirula sfm "$TMP/work" "$TMP/work/sfm" 2> "$TMP/sfm.err"; then
   echo "wheel-check: spirula sfm ran without pycolmap" >&2; exit 1
