@@ -35,7 +35,7 @@ if [ "$(cat "$ENV/.requires" 2>/dev/null)" != "$REQS" ]; then
   rm -rf "$ENV"
   "$PY" -m venv "$ENV"
   # shellcheck disable=SC2086
-  "$ENV/bin/python" -m pip install -q --disable-pip-version-check $REQS
+  "$ENV/bin/python" -m pip install -q --disable-pip-version-check -U pip $REQS  # an older pip has no -C
   echo "$REQS" > "$ENV/.requires"
 fi
 
