@@ -110,3 +110,38 @@ def test_a_checkout_compiles_from_source():
 def test_every_define_a_device_sets_is_a_device_variant(device):
     """VulkanDevice.defines's names and values are among variants.DEVICE_DEFINES."""
     assert any(device.defines == d for d in variants.DEVICE_DEFINES)
+
+
+def _call_site_defines():
+    """(kernel, define) of every ``rec.dispatch("name", ..., defines=dict(D=...))`` and
+    ``device.kernel("name", D=...)`` in spirula/: what callers compile besides the device's."""
+    import ast
+
+    found = set()
+    for path in (ROOT / "spirula").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+                continue
+            name = node.args[0]
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                continue
+            if node.func.attr == "kernel":
+                found |= {(name.value, k.arg) for k in node.keywords if k.arg}
+            elif node.func.attr == "dispatch":
+                for k in node.keywords:
+                    if k.arg == "defines":
+                        dicts = [
+                            d
+                            for d in ast.walk(k.value)
+                            if isinstance(d, ast.Call) and getattr(d.func, "id", "") == "dict"
+                        ]
+                        found |= {(name.value, kw.arg) for d in dicts for kw in d.keywords}
+    return found
+
+
+def test_every_define_a_caller_passes_is_a_precompiled_variant():
+    """A new call-site define must be added to variants.CALL_DEFINES, or the wheel lacks it."""
+    sites = _call_site_defines()
+    assert {("copy", "VEC4"), ("prefix_sum", "FLOAT"), ("fpbo", "SH_VEC4"), ("projection_fwd", "COMPACT")} <= sites
+    listed = {(kernel, d) for kernel, calls in variants.CALL_DEFINES.items() for call in calls for d in call}
+    assert sites <= listed, "not in variants.CALL_DEFINES: %s" % sorted(sites - listed)
