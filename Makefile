@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spirula-installed
 
-.PHONY: install demo test bench shaders cuda lint format clean
+.PHONY: install demo test bench shaders cuda wheel wheel-check lint format clean
 
 install:
 	@bash scripts/install_system_deps.sh
@@ -17,7 +17,7 @@ install:
 cuda:
 	@bash scripts/build_cuda.sh
 
-$(STAMP): pyproject.toml third_party/kompute/kp-0.9.0-spirula.patch scripts/build_kp.sh
+$(STAMP): pyproject.toml CMakeLists.txt third_party/kompute/kp-0.9.0-spirula.patch scripts/build_kp.sh
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -U pip setuptools wheel
 	@bash scripts/build_kp.sh $(BIN)/python
@@ -25,6 +25,18 @@ $(STAMP): pyproject.toml third_party/kompute/kp-0.9.0-spirula.patch scripts/buil
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" "numpy>=2"
 	@touch $(STAMP)
 	@echo "spirula: installed into $(VENV)/ ($(BIN)/spirula)"
+
+# The binary wheel, dist/spirula-*-cpXY-cpXY-manylinux_*.whl (docs/development.md, "The
+# wheel"): kp patched and compiled in, every kernel precompiled, the CUDA backend where nvcc
+# is (SPIRULA_WHEEL_CUDA=0: without). WHEEL_PYTHON=python3.X builds for another CPython.
+wheel: install
+	@bash scripts/build_wheel.sh
+
+# The wheel as a user installs it: a fresh venv outside the checkout, pip install of the
+# wheel alone, then devices, selftest and a short demo training from there (no glslang),
+# and auditwheel show. CI runs it (.ci/run).
+wheel-check: wheel
+	@bash scripts/wheel_check.sh
 
 shaders: install
 	@$(BIN)/spirula shaders
@@ -64,4 +76,4 @@ bench: install
 	$(BIN)/python -m pytest benchmarks/ --benchmark-only
 
 clean:
-	rm -rf $(VENV) .venv-blender .cache build
+	rm -rf $(VENV) .venv-blender .cache build dist

@@ -8,7 +8,6 @@
 set -euo pipefail
 PY=${1:?usage: build_kp.sh VENV_PYTHON}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-SDIST_SHA256=98e583dc6e9731ff6d7a3e3317817e4d93f7b2945929619e29a56325db279949
 PATCH=$ROOT/third_party/kompute/kp-0.9.0-spirula.patch
 # The one used by the GPU machine's kit too (shared/device/README.md), so kp
 # resolves its overloads the same way on both machines.
@@ -22,11 +21,7 @@ if [ -f "$STAMP" ] && "$PY" -c 'import kp; kp.OpBarrier' 2>/dev/null; then
 fi
 "$PY" -m pip install -q --disable-pip-version-check "pybind11==$PYBIND11_VERSION"
 SDIST=$CACHE/kp-0.9.0.tar.gz
-if ! echo "$SDIST_SHA256  $SDIST" | sha256sum -c --quiet >/dev/null 2>&1; then
-  rm -f "$SDIST"
-  "$PY" -m pip download -q --no-deps --no-binary :all: --no-build-isolation kp==0.9.0 -d "$CACHE"
-  echo "$SDIST_SHA256  $SDIST" | sha256sum -c --quiet || { echo "kp-0.9.0.tar.gz: checksum mismatch" >&2; exit 1; }
-fi
+bash "$ROOT/scripts/fetch_kp.sh" "$PY"   # downloaded once, checked against its sha256
 SRC=$CACHE/src
 rm -rf "$SRC" && mkdir -p "$SRC"
 tar xzf "$SDIST" -C "$SRC" --strip-components=1

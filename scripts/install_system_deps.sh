@@ -5,7 +5,8 @@
 #   no GPU), the Khronos validation layer (tests), glslang (shader compiler),
 #   spirv-tools (spirv-val checks the SPIR-V that Spirula edits: tests/test_spirv.py),
 #   and what Kompute's Python module `kp` builds against (its pybind11 comes
-#   from PyPI, see scripts/build_kp.sh).
+#   from PyPI, see scripts/build_kp.sh); patch and ccache for `make wheel`
+#   (ccache keeps its compiles between clones: CI's wheel rebuilds in seconds).
 #   Xvfb, xauth and Mesa's OpenGL (libgl1, libglx-mesa0, libgl1-mesa-dri) so the
 #   viewer's window tests (tests/test_view_window.py) run without a screen.
 # With --browser-tests (or SPIRULA_BROWSER_TESTS=1) also node and npm (tests/web:
@@ -16,7 +17,7 @@
 # scripts/install_blender.sh) links against, for tests/test_mesh_viewers.py.
 set -euo pipefail
 PKGS="libvulkan1 libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers glslang-tools
-      spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev
+      spirv-tools libfmt-dev cmake g++ make python3-venv python3-dev patch ccache
       xvfb xauth libgl1 libglx-mesa0 libgl1-mesa-dri"
 if [ "${1:-}" = "--browser-tests" ] || [ "${SPIRULA_BROWSER_TESTS:-0}" = 1 ]; then
   PKGS="$PKGS chromium chromium-driver libx11-6 libxrender1 libxfixes3 libxi6 libxkbcommon0 libsm6 libice6 libxext6"

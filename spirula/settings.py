@@ -110,7 +110,7 @@ CAPTURE_CACHE = _setting(
 CUDA_LIB = _setting(
     "SPIRULA_CUDA_LIB",
     "a file",
-    "`build/libspirula_cuda.so` of the checkout",
+    "the wheel's `spirula/_lib/libspirula_cuda.so`, else `build/libspirula_cuda.so` of the checkout",
     "The CUDA backend's library (docs/cuda.md).",
     "user",
 )
@@ -150,8 +150,9 @@ RAY_COLOR_PREFIX = _setting(
 SHADER_DIR = _setting(
     "SPIRULA_SHADER_DIR",
     "a folder",
-    "`shaders/` of the checkout",
-    "The `*.comp` sources the kernels compile from (an edited copy: the selftest's tests).",
+    "`shaders/` of the checkout; in a wheel, its precompiled `spirula/_spirv/`",
+    "The `*.comp` sources the kernels compile from with glslang (an edited copy: the selftest's tests);"
+    " set, a wheel's precompiled kernels are not used.",
     "developer",
 )
 RASTER_CHUNK = _setting(
@@ -226,6 +227,21 @@ ELSEWHERE = (
     Elsewhere("NVCC", "scripts/build_cuda.sh, tests/test_cuda_*.py", "The CUDA compiler (else `nvcc` on PATH)."),
     Elsewhere("SPIRULA_CUDA_ARCHS", "scripts/build_cuda.sh", "The SASS targets (default `75 80 86 89 90`)."),
     Elsewhere("SPIRULA_CUDA_JOBS", "scripts/build_cuda.sh", "Parallel compiles (default: the number of cores)."),
+    Elsewhere(
+        "WHEEL_PYTHON",
+        "scripts/build_wheel.sh, scripts/wheel_check.sh",
+        "The CPython `make wheel` builds for and `make wheel-check` checks (default `.venv/bin/python`).",
+    ),
+    Elsewhere(
+        "SPIRULA_WHEEL_CUDA",
+        "scripts/build_wheel.sh",
+        "`0`: the wheel without the CUDA backend (default: with it where nvcc built it).",
+    ),
+    Elsewhere(
+        "SPIRULA_WHEEL_CHECK_STEPS",
+        "scripts/wheel_check.sh",
+        "The demo training's steps in `make wheel-check` (default 200).",
+    ),
     Elsewhere(
         "SPIRULA_BROWSER_TESTS",
         "scripts/install_system_deps.sh",

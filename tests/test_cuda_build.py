@@ -109,6 +109,19 @@ def test_missing_nvcc_is_one_line_and_success():
     assert proc.stdout.count("\n") == 1 and "the Vulkan backend is unaffected" in proc.stdout
 
 
+def test_the_library_is_the_settings_then_the_wheels_then_the_checkouts(monkeypatch, tmp_path):
+    from spirula.backends.cuda import cudart
+
+    monkeypatch.delenv("SPIRULA_CUDA_LIB", raising=False)
+    monkeypatch.setattr(cudart, "PACKAGED_LIB", tmp_path / "_lib" / cudart.LIB_NAME)
+    assert cudart.library_path() == cudart.CHECKOUT_LIB == ROOT / "build" / cudart.LIB_NAME
+    cudart.PACKAGED_LIB.parent.mkdir()
+    cudart.PACKAGED_LIB.write_bytes(b"")
+    assert cudart.library_path() == cudart.PACKAGED_LIB
+    monkeypatch.setenv("SPIRULA_CUDA_LIB", str(tmp_path / "mine.so"))
+    assert cudart.library_path() == tmp_path / "mine.so"
+
+
 def test_opening_cuda_without_a_gpu_or_library_is_one_line_with_exit_code_2(monkeypatch, tmp_path):
     from spirula.backends import open_device, unavailable_reason
     from spirula.backends.cuda import cudart

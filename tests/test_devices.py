@@ -77,10 +77,13 @@ def test_no_vulkan_driver_is_one_clear_line_with_exit_code_2():
     proc = _cli("devices", VK_DRIVER_FILES="/nonexistent/icd.json", VK_ICD_FILENAMES="/nonexistent/icd.json")
     assert proc.returncode == 2
     err = proc.stderr.strip()
-    assert err.startswith("spirula: error:") and "\n" not in err and "mesa-vulkan-drivers" in err
+    assert err.startswith("spirula: error: the Vulkan loader found no usable driver") and "\n" not in err
+    # the driver's package on each common distribution
+    for words in ("apt install mesa-vulkan-drivers", "dnf install mesa-vulkan-drivers", "pacman -S vulkan-swrast"):
+        assert words in err, words
 
 
-def test_no_vulkan_loader_is_a_clear_error(monkeypatch):
+def _no_loader(monkeypatch):
     import ctypes
 
     def no_lib(name, *a, **k):
@@ -88,12 +91,58 @@ def test_no_vulkan_loader_is_a_clear_error(monkeypatch):
 
     vkinfo.list_devices.cache_clear()
     monkeypatch.setattr(ctypes, "CDLL", no_lib)
+
+
+NO_LOADER_PACKAGES = (
+    "apt install libvulkan1 mesa-vulkan-drivers",
+    "dnf install vulkan-loader mesa-vulkan-drivers",
+    "pacman -S vulkan-icd-loader vulkan-swrast",
+)
+
+
+def test_no_vulkan_loader_is_a_clear_error(monkeypatch):
+    _no_loader(monkeypatch)
     try:
-        with pytest.raises(NoVulkanError, match="libvulkan.so.1.*apt-get install libvulkan1"):
+        with pytest.raises(NoVulkanError, match="libvulkan.so.1.*apt install libvulkan1") as err:
             vkinfo.list_devices()
+        assert all(words in str(err.value) for words in NO_LOADER_PACKAGES)
     finally:
         monkeypatch.undo()
         vkinfo.list_devices.cache_clear()
+
+
+def test_spirula_devices_without_a_loader_is_one_line_and_exit_2(monkeypatch, capsys):
+    from spirula.cli.main import main
+
+    _no_loader(monkeypatch)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(["devices"])
+    finally:
+        monkeypatch.undo()
+        vkinfo.list_devices.cache_clear()
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and "\n" not in err and err.startswith("spirula: error: no Vulkan loader")
+
+
+def test_kp_without_the_loader_is_the_same_line(monkeypatch):
+    """The wheel's kp links libvulkan.so.1: importing it where the loader is missing fails
+    with the dynamic linker's message, which VulkanDevice turns into the install line."""
+    import builtins
+
+    from spirula.backends.vulkan import device
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **k):
+        if name == "kp":
+            raise ImportError("libvulkan.so.1: cannot open shared object file: No such file or directory")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(NoVulkanError, match="no Vulkan loader") as err:
+        device._import_kp()
+    assert all(words in str(err.value) for words in NO_LOADER_PACKAGES) and "\n" not in str(err.value)
 
 
 def test_selftest_passes_on_this_device():

@@ -39,6 +39,9 @@ def frames(video, out, fps, every, max_frames):
     default the windows follow the view's motion (docs/capture.md); --fps and
     --every cut them by time or frame count. Earlier frame_*.jpg in OUT are
     replaced."""
+    from spirula.extras import need
+
+    need("spirula frames", "av")
     from spirula.sfm.frames import extract_frames
 
     extract_frames(video, out, fps=fps, every=every, max_frames=max_frames, log=_log)

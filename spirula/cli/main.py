@@ -65,12 +65,27 @@ def main(argv=None):
         sys.exit(exc.exit_code)
     except KeyboardInterrupt as exc:
         _interrupted(exc)
+    except ImportError as exc:
+        # a module of an extra that no command's check caught: the extra to install, in one line
+        from spirula.extras import from_import_error
+
+        err = from_import_error(exc, "spirula %s" % _command_name(argv))
+        if err is None:
+            raise
+        click.echo("spirula: error: %s" % err, err=True)
+        sys.exit(err.exit_code)
     except OSError as exc:
         # a file the system refused (permissions, a full disk, a name too long) that no
         # check caught: one line naming it, exit 2 (the environment is for the user to fix)
         click.echo("spirula: error: %s" % _os_message(exc), err=True)
         sys.exit(2)
     sys.exit(0)
+
+
+def _command_name(argv) -> str:
+    """The subcommand named in ``argv`` (else in sys.argv)."""
+    words = [w for w in (sys.argv[1:] if argv is None else argv) if w in cli.commands]
+    return words[0] if words else "this command"
 
 
 def _click_message(exc) -> str:

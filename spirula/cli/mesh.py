@@ -62,6 +62,9 @@ def mesh(run_or_ply, dataset, resolution, fmt, colour, colour_source, texture_si
     drops floaters, optionally decimates, colours it (texture or per vertex)
     and writes GLB (default), OBJ+MTL+PNG or PLY.
     """
+    from spirula.extras import EXTRAS, need
+
+    need("spirula mesh", *EXTRAS["mesh"])
     from spirula.mesh.pipeline import MeshOptionError, load_input, output_path, run_mesh
 
     if fmt is None:

@@ -85,6 +85,10 @@ def render_command(
     """Render a run (folder or checkpoint) or a SPLAT.ply: dataset views to PNG
     files, or, with --video or --images, frames along a camera path."""
     path_mode = camera_path is not None or video is not None or images is not None
+    if video is not None:
+        from spirula.extras import need
+
+        need("spirula render --video", "av")
     shape = dict(width=width, height=height, fps=fps, frames=frames, fov=fov)
     given = ["--" + k for k, v in shape.items() if v is not None]
     if given and not path_mode:

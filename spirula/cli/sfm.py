@@ -82,6 +82,9 @@ def sfm(images, out, matcher, mapper, camera_model, undistort, masks, single_cam
     quality gate (too few images registered, high reprojection error, short
     tracks) exits with 2.
     """
+    from spirula.extras import need
+
+    need("spirula sfm", "pycolmap")
     from spirula.sfm.colmap import run_sfm
 
     started = []

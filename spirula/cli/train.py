@@ -298,6 +298,7 @@ def train(
     from spirula.view.live import live_hook
 
     exports = parse_formats(export_formats)  # a bad format: one line before anything runs
+    _need_extras(dataset, viewer, viewer_port, n_blocks)
     explicit = _explicit_options(settings)
     sets = _parse_overrides(overrides)
     explicit.update(sets["train"])
@@ -429,6 +430,24 @@ def _demo_path():
     from spirula.data.demo import demo_path
 
     return demo_path()
+
+
+def _need_extras(dataset, viewer, viewer_port, n_blocks):
+    """The extras this run needs are installed, else one line naming the missing one (spirula/extras.py)."""
+    from spirula.extras import need
+    from spirula.sfm.pipeline import capture_kind
+
+    if viewer:
+        need("spirula train --viewer", "glfw", "moderngl")
+    if viewer_port is not None:
+        need("spirula train --viewer-port", "viser")
+    if n_blocks is not None:
+        need("spirula train --partition", "ray")
+    kind = capture_kind(dataset) if dataset is not None else None
+    if kind == "video":
+        need("spirula train VIDEO", "pycolmap", "av")
+    elif kind is not None:
+        need("spirula train PHOTOS", "pycolmap")
 
 
 def _is_capture(dataset) -> bool:

@@ -32,6 +32,7 @@ def view_command(source, width, height, port, viewer_host, appearance_of):
     fly, +/- change the field of view, N/P step through the dataset's
     cameras, R resets, Esc closes. With no display, use --port.
     """
+    from spirula.extras import need
     from spirula.view.mesh import is_mesh_file
 
     if not source.exists():
@@ -42,6 +43,7 @@ def view_command(source, width, height, port, viewer_host, appearance_of):
     if is_mesh_file(source):
         from spirula.view.mesh import load_mesh, serve_mesh
 
+        need("spirula view of a mesh", "viser", "trimesh")
         if port is None:
             raise UsageError("%s: a mesh is shown in the web viewer: add --port PORT (docs/viewer.md)" % source)
         if appearance_of is not None:
@@ -49,6 +51,7 @@ def view_command(source, width, height, port, viewer_host, appearance_of):
         serve_mesh(load_mesh(source), port, viewer_host, log=lambda msg: click.echo(msg, err=True))
         return
     if port is not None:
+        need("spirula view --port", "viser")
         from spirula.view.web import serve
 
         serve(
@@ -60,6 +63,7 @@ def view_command(source, width, height, port, viewer_host, appearance_of):
             appearance_of=appearance_of,
         )
         return
+    need("spirula view", "glfw", "moderngl")
     from spirula.view.window import check_display
 
     check_display()  # before loading anything: no display is one line, exit 2

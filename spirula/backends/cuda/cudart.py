@@ -23,6 +23,8 @@ from spirula.errors import SpirulaError
 from spirula.runtime.device import DeviceInfo
 
 LIB_NAME = "libspirula_cuda.so"
+PACKAGED_LIB = Path(__file__).resolve().parents[2] / "_lib" / LIB_NAME  # in a wheel built where nvcc was
+CHECKOUT_LIB = Path(__file__).resolve().parents[3] / "build" / LIB_NAME  # `make cuda`
 BUILD_HINT = "build it with `make cuda` (needs nvcc)"
 _ERR_INVALID_VALUE = 1
 _ERR_INSUFFICIENT_DRIVER = 35
@@ -113,11 +115,12 @@ _lib = None
 
 
 def library_path() -> Path:
-    """Where the library is: ``$SPIRULA_CUDA_LIB``, else ``build/`` of the checkout."""
+    """Where the library is: ``$SPIRULA_CUDA_LIB``, else the wheel's ``spirula/_lib/``
+    (where nvcc built it with the wheel), else ``build/`` of the checkout."""
     env = settings.cuda_lib()
     if env is not None:
         return env
-    return Path(__file__).resolve().parents[3] / "build" / LIB_NAME
+    return PACKAGED_LIB if PACKAGED_LIB.is_file() else CHECKOUT_LIB
 
 
 def load_library():

@@ -20,10 +20,20 @@ import functools
 from spirula.errors import NoVulkanError
 from spirula.runtime.device import DeviceInfo
 
-INSTALL_HINT = (
-    "install a Vulkan driver: your GPU vendor's, or Mesa's CPU driver "
-    "with `apt-get install libvulkan1 mesa-vulkan-drivers`"
+# The packages of the Vulkan loader and of Mesa's drivers (lavapipe, the CPU driver
+# Spirula runs anywhere on; RADV for AMD, ANV for Intel) on the common distributions.
+DRIVER_PACKAGES = (
+    "Debian/Ubuntu: apt install mesa-vulkan-drivers; Fedora: dnf install mesa-vulkan-drivers;"
+    " Arch: pacman -S vulkan-swrast (or vulkan-radeon, vulkan-intel); NVIDIA: its driver"
 )
+# no loader: both (one line, as every NoVulkanError)
+INSTALL_HINT = (
+    "install the Vulkan loader and a driver (Debian/Ubuntu: apt install libvulkan1 mesa-vulkan-drivers;"
+    " Fedora: dnf install vulkan-loader mesa-vulkan-drivers; Arch: pacman -S vulkan-icd-loader vulkan-swrast;"
+    " NVIDIA: its driver brings its own)"
+)
+# a loader that finds no driver: a driver
+DRIVER_HINT = "install a Vulkan driver (%s)" % DRIVER_PACKAGES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,7 +465,7 @@ def list_devices() -> tuple:
     res = vk.vkCreateInstance(C.byref(ci), None, C.byref(instance))
     if res != 0:
         raise NoVulkanError(
-            "the Vulkan loader found no usable driver (vkCreateInstance returned %d): %s" % (res, INSTALL_HINT)
+            "the Vulkan loader found no usable driver (vkCreateInstance returned %d): %s" % (res, DRIVER_HINT)
         )
     try:
         n = C.c_uint32(0)
@@ -466,7 +476,7 @@ def list_devices() -> tuple:
     finally:
         vk.vkDestroyInstance(instance, None)
     if not devices:
-        raise NoVulkanError("no Vulkan device found: " + INSTALL_HINT)
+        raise NoVulkanError("the Vulkan loader found no device: " + DRIVER_HINT)
     return devices
 
 
