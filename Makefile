@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml CMakeLists.txt third_party/kompute/kp-0.9.0-spirula.pat
 	@bash scripts/build_kp.sh $(BIN)/python
 	@# numpy>=2 moves a venv made under the old numpy<2 pin to the numpy CI tests
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]" "numpy>=2"
+	@# scikit-build-core's editable install puts an import hook before sys.path, which would
+	@# shadow PYTHONPATH (a benchmark's +tree=DIR, a worktree's tests): keep its path line only
+	@$(BIN)/python -c "import pathlib, site; [p.write_text(''.join(l for l in p.read_text().splitlines(True) if not l.startswith('import '))) for d in site.getsitepackages() for p in pathlib.Path(d).glob('_editable_skbc_*.pth')]"
 	@touch $(STAMP)
 	@echo "spirula: installed into $(VENV)/ ($(BIN)/spirula)"
 
