@@ -39,11 +39,20 @@ def perturbation(n: int, seed: int):
     return e - e.mean(), 1.0 + g - g.mean(0)
 
 
-def write_capture(root: Path, width=64, height=48, n_views=48, perturb=True, seed=0, vignetting=0.0) -> Path:
+def drift_stops(v: int, n_views: int, drift: float) -> float:
+    """The exposure (stops) of view ``v`` of a capture whose exposure drifts with the camera's
+    azimuth (as around a scene lit from one side): ``drift`` x cos(2 pi v / n_views)."""
+    return drift * np.cos(2 * np.pi * v / n_views)
+
+
+def write_capture(root: Path, width=64, height=48, n_views=48, perturb=True, seed=0, vignetting=0.0,
+                  drift=0.0) -> Path:  # fmt: skip
     """The demo world as a COLMAP capture in ``root`` (images/, sparse/0 text model);
     ``perturb``: the training images' exposure and white balance changed
     (:func:`perturbation`), ``vignetting``: their corners darkened by 1 - this x r^2
-    (r = 1 at the corners); the test images (every 8th by name) stay clean."""
+    (r = 1 at the corners); the test images (every 8th by name) stay clean but for
+    ``drift``: every view, test views too, exposed by :func:`drift_stops` (an exposure the
+    render can predict: PPISP's controller's test, tests/test_controller_training.py)."""
     from PIL import Image
 
     from spirula.data import demo
@@ -60,6 +69,8 @@ def write_capture(root: Path, width=64, height=48, n_views=48, perturb=True, see
     lines = []
     for v, vm in enumerate(viewmats):
         img = demo.render_view(vm, K, width, height)
+        if drift:
+            img = img * 2.0 ** drift_stops(v, n_views, drift)
         if perturb and v in train:
             k = train.index(v)
             img = img * 2.0 ** e[k] * g[k]

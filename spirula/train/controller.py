@@ -137,8 +137,6 @@ class Controller:
     ``weights``: the starting weights (default :func:`controller_initial` from ``seed``)."""
 
     def __init__(self, device, n_frames: int, n_cameras: int, seed: int = 0, weights=None, category="appearance"):
-        from spirula.train.appearance import ppisp_size
-
         self.device, self.n_frames, self.n_cameras, self.category = device, n_frames, n_cameras, category
         pool = device.pool
         self._bufs, self._scratch = [], {}
@@ -155,7 +153,7 @@ class Controller:
             device.upload(self.weights, np.asarray(w0, np.float32).reshape(n))
             self.grads, self.m, self.v = (alloc(k, (n,)) for k in ("grads", "m", "v"))
             self.act, self.dact = alloc("act", (CTRL_ACT,)), alloc("dact", (CTRL_ACT,))
-            p = ppisp_size(n_frames, n_cameras)
+            p = 9 * n_frames + 27 * n_cameras  # appearance.ppisp_size
             self.ppisp, self.pgrads = alloc("ppisp", (p,)), alloc("pgrads", (p,))
         except BaseException:
             self.free()

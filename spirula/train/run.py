@@ -343,6 +343,9 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
     except DiskFullError as exc:
         raise _disk_full(exc, output, saved) from None
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None, psnr_cc=None)
+    if scene.test and trainer.controller_trained():
+        # the test views with the exposure and colour PPISP's controller predicts from each render
+        metrics["psnr_controller"] = trainer.evaluate(controller=True)["psnr"]
     # the fit to the training views beside it: the train-test gap says how hard the model
     # overfits (issue #46); up to 12 training views, evenly spread, keep it cheap
     train_views = list(scene.train)[:: max(1, -(-len(scene.train) // 12))]
@@ -428,6 +431,11 @@ def appearance_of_state(state: dict, scene, cfg) -> dict | None:
         isp["ppisp"] = app["ppisp"]
     if "grids" in app:
         isp["grids"] = app["grids"]
+    if "ctrl" in app:  # PPISP's controller, once it has trained
+        from spirula.train.appearance import controller_start
+
+        if int(state.get("step", 0)) > controller_start(cfg.iterations, cfg.controller_activation_ratio):
+            isp["controller"] = app["ctrl"]
     return isp
 
 
@@ -531,22 +539,27 @@ class SplatRenderer:
 def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = MAX_ALPHA, isp=None) -> dict:
     """PSNR/SSIM and colour-corrected PSNR of the splats on the given (default: test) views,
     through the appearance models ``isp`` (:func:`appearance_of_state`) as for a novel view
-    (Trainer.evaluate), if given."""
+    (Trainer.evaluate), if given; with PPISP's controller in ``isp``, also
+    ``psnr_controller``: the views with the exposure and colour it predicts."""
     from spirula.train.appearance import apply_appearance
     from spirula.train.metrics import evaluate_views
     from spirula.train.trainer import camera_for_size
 
     renderer = SplatRenderer(device, params, scene.background, max_alpha)
 
-    def render(i):
+    def render(i, controller=False):
         f = scene.frames[i]
         img = renderer.render(f.viewmat, f.K, f.width, f.height, f.model, f.dist)
         if isp is not None:
-            img = apply_appearance(device, img, isp, None, camera_for_size(isp, f.width, f.height))
+            cam = camera_for_size(isp, f.width, f.height)
+            img = apply_appearance(device, img, isp, None, cam, controller=controller)
         return img
 
+    views = scene.test if indices is None else indices
     try:
-        out = evaluate_views(scene, scene.test if indices is None else indices, render)
+        out = evaluate_views(scene, views, render)
+        if isp is not None and "controller" in isp and out["per_image"]:
+            out["psnr_controller"] = evaluate_views(scene, views, lambda i: render(i, True))["psnr"]
     finally:
         renderer.free()
     if not out["per_image"]:
