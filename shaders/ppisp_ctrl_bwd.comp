@@ -5,13 +5,14 @@
 // weights and biases of the view's camera. The render is detached: no dL/d rgb. Without
 // atomics and in a fixed order, in four phases (spec PHASE):
 //   0: one thread per cell: dL/d feat = the sum over the bins holding the cell of
-//      dL/d x0 / the bin's cell count (dfeat), dz2 = (W3^T dfeat) where a2 > 0, dm = (W2^T
-//      dz2) where a1 > 0 (the max's gradient, routed to its argmax pixel in phase 1); dz2
-//      and dm into deltas [48, n_cells];
+//      dL/d x0 / the bin's cell count (dfeat, over the features in cells: the forward's
+//      bins have read them), dz2 = (W3^T dfeat) where a2 > 0, dm = (W2^T dz2) where a1 > 0
+//      (the max's gradient, routed to its argmax pixel in phase 1); dz2 and dm into
+//      deltas [48, n_cells];
 //   1: one thread per (row r < 2720, chunk j < chunks): the sum over the chunk's cells
 //      (j x chunk up to (j + 1) x chunk, in order) of row r's term: conv1 dm[o] x[argmax, i]
-//      and dm[o], conv2 dz2[o] a1[i] and dz2[o], conv3 dfeat[o] a2[i] and dfeat[o] (dfeat
-//      formed again from dact), into partials[r * chunks + j];
+//      and dm[o], conv2 dz2[o] a1[i] and dz2[o], conv3 dfeat[o] a2[i] and dfeat[o], into
+//      partials[r * chunks + j];
 //   2: one thread per (row r, j < n_out) sums partials[r * chunks + j + m n_out] over m
 //      (j + m n_out < n_in) into partials[r * chunks + j], in place and race-free, as
 //      ppisp_bwd's phase 1; the host repeats it until n_out = 1;
@@ -21,7 +22,8 @@
 //   binding 1  image_cameras  [n_frames]              u32  read
 //   binding 2  weights        [n_cameras, CTRL_SIZE]  f32  read
 //   binding 3  rgb_in         [V,H,W,3]               f32  read   the rendered colours
-//   binding 4  cells          [112, n_cells]          f32  read   ppisp_ctrl_fwd's
+//   binding 4  cells          [112, n_cells]          f32  read/write  ppisp_ctrl_fwd's; dfeat over
+//                                                                   its features (PHASE 0)
 //   binding 5  argmax         [2, n_cells]            u32  read   ppisp_ctrl_fwd's
 //   binding 6  dact           [CTRL_ACT]              f32  read   dL/d x0 at 0
 //   binding 7  deltas         [48, n_cells]           f32  write (PHASE 0), read (PHASE 1)
@@ -39,7 +41,7 @@ layout(std430, binding = 0) restrict readonly buffer StepBuf { uint step[]; };
 layout(std430, binding = 1) restrict readonly buffer ImageCamerasBuf { uint image_cameras[]; };
 layout(std430, binding = 2) restrict readonly buffer WeightsBuf { float weights[]; };
 layout(std430, binding = 3) restrict readonly buffer RgbInBuf { float rgb_in[]; };
-layout(std430, binding = 4) restrict readonly buffer CellsBuf { float cells[]; };
+layout(std430, binding = 4) restrict buffer CellsBuf { float cells[]; };
 layout(std430, binding = 5) restrict readonly buffer ArgmaxBuf { uint argmax[]; };
 layout(std430, binding = 6) restrict readonly buffer DactBuf { float dact[]; };
 layout(std430, binding = 7) restrict buffer DeltasBuf { float deltas[]; };
@@ -59,31 +61,31 @@ layout(push_constant) uniform Push {
 
 #include "ppisp_ctrl.glsl"
 
-// dL/d feat[o] of cell (cy, cx): each bin holding it passes on dL/d its mean / its count
-FN float ctrl_dfeat(uint o, uint cy, uint cx, uint ch, uint cw) {
-    float s = 0.0f;
-    for (uint i = 0u; i < 5u; i++) {
-        uint r0 = ctrl_bin_start(i, ch), r1 = ctrl_bin_end(i, ch);
-        if (cy < r0 || cy >= r1) {
-            continue;
-        }
-        for (uint j = 0u; j < 5u; j++) {
-            uint c0 = ctrl_bin_start(j, cw), c1 = ctrl_bin_end(j, cw);
-            if (cx >= c0 && cx < c1) {
-                s += dact[CTRL_X0 + 25u * o + 5u * i + j] / float((r1 - r0) * (c1 - c0));
-            }
-        }
-    }
-    return s;
-}
-
 FN void ctrl_cell_deltas(uint cell) {
     uint cw = pc.width / 3u, ch = pc.height / 3u, n_cells = cw * ch;
     uint w = ctrl_camera() * CTRL_SIZE;
     uint cy = cell / cw, cx = cell - cy * cw;
     float df[64];
+    UNROLL
     for (uint o = 0u; o < 64u; o++) {
-        df[o] = ctrl_dfeat(o, cy, cx, ch, cw);
+        df[o] = 0.0f;
+    }
+    // dL/d feat: each bin holding the cell passes on dL/d its mean / its count (bins in order)
+    for (uint i = 0u; i < 5u; i++) {
+        uint r0 = ctrl_bin_start(i, ch), r1 = ctrl_bin_end(i, ch);
+        for (uint j = 0u; j < 5u; j++) {
+            uint c0 = ctrl_bin_start(j, cw), c1 = ctrl_bin_end(j, cw);
+            if (cy >= r0 && cy < r1 && cx >= c0 && cx < c1) {
+                float inv = 1.0f / float((r1 - r0) * (c1 - c0));
+                UNROLL
+                for (uint o = 0u; o < 64u; o++) {
+                    df[o] += dact[CTRL_X0 + 25u * o + 5u * i + j] * inv;
+                }
+            }
+        }
+    }
+    for (uint o = 0u; o < 64u; o++) {
+        cells[(CTRL_FEAT + o) * n_cells + cell] = df[o];
     }
     float dz2[32];
     for (uint i = 0u; i < 32u; i++) {
@@ -104,8 +106,7 @@ FN void ctrl_cell_deltas(uint cell) {
 }
 
 // row r's term at one cell (rows: conv1 [16, 3] + 16, conv2 [32, 16] + 32, conv3 [64, 32] + 64)
-FN float ctrl_term(uint r, uint cell, uint n_cells, uint ch, uint cw) {
-    uint cy = cell / cw, cx = cell - cy * cw;
+FN float ctrl_term(uint r, uint cell, uint n_cells, uint cw) {
     if (r < 64u) {
         uint o = r < 48u ? r / 3u : r - 48u;
         float dm = deltas[(32u + o) * n_cells + cell];
@@ -113,6 +114,7 @@ FN float ctrl_term(uint r, uint cell, uint n_cells, uint ch, uint cw) {
             return dm;
         }
         uint k = (argmax[(o / 8u) * n_cells + cell] >> (4u * (o % 8u))) & 15u;
+        uint cy = cell / cw, cx = cell - cy * cw;
         uint y = 3u * cy + k / 3u, x = 3u * cx + k % 3u;
         return dm * rgb_in[3u * ((pc.view * pc.height + y) * pc.width + x) + r % 3u];
     }
@@ -122,7 +124,7 @@ FN float ctrl_term(uint r, uint cell, uint n_cells, uint ch, uint cw) {
         return q < 512u ? dz * cells[(CTRL_A1 + q % 16u) * n_cells + cell] : dz;
     }
     uint q = r - 608u, o = q < 2048u ? q / 32u : q - 2048u;
-    float df = ctrl_dfeat(o, cy, cx, ch, cw);
+    float df = cells[(CTRL_FEAT + o) * n_cells + cell];
     return q < 2048u ? df * cells[(CTRL_A2 + q % 32u) * n_cells + cell] : df;
 }
 
@@ -131,11 +133,11 @@ FN void ctrl_partial(uint t) {
     if (r >= CTRL_CONV) {
         return;
     }
-    uint cw = pc.width / 3u, ch = pc.height / 3u, n_cells = cw * ch;
+    uint cw = pc.width / 3u, n_cells = cw * (pc.height / 3u);
     uint end = min(n_cells, (j + 1u) * pc.chunk);
     float s = 0.0f;
     for (uint cell = j * pc.chunk; cell < end; cell++) {
-        s += ctrl_term(r, cell, n_cells, ch, cw);
+        s += ctrl_term(r, cell, n_cells, cw);
     }
     partials[r * pc.chunks + j] = s;
 }

@@ -209,6 +209,8 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         ran["appearance"] = ran.get("appearance") or "none"
         if cfg.appearance is None:
             cfg = cfg.replace(appearance=ran["appearance"])
+        if cfg.controller is None:  # likewise PPISP's controller (None: on with PPISP)
+            cfg = cfg.replace(controller=ran.get("controller"))
         # a setting the checkpoint depends on (its Spec's resumable=False) stays as it was
         conflict = resume_conflict(ran, cfg)
         if conflict:
