@@ -122,13 +122,14 @@ def test_resume_restores_the_controller(device, captures, tmp_path):
 @pytest.mark.slow
 def test_the_controller_predicts_a_drifting_exposure_on_test_views(device, captures, tmp_path):
     """The drift capture (64x48, every view, test views too, exposed by 0.7 cos(azimuth)
-    stops: an exposure the render can tell), 350 steps, seed 0: PPISP for 150, then the
-    controller for 200 at lr 3e-3 (1e-3 is meant for thousands of steps; at 1e-2 and 5e-3
+    stops: an exposure the render can tell), 450 steps, seed 0: PPISP for 153, then the
+    controller for 297 at lr 3e-3 (1e-3 is meant for thousands of steps; at 1e-2 and 5e-3
     its ReLUs died here). The identity per-frame stages cannot follow the drift; the
     controller's prediction can, so psnr_controller beats psnr; a controller that did
-    nothing would score psnr itself. Measured on lavapipe: psnr 14.79, psnr_controller
-    15.32 dB (+0.53; 300 controller steps of 500: +0.79). Held: +0.25. `spirula eval`'s
-    path (evaluate_run on the checkpoint) gives the same psnr_controller."""
+    nothing would score psnr itself. Measured on lavapipe, seeds 0/1/2: psnr
+    14.75/14.72/14.75, psnr_controller 17.65/15.70/17.74 dB (+2.90/+0.98/+2.99; with 200
+    controller steps of 350: +0.53/+0.13/+3.01). Held: +0.5. `spirula eval`'s path
+    (evaluate_run on the checkpoint) gives the same psnr_controller. ~1 minute on 2 cores."""
     import json
 
     from spirula.data import load_dataset
@@ -136,11 +137,11 @@ def test_the_controller_predicts_a_drifting_exposure_on_test_views(device, captu
 
     scene = load_dataset(captures[1], seed=0)
     cfg = TrainConfig.from_settings(
-        iterations=350, cap_max=20_000, seed=0, appearance="ppisp", init_scale=1.0, save_every=0, refine_start=100,
-        refine_every=50, appearance_lr=5e-2, controller_activation_ratio=0.43, controller_lr=3e-3,
+        iterations=450, cap_max=20_000, seed=0, appearance="ppisp", init_scale=1.0, save_every=0, refine_start=100,
+        refine_every=50, appearance_lr=5e-2, controller_activation_ratio=0.34, controller_lr=3e-3,
     )  # fmt: skip
     m = train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None)
-    assert m["psnr_controller"] > m["psnr"] + 0.25, (m["psnr"], m["psnr_controller"])
+    assert m["psnr_controller"] > m["psnr"] + 0.5, (m["psnr"], m["psnr_controller"])
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["psnr_controller"] == m["psnr_controller"]
     assert np.load(tmp_path / "run" / "appearance.npz")["controller"].shape == (ref.CTRL_SIZE,)
     run_cfg, params, _, state = load_run(tmp_path / "run")
