@@ -521,7 +521,7 @@ def eval_command(run, dataset):
         % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"], metrics["psnr_cc"])
     )
     if metrics.get("psnr_controller") is not None:
-        click.echo("mean with PPISP's controller's exposure and colour: PSNR %7.3f" % metrics["psnr_controller"])
+        click.echo("controller (PPISP's predicted exposure, colour)  PSNR %7.3f" % metrics["psnr_controller"])
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
     metrics.update(source=checkpoint_source(folder, ckpt))  # what it scored: stale once the run moves on
     atomic_write(folder / "metrics-eval.json", json.dumps(metrics, indent=1))

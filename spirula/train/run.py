@@ -54,6 +54,20 @@ def checkpoint_bytes(n: int, sh_coeffs: int) -> int:
     return n * (12 * floats + 16) + (64 << 10)
 
 
+def appearance_bytes(mode: str, n_frames: int, n_cameras: int, controller: bool) -> int:
+    """About the bytes a checkpoint holds of the appearance models (``mode``; PPISP's
+    ``controller``): their float32 parameters and two Adam moments each."""
+    from spirula.train.appearance import GRID_SHAPE, ppisp_size
+    from spirula.train.controller import CTRL_SIZE
+
+    floats = 0
+    if mode in ("ppisp", "both"):
+        floats += ppisp_size(n_frames, n_cameras) + (n_cameras * CTRL_SIZE if controller else 0)
+    if mode in ("bilagrid", "both"):
+        floats += n_frames * int(np.prod(GRID_SHAPE)) * 12
+    return 12 * floats + (4 << 10)
+
+
 def ply_bytes(n: int, sh_coeffs: int) -> int:
     """The bytes of a ``splat.ply`` of ``n`` splats (spirula/data/ply.py's layout)."""
     return n * 4 * (14 + 3 * sh_coeffs) + 4096
@@ -68,6 +82,10 @@ def expected_bytes(trainer: Trainer, cfg: TrainConfig) -> int:
     if cfg.strategy.name == "mcmc":
         n = max(n, min(cfg.strategy.cap_max, getattr(trainer, "splat_limit", n)))
     ckpt, ply = checkpoint_bytes(n, trainer.sh_coeffs), ply_bytes(n, trainer.sh_coeffs)
+    app = getattr(trainer, "appearance", None)
+    if app is not None:  # its parameters and moments in each checkpoint; appearance.npz fewer
+        extra = appearance_bytes(app.mode, app.n_frames, app.n_cameras, app.controller is not None)
+        ckpt, ply = ckpt + extra, ply + extra
     again = cfg.save_every and cfg.save_every < cfg.iterations
     return ckpt + max(ply, ckpt if again else 0) + (64 << 10)
 
