@@ -839,6 +839,46 @@ def check_appearance(dev):
     return rows
 
 
+def check_ppisp_ctrl(dev):
+    """PPISP's controller (ppisp_ctrl_fwd, ppisp_ctrl_mlp, ppisp_ctrl_bwd) on a 12 x 17 render
+    against the float64 reference (tests/test_ppisp_ctrl.py: 1e-4 of each output's largest):
+    its prediction and its weights' gradient for a seeded cotangent."""
+    from spirula.reference import ppisp_ctrl as ref
+    from spirula.train import controller as ctl
+    from spirula.train.step_params import step_params
+
+    rgb, w, g = ref.ctrl_case(12, 17, seed=5)
+    rgb, w, g = (x.astype(np.float32) for x in (rgb, w, g))
+    net = ctl.Controller(dev, 1, 1, weights=w, category="other")
+    bufs = []
+    try:
+        for name, arr in (("step", np.frombuffer(step_params().tobytes(), np.uint32)),
+                          ("cameras", np.zeros(1, np.uint32)), ("rgb", rgb[None])):  # fmt: skip
+            bufs.append(dev.pool.alloc("selftest.ctrl." + name, arr.shape, arr.dtype))
+            dev.upload(bufs[-1], np.ascontiguousarray(arr))
+        step, cams, img = bufs
+        dev.upload(net.pgrads, np.concatenate([g, np.zeros(27, np.float32)]))
+        scratch = net.scratch(17, 12)
+        rec = dev.recorder("selftest.ppisp_ctrl")
+        ctl.record_ctrl_forward(rec, net, step, cams, img, scratch, 0, 1)
+        ctl.record_ctrl_backward(rec, net, step, cams, img, scratch, 0, 1)
+        rec.finish().run()
+        out, grads = dev.readback(net.ppisp)[:9], dev.readback(net.grads)
+    finally:
+        for b in bufs:
+            dev.pool.free(b)
+        net.free()
+    x64 = lambda a: a.astype(np.float64)  # noqa: E731
+    want = ref.ctrl_fwd(x64(rgb), x64(w))["out"]
+    wg = ref.ctrl_bwd(x64(rgb), x64(w), x64(g))["grads"]
+    conv, mlp = slice(0, ref.CONV_SIZE), slice(ref.CONV_SIZE, ref.CTRL_SIZE)
+    return [
+        _within("ppisp_ctrl_fwd", out, want, 1e-4 * np.abs(want).max(), "1e-4 max|ref|"),
+        _within("ppisp_ctrl_mlp", grads[mlp], wg[mlp], 1e-4 * np.abs(wg[mlp]).max(), "1e-4 max|ref|"),
+        _within("ppisp_ctrl_bwd", grads[conv], wg[conv], 1e-4 * np.abs(wg[conv]).max(), "1e-4 max|ref|"),
+    ]
+
+
 def check_match(dev):
     """match_top2 + match_mutual: COLMAP's cross-checked ratio matching of two sets of
     random RootSIFT-like descriptors (half of b a noisy copy of a) against the reference
@@ -979,6 +1019,7 @@ CHECKS = (
     check_pack,
     check_normal_consistency,
     check_appearance,
+    check_ppisp_ctrl,
     check_sift,
     check_match,
     check_nn,

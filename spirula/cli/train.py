@@ -516,7 +516,8 @@ def eval_command(run, dataset):
     is scored on the test images of its run (the folder it is in) or of --dataset, and
     only printed. A run trained with appearance correction is rendered through
     its ISP as a novel view (the captures' mean exposure and colour, the camera's
-    vignetting and response)."""
+    vignetting and response); one whose PPISP controller trained also with the exposure
+    and colour it predicts (psnr_controller)."""
     from spirula.export import is_splat_file
     from spirula.train.run import appearance_of_state, evaluate_run, load_run
     from spirula.train.run_folder import checkpoint_source, stale_notes
@@ -538,6 +539,8 @@ def eval_command(run, dataset):
         "mean %-27s PSNR %7.3f  SSIM %.4f  PSNR-cc %7.3f"
         % ("(%d images)" % len(metrics["per_image"]), metrics["psnr"], metrics["ssim"], metrics["psnr_cc"])
     )
+    if metrics.get("psnr_controller") is not None:
+        click.echo("controller (PPISP's predicted exposure, colour)  PSNR %7.3f" % metrics["psnr_controller"])
     folder = Path(run) if Path(run).is_dir() else ckpt.parent.parent
     metrics.update(source=checkpoint_source(folder, ckpt))  # what it scored: stale once the run moves on
     atomic_write(folder / "metrics-eval.json", json.dumps(metrics, indent=1))

@@ -5,7 +5,9 @@ one training run (``TrainConfig.appearance``): their parameters, Adam moments an
 on the GPU, recorded into the training step (spirula/train/step.py) between
 ``rasterize_fwd`` and ``loss_fwd`` and between ``loss_bwd`` and ``rasterize_bwd``, and
 optimised there by ``adam_small``. The host writes :data:`APP_WORDS` words per step (the
-view's frame, both models' Adam scalars) beside the step's StepParams; nothing is read back.
+view's frame, the models' and the controller's Adam scalars) beside the step's StepParams;
+nothing is read back. With PPISP, the run's last phase trains PPISP's controller instead
+(spirula/train/controller.py; docs/design.md §2.8): :meth:`Appearance.controller_on`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 
 from spirula.runtime.buffers import Buffer
 from spirula.runtime.sequence import Threads, grid_stride_groups
+from spirula.train.controller import CONTROLLER_LR, CTRL_SIZE, Controller, record_ctrl_backward, record_ctrl_forward
 
 PPISP_ROWS = 37  # shaders/include/appearance.glsl PPISP_ROWS
 PIXELS_PER_THREAD = 32  # ppisp_bwd's phase 0: about this many pixels per thread
@@ -138,9 +141,12 @@ def adam_hyper(lr: float, step: int, beta1: float = 0.9, beta2: float = 0.999, e
 MODES = ("none", "ppisp", "bilagrid", "both")
 # host_in words of the appearance per step (after StepParams and the camera): words 0-11 as
 # StepParams' head (word 4 + view: the view's frame, its index in the training list, which
-# the kernels read as STEP_IMAGE_INDEX_WORD), then Adam's six scalars for PPISP, then for the grids
-APP_WORDS = 24
-HYPER_PPISP, HYPER_BILAGRID = 12, 18
+# the kernels read as STEP_IMAGE_INDEX_WORD), then Adam's six scalars for PPISP, for the grids
+# and for PPISP's controller
+APP_WORDS = 30
+HYPER_PPISP, HYPER_BILAGRID, HYPER_CTRL = 12, 18, 24
+# nv-tlabs/ppisp PPISPConfig: the controller trains from 0.8 of the run on
+CONTROLLER_ACTIVATION_RATIO = 0.8
 # nv-tlabs/ppisp PPISPConfig: Adam lr 2e-3 (eps 1e-15, betas 0.9/0.999); LinearLR from 0.01 x
 # over 500 steps, then ExponentialLR to 0.01 x over 30,000 steps: fractions of its 30,000-step
 # runs, which Spirula applies to the run's length (the same at 30,000 steps; a 300-step run
@@ -197,6 +203,12 @@ def bilagrid_initial(n_frames: int, grid_shape=GRID_SHAPE) -> np.ndarray:
     return out
 
 
+def controller_start(iterations: int, ratio: float = CONTROLLER_ACTIVATION_RATIO) -> int:
+    """The first step (0-based) of the controller's phase: int(ratio x iterations), as
+    nv-tlabs/ppisp's activation step (25,000 of gsplat's 30,000 at its trainer's 0.8333)."""
+    return int(ratio * iterations)
+
+
 def camera_of_frames(frames) -> list:
     """The PPISP camera of each frame: one camera per image size, in order of first use
     (the datasets name no camera per image; a video or one phone's photos are one)."""
@@ -211,10 +223,13 @@ class Appearance:
     partial sums, per training image size the corrected image and its gradient, and the
     ``words`` the step copies from host_in (:meth:`host_words`)."""
 
-    def __init__(self, device, mode: str, frames, iterations: int, lr: float = PPISP_LR, grid_lr: float | None = None):
+    def __init__(self, device, mode: str, frames, iterations: int, lr: float = PPISP_LR, grid_lr: float | None = None,
+                 controller: bool = False, controller_ratio: float = CONTROLLER_ACTIVATION_RATIO,
+                 controller_lr: float = CONTROLLER_LR, seed: int = 0):  # fmt: skip
         if mode not in MODES or mode == "none":
             raise ValueError("appearance %r: expected one of ppisp, bilagrid, both" % (mode,))
         self.device, self.mode, self.iterations, self.lr = device, mode, iterations, lr
+        self.controller_lr = controller_lr
         self.grid_lr = lr if grid_lr is None else grid_lr
         self.ppisp_on = mode in ("ppisp", "both")
         self.bilagrid_on = mode in ("bilagrid", "both")
@@ -231,6 +246,9 @@ class Appearance:
             return buf
 
         self.words = alloc("words", (APP_WORDS,), np.uint32)
+        # PPISP's controller: trained from step controller_start (0-based) on, with PPISP only
+        self.controller = None
+        self.controller_start = controller_start(iterations, controller_ratio)
         self.size = {}  # (W, H) -> dict of that size's corrected images and gradients
         if self.ppisp_on:
             n = ppisp_size(self.n_frames, self.n_cameras)
@@ -241,6 +259,8 @@ class Appearance:
             self.ppisp_grads, self.ppisp_m, self.ppisp_v = (alloc("ppisp_" + k, (n,)) for k in ("grads", "m", "v"))
             most = max(ppisp_threads(w, h) for w, h in {(f.width, f.height) for f in frames})
             self.partials = alloc("ppisp_partials", (PPISP_ROWS * most,), zero=False)
+            if controller:
+                self.controller = Controller(device, self.n_frames, self.n_cameras, seed)
         if self.bilagrid_on:
             shape = (self.n_frames, *GRID_SHAPE, 12)
             self.grids = alloc("grids", shape, zero=False)
@@ -263,9 +283,11 @@ class Appearance:
         out = np.zeros(APP_WORDS, np.uint32)
         out[4] = frame
         t = k + 1
-        hyper = np.zeros(12, np.float32)
+        hyper = np.zeros(18, np.float32)
         hyper[:6] = adam_hyper(ppisp_lr(k, self.iterations, self.lr), t)
-        hyper[6:] = adam_hyper(bilagrid_lr(k, self.iterations, self.grid_lr), t)
+        hyper[6:12] = adam_hyper(bilagrid_lr(k, self.iterations, self.grid_lr), t)
+        # the controller's Adam counts its own steps, from its phase's first
+        hyper[12:] = adam_hyper(self.controller_lr, max(1, k - self.controller_start + 1))
         out[HYPER_PPISP:] = hyper.view(np.uint32)
         return out
 
@@ -319,6 +341,50 @@ class Appearance:
             record_adam_small(rec, self.grids, self.grid_grads, self.grid_m, self.grid_v, self.words,
                               int(np.prod(self.grids.shape)), HYPER_BILAGRID, guard)  # fmt: skip
 
+    # -- PPISP's controller (docs/design.md §2.8) -----------------------------------------
+    def controller_on(self, k: int) -> bool:
+        """Step ``k`` (0-based) trains the controller: every ISP parameter and the splats
+        frozen (no rasterize_bwd, fpbo or appearance Adam recorded), the render detached."""
+        return self.controller is not None and k >= self.controller_start
+
+    def controller_trained(self, steps: int) -> bool:
+        """After ``steps`` steps the controller has trained (at least one step)."""
+        return self.controller is not None and steps > self.controller_start
+
+    def record_controller_forward(self, rec, raster):
+        """Record the controller on ``raster``'s render and PPISP with its prediction in place
+        of the frame's exposure and colour (the camera's vignetting and CRF kept; no grid:
+        a novel view has none); returns (the corrected image, where the loss writes its
+        gradient)."""
+        ctrl, w, h = self.controller, raster.width, raster.height
+        bufs = self.size[(w, h)]
+        rec.copy(self.ppisp, ctrl.ppisp)  # the fitted parameters; the frame's slot is written next
+        record_ctrl_forward(rec, ctrl, self.words, self.image_cameras, raster.out_colors, ctrl.scratch(w, h), 0,
+                            self.n_frames)  # fmt: skip
+        record_ppisp_fwd(rec, self.words, self.image_cameras, ctrl.ppisp, raster.out_colors, bufs["rgb0"], w, h, 0,
+                         self.n_frames, self.n_cameras)  # fmt: skip
+        return bufs["rgb0"], bufs["grad0"]
+
+    def record_controller_backward(self, rec, raster):
+        """Record ppisp_bwd into the frame slot's gradient (no regularisers), then the
+        controller's backward into its weights' gradient."""
+        ctrl, w, h = self.controller, raster.width, raster.height
+        bufs = self.size[(w, h)]
+        rec.fill(ctrl.pgrads, 0)
+        record_ppisp_bwd(rec, self.words, self.image_cameras, ctrl.ppisp, raster.out_colors, bufs["grad0"],
+                         raster.grad_colors, self.partials, ctrl.pgrads, w, h, 0, self.n_frames,
+                         self.n_cameras, reg=0.0)  # fmt: skip
+        record_ctrl_backward(rec, ctrl, self.words, self.image_cameras, raster.out_colors, ctrl.scratch(w, h), 0,
+                             self.n_frames)  # fmt: skip
+
+    def record_controller_optimize(self, rec, raster, step_params: Buffer):
+        """Record the controller's Adam (adam_small; lr controller_lr, eps 1e-15, constant),
+        skipped as fpbo's step when ``raster``'s intersections overflowed."""
+        ctrl = self.controller
+        guard = (raster.offsets_scan.scratch, raster.total_offset, raster.isect_capacity, step_params)
+        record_adam_small(rec, ctrl.weights, ctrl.grads, ctrl.m, ctrl.v, self.words, ctrl.weights.shape[0],
+                          HYPER_CTRL, guard)  # fmt: skip
+
     # -- checkpoints and export ------------------------------------------------------------
     def _named(self) -> dict:
         out = {}
@@ -329,14 +395,21 @@ class Appearance:
         return out
 
     def state_dict(self) -> dict:
-        """The parameters and Adam moments, as numpy arrays."""
-        return {k: self.device.readback(b) for k, b in self._named().items()}
+        """The parameters and Adam moments, as numpy arrays (the controller's: ``ctrl``,
+        ``ctrl_m``, ``ctrl_v``)."""
+        out = {k: self.device.readback(b) for k, b in self._named().items()}
+        if self.controller is not None:
+            out.update(self.controller.state_dict())
+        return out
 
     def load_state_dict(self, state: dict):
         for k, b in self._named().items():
             if k not in state:
                 raise KeyError("the checkpoint holds no appearance/%s" % k)
             self.device.upload(b, np.asarray(state[k], np.float32).reshape(b.shape))
+        # a checkpoint of before the controller existed keeps its initial weights
+        if self.controller is not None and "ctrl" in state:
+            self.controller.load_state_dict(state)
 
     def isp(self) -> dict:
         """What renders need to apply a frame's appearance (:func:`apply_appearance`), as
@@ -349,21 +422,29 @@ class Appearance:
             out["ppisp"] = self.device.readback(self.ppisp)
         if self.bilagrid_on:
             out["grids"] = self.device.readback(self.grids)
+        if self.controller is not None:
+            out["controller"] = self.device.readback(self.controller.weights)
         return out
 
     def free(self):
+        if self.controller is not None:
+            self.controller.free()
+            self.controller = None
         for b in self._bufs:
             self.device.pool.free(b)
         self._bufs = []
 
 
-def apply_appearance(device, img: np.ndarray, isp: dict, frame: int | None, camera: int | None) -> np.ndarray:
+def apply_appearance(device, img: np.ndarray, isp: dict, frame: int | None, camera: int | None,
+                     controller: bool = False) -> np.ndarray:  # fmt: skip
     """A render [H,W,3] through a run's appearance models (:meth:`Appearance.isp`), on the
     GPU with the training kernels: ``frame`` None for the per-frame stages' identity (a
     novel view: exposure 0, colour 0, no grid), else training frame ``frame``'s; ``camera``
     None for no per-camera stage (vignetting, CRF), else that camera's. One call; a viewer
-    that applies the same appearance to every frame keeps an :class:`AppearanceLook`."""
-    look = AppearanceLook(device, isp, frame, camera)
+    that applies the same appearance to every frame keeps an :class:`AppearanceLook`.
+    ``controller``: a novel view's exposure and colour from PPISP's controller on ``img``
+    (the camera's network; ``isp["controller"]``) instead of the identity."""
+    look = AppearanceLook(device, isp, frame, camera, controller)
     try:
         return look(img)
     finally:
@@ -375,12 +456,14 @@ class AppearanceLook:
     to renders of any size: the one-frame parameters are uploaded once, and the buffers and
     the recorded ``ppisp_fwd`` / ``bilagrid_fwd`` sequence are kept per image size, so a
     viewer's frame is one upload, one replay and one read back (``spirula view
-    --appearance-of``)."""
+    --appearance-of``). ``controller`` (a novel view: ``frame`` None, a ``camera``): the
+    exposure and colour come from PPISP's controller run on each image first."""
 
-    def __init__(self, device, isp: dict, frame: int | None, camera: int | None):
+    def __init__(self, device, isp: dict, frame: int | None, camera: int | None, controller: bool = False):
         self.device, self.mode = device, str(isp["mode"])
         self.frame, self.camera = frame, camera
         self._bufs, self._size_bufs, self._size, self._seq = [], [], None, None
+        self._net = None
         if self.mode == "none":
             return
         F, C = int(isp["n_frames"]), int(isp["n_cameras"])
@@ -396,8 +479,14 @@ class AppearanceLook:
                 if camera is not None:
                     small[9:24] = flat[9 * F + 15 * camera : 9 * F + 15 * camera + 15]
                     small[24:36] = flat[9 * F + 15 * C + 12 * camera : 9 * F + 15 * C + 12 * camera + 12]
-                self._ppisp = self._put(self._bufs, "ppisp", small)
                 self._cameras = self._put(self._bufs, "cameras", np.zeros(1, np.uint32))
+                if controller and frame is None and camera is not None and "controller" in isp:
+                    w = np.asarray(isp["controller"], np.float32).reshape(-1, CTRL_SIZE)[camera]
+                    self._net = Controller(device, 1, 1, weights=w)
+                    device.upload(self._net.ppisp, small)  # its frame slot is the network's
+                    self._ppisp = self._net.ppisp
+                else:
+                    self._ppisp = self._put(self._bufs, "ppisp", small)
             if self.mode in ("bilagrid", "both") and frame is not None:
                 grid = np.ascontiguousarray(np.asarray(isp["grids"], np.float32)[frame : frame + 1])
                 self._grid, self._grid_shape = self._put(self._bufs, "grid", grid), tuple(grid.shape[1:4])
@@ -419,6 +508,8 @@ class AppearanceLook:
         zeros = np.zeros((1, H, W, 3), np.float32)
         self._rgb_in = rgb = self._put(self._size_bufs, "rgb_in", zeros)
         rec = self.device.recorder("appearance.apply")
+        if self._net is not None:
+            record_ctrl_forward(rec, self._net, self._words, self._cameras, rgb, self._net.scratch(W, H), 0, 1)
         if self._ppisp is not None:
             out = self._put(self._size_bufs, "ppisp_out", zeros)
             record_ppisp_fwd(rec, self._words, self._cameras, self._ppisp, rgb, out, W, H, 0, 1,
@@ -442,6 +533,9 @@ class AppearanceLook:
         return self.device.readback(self._rgb_out)[0]
 
     def close(self):
+        if self._net is not None:
+            self._net.free()
+            self._net = None
         for b in self._size_bufs + self._bufs:
             self.device.pool.free(b)
         self._size_bufs, self._bufs, self._seq, self._size = [], [], None, None

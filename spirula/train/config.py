@@ -251,6 +251,22 @@ class TrainConfig:
         gt=0,
         default_help="appearance_lr",
     )
+    # PPISP's controller (docs/training.md, "Appearance"; docs/design.md §2.8): a small CNN per
+    # camera that predicts a view's exposure and colour from its render, trained in the run's
+    # last phase (from int(controller_activation_ratio x iterations) on: ISP and splats frozen)
+    controller: bool | None = setting(
+        None,
+        "Train PPISP's controller in the run's last phase, so novel views get a predicted exposure and"
+        " colour (metrics.json: psnr_controller)",
+        flag="--controller",
+        negatable=True,
+        resumable=False,
+        default_help="off (gsplat's default too): the phase freezes the splats for its steps",
+    )
+    controller_activation_ratio: float = setting(
+        0.8, "The fraction of the run after which PPISP's controller trains (nv-tlabs/ppisp's 0.8)", gt=0, le=1
+    )
+    controller_lr: float = setting(1e-3, "Adam's learning rate of PPISP's controller (nv-tlabs/ppisp's 1e-3)", gt=0)
     # run
     eval_every: int = setting(0, "Evaluate on the test images every N steps (0: never)", flag="--eval-every", ge=0)
     save_every: int = setting(7000, "Checkpoint every N steps", flag="--save-every", ge=0)
@@ -329,6 +345,15 @@ class TrainConfig:
     def replace(self, **flat) -> TrainConfig:
         """This config with flat ``settings`` changed (``refine_start=...`` reaches the strategy)."""
         return type(self).from_settings(**{**self.settings(), **flat})
+
+    def controller_for(self, appearance: str | None) -> bool:
+        """Whether a run with appearance correction ``appearance`` trains PPISP's controller:
+        with PPISP (ppisp, both) and ``controller`` on. Off by default: its phase freezes the
+        splats for the last 20% of the steps, which cost the plain render 0.7 dB on the
+        perturbed capture (docs/training.md, "Appearance"); gsplat's default is off too."""
+        if appearance not in ("ppisp", "both"):
+            return False
+        return bool(self.controller)
 
     def appearance_for(self, source: str) -> str:
         """The appearance correction of a run on a dataset of kind ``source`` (Scene.source):

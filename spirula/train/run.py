@@ -54,6 +54,20 @@ def checkpoint_bytes(n: int, sh_coeffs: int) -> int:
     return n * (12 * floats + 16) + (64 << 10)
 
 
+def appearance_bytes(mode: str, n_frames: int, n_cameras: int, controller: bool) -> int:
+    """About the bytes a checkpoint holds of the appearance models (``mode``; PPISP's
+    ``controller``): their float32 parameters and two Adam moments each."""
+    from spirula.train.appearance import GRID_SHAPE, ppisp_size
+    from spirula.train.controller import CTRL_SIZE
+
+    floats = 0
+    if mode in ("ppisp", "both"):
+        floats += ppisp_size(n_frames, n_cameras) + (n_cameras * CTRL_SIZE if controller else 0)
+    if mode in ("bilagrid", "both"):
+        floats += n_frames * int(np.prod(GRID_SHAPE)) * 12
+    return 12 * floats + (4 << 10)
+
+
 def ply_bytes(n: int, sh_coeffs: int) -> int:
     """The bytes of a ``splat.ply`` of ``n`` splats (spirula/data/ply.py's layout)."""
     return n * 4 * (14 + 3 * sh_coeffs) + 4096
@@ -68,6 +82,10 @@ def expected_bytes(trainer: Trainer, cfg: TrainConfig) -> int:
     if cfg.strategy.name == "mcmc":
         n = max(n, min(cfg.strategy.cap_max, getattr(trainer, "splat_limit", n)))
     ckpt, ply = checkpoint_bytes(n, trainer.sh_coeffs), ply_bytes(n, trainer.sh_coeffs)
+    app = getattr(trainer, "appearance", None)
+    if app is not None:  # its parameters and moments in each checkpoint; appearance.npz fewer
+        extra = appearance_bytes(app.mode, app.n_frames, app.n_cameras, app.controller is not None)
+        ckpt, ply = ckpt + extra, ply + extra
     again = cfg.save_every and cfg.save_every < cfg.iterations
     return ckpt + max(ply, ckpt if again else 0) + (64 << 10)
 
@@ -209,6 +227,8 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         ran["appearance"] = ran.get("appearance") or "none"
         if cfg.appearance is None:
             cfg = cfg.replace(appearance=ran["appearance"])
+        if cfg.controller is None:  # likewise PPISP's controller (None: on with PPISP)
+            cfg = cfg.replace(controller=ran.get("controller"))
         # a setting the checkpoint depends on (its Spec's resumable=False) stays as it was
         conflict = resume_conflict(ran, cfg)
         if conflict:
@@ -343,6 +363,9 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
     except DiskFullError as exc:
         raise _disk_full(exc, output, saved) from None
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None, psnr_cc=None)
+    if scene.test and trainer.controller_trained():
+        # the test views with the exposure and colour PPISP's controller predicts from each render
+        metrics["psnr_controller"] = trainer.evaluate(controller=True)["psnr"]
     # the fit to the training views beside it: the train-test gap says how hard the model
     # overfits (issue #46); up to 12 training views, evenly spread, keep it cheap
     train_views = list(scene.train)[:: max(1, -(-len(scene.train) // 12))]
@@ -428,6 +451,11 @@ def appearance_of_state(state: dict, scene, cfg) -> dict | None:
         isp["ppisp"] = app["ppisp"]
     if "grids" in app:
         isp["grids"] = app["grids"]
+    if "ctrl" in app:  # PPISP's controller, once it has trained
+        from spirula.train.appearance import controller_start
+
+        if int(state.get("step", 0)) > controller_start(cfg.iterations, cfg.controller_activation_ratio):
+            isp["controller"] = app["ctrl"]
     return isp
 
 
@@ -531,22 +559,27 @@ class SplatRenderer:
 def evaluate_run(scene, device, params: dict, indices=None, max_alpha: float = MAX_ALPHA, isp=None) -> dict:
     """PSNR/SSIM and colour-corrected PSNR of the splats on the given (default: test) views,
     through the appearance models ``isp`` (:func:`appearance_of_state`) as for a novel view
-    (Trainer.evaluate), if given."""
+    (Trainer.evaluate), if given; with PPISP's controller in ``isp``, also
+    ``psnr_controller``: the views with the exposure and colour it predicts."""
     from spirula.train.appearance import apply_appearance
     from spirula.train.metrics import evaluate_views
     from spirula.train.trainer import camera_for_size
 
     renderer = SplatRenderer(device, params, scene.background, max_alpha)
 
-    def render(i):
+    def render(i, controller=False):
         f = scene.frames[i]
         img = renderer.render(f.viewmat, f.K, f.width, f.height, f.model, f.dist)
         if isp is not None:
-            img = apply_appearance(device, img, isp, None, camera_for_size(isp, f.width, f.height))
+            cam = camera_for_size(isp, f.width, f.height)
+            img = apply_appearance(device, img, isp, None, cam, controller=controller)
         return img
 
+    views = scene.test if indices is None else indices
     try:
-        out = evaluate_views(scene, scene.test if indices is None else indices, render)
+        out = evaluate_views(scene, views, render)
+        if isp is not None and "controller" in isp and out["per_image"]:
+            out["psnr_controller"] = evaluate_views(scene, views, lambda i: render(i, True))["psnr"]
     finally:
         renderer.free()
     if not out["per_image"]:

@@ -232,13 +232,15 @@ def record_step(
     distortion: bool,
     normals: bool,
     appearance=None,
+    controller: bool = False,
 ):
     """The recorded sequence of one step of ``group``'s image size (its ground
     truth chunk ``group.chunk``) with ``model``'s splats at ``sh_degree``,
     reading its StepParams and camera from host_in slot ``slot``.
     ``distortion``, ``normals``: the geometry terms are in this step's loss;
     ``stats``: the density statistics fpbo accumulates (ADC); ``appearance``: the run's
-    :class:`~spirula.train.appearance.Appearance`, or None (nothing of it recorded)."""
+    :class:`~spirula.train.appearance.Appearance`, or None (nothing of it recorded);
+    ``controller``: a step of PPISP's controller's phase (:func:`record_controller_step`)."""
     raster, strategy = group.raster, cfg.strategy
     rec = device.recorder("train.step")
     src = 4 * HOST_IN_WORDS * slot
@@ -248,6 +250,8 @@ def record_step(
     if appearance is not None:
         rec.copy(io.host_in, appearance.words, nbytes=4 * APP_WORDS, src_offset=src + 4 * APP_WORD)
     raster.record_project(rec, model.params, sh_degree, normals=normals)
+    if controller:
+        return record_controller_step(rec, group, io, slot, appearance)
     # with the distortion the forward also keeps its running sum: rasterize_bwd's chunks start
     # from the sums behind their end (chunk_state)
     raster.record_raster(rec, distortion=distortion, normals=normals)
@@ -298,6 +302,27 @@ def record_step(
     )
     if appearance is not None:
         appearance.record_optimize(rec, raster, io.params)
+    return _record_step_end(rec, group, io, slot)
+
+
+def record_controller_step(rec, group: ImageSize, io: StepIO, slot: int, appearance):
+    """The rest of a step of PPISP's controller's phase (docs/design.md §2.8), after the
+    projection: the render, the controller and PPISP with its prediction, the loss, their
+    backward down to the controller's weights and its Adam. No rasterize_bwd, fpbo or
+    appearance Adam: the splats and the ISP stay as they are (the render is detached)."""
+    raster = group.raster
+    raster.record_raster(rec)
+    colors, grad = appearance.record_controller_forward(rec, raster)
+    group.loss.record(rec, colors, group.gt_images, io.params, grad)
+    appearance.record_controller_backward(rec, raster)
+    appearance.record_controller_optimize(rec, raster, io.params)
+    return _record_step_end(rec, group, io, slot)
+
+
+def _record_step_end(rec, group: ImageSize, io: StepIO, slot: int):
+    """The step's results into host_out slot ``slot``, its intersection count for the next
+    step's guard; the finished sequence."""
+    raster = group.raster
     dst = 4 * HOST_OUT_WORDS * slot
     count = 4 * raster.total_offset
     rec.copy(group.loss.loss_out, io.host_out, nbytes=16, dst_offset=dst)

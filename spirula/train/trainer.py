@@ -162,8 +162,10 @@ class Trainer:
         self.appearance = None
         if mode != "none":
             self.appearance = Appearance(
-                device, mode, frames, cfg.iterations, cfg.appearance_lr, cfg.bilagrid_lr or cfg.appearance_lr
-            )
+                device, mode, frames, cfg.iterations, cfg.appearance_lr, cfg.bilagrid_lr or cfg.appearance_lr,
+                controller=cfg.controller_for(mode), controller_ratio=cfg.controller_activation_ratio,
+                controller_lr=cfg.controller_lr, seed=cfg.seed,
+            )  # fmt: skip
         self._eval_rasters = {}
         self.io = StepIO(pool)  # the step parameters on the GPU, the host's slots in and out
         self._slot = 0  # the host_in/host_out slot of the next step submitted
@@ -248,7 +250,8 @@ class Trainer:
         group.chunk = st.chunk
         distortion = self._distortion_on(st.k)
         normals = self._normals_on(st.k)
-        key = (self.model.n, st.sh_degree, group.raster.isect_capacity, distortion, normals)
+        controller = self._controller_on(st.k)
+        key = (self.model.n, st.sh_degree, group.raster.isect_capacity, distortion, normals, controller)
         old_key, seq = group.seqs.get((st.chunk, st.slot), (None, None))
         if seq is None or old_key != key or seq.stale:
             seq = record_step(
@@ -263,6 +266,7 @@ class Trainer:
                 distortion,
                 normals,
                 self.appearance,
+                controller,
             )
             group.seqs[(st.chunk, st.slot)] = (key, seq)
         return seq
@@ -272,6 +276,16 @@ class Trainer:
         the next) (--geometry, from distortion_from on)."""
         k = self.step if k is None else k
         return self.cfg.distortion_weight > 0 and k >= self.cfg.distortion_from
+
+    def _controller_on(self, k: int | None = None) -> bool:
+        """Step ``k`` (0-based; default: the next) trains PPISP's controller, the splats and
+        the ISP frozen (docs/design.md §2.8)."""
+        k = self.step if k is None else k
+        return self.appearance is not None and self.appearance.controller_on(k)
+
+    def controller_trained(self) -> bool:
+        """PPISP's controller has trained (its phase has begun): evaluate(controller=True)."""
+        return self.appearance is not None and self.appearance.controller_trained(self.step)
 
     def _normals_on(self, k: int | None = None) -> bool:
         """The normal consistency is in the loss of step ``k`` (0-based; default: the
@@ -377,13 +391,15 @@ class Trainer:
             raster.reserve(self.model.n, n_isects, isect_room=int(n_isects * ISECT_HEADROOM))
         elif n_isects > raster.isect_keys.shape[0]:
             raster.reserve(self.model.n, n_isects)  # the live need: the most a view has needed
-        changes = self.strategy.step_post_backward(
-            self.model,
-            self.stats,
-            self.step - 1,  # 0-based, as gsplat
-            self.extent,
-            self.device,
-        )
+        changes = None
+        if not self._controller_on(self.step - 1):  # the controller's phase: the splats stay as they are
+            changes = self.strategy.step_post_backward(
+                self.model,
+                self.stats,
+                self.step - 1,  # 0-based, as gsplat
+                self.extent,
+                self.device,
+            )
         if changes is not None:
             self.adopt(changes)
         if self.faults is not None:
@@ -458,11 +474,12 @@ class Trainer:
         raster.forward(self.model.params, deg)
         return self.device.readback(raster.out_colors)[0]
 
-    def evaluate(self, indices=None) -> dict:
+    def evaluate(self, indices=None, controller: bool = False) -> dict:
         """PSNR and SSIM of every test image (clamped to [0, 1]), and the colour-corrected
         PSNR (:func:`~spirula.train.metrics.evaluate_views`). With appearance correction the
         render goes through the ISP as for a novel view: per-frame stages at their identity
-        (the captures' mean exposure and colour), the camera's vignetting and CRF."""
+        (the captures' mean exposure and colour), the camera's vignetting and CRF;
+        ``controller``: the exposure and colour PPISP's controller predicts from the render."""
         self.settle()
         from spirula.train.metrics import evaluate_views
 
@@ -472,7 +489,8 @@ class Trainer:
             f = self.scene.frames[i]
             img = self.render(f.viewmat, f.K, sh_degree_at(self.cfg, self.step), (f.width, f.height), f.model, f.dist)
             if isp is not None:
-                img = apply_appearance(self.device, img, isp, None, camera_for_size(isp, f.width, f.height))
+                cam = camera_for_size(isp, f.width, f.height)
+                img = apply_appearance(self.device, img, isp, None, cam, controller=controller)
             return img
 
         indices = self.scene.test if indices is None else indices
@@ -480,7 +498,7 @@ class Trainer:
 
     def appearance_isp(self) -> dict | None:
         """The appearance models as numpy (:meth:`Appearance.isp`, with each camera's image
-        size), or None without them."""
+        size; PPISP's controller's weights only once it has trained), or None without them."""
         if self.appearance is None:
             return None
         self.settle()
@@ -489,6 +507,8 @@ class Trainer:
         for k, f in zip(self.appearance.cameras, (self.scene.frames[i] for i in self.scene.train)):
             sizes.setdefault(k, (f.width, f.height))
         isp["camera_sizes"] = np.asarray([sizes[k] for k in range(self.appearance.n_cameras)], np.int32)
+        if not self.controller_trained():
+            isp.pop("controller", None)  # untrained: novel views keep the identity
         return isp
 
     def splat_arrays(self) -> dict:
