@@ -105,9 +105,8 @@ def test_resume_restores_the_appearance(device, captures, tmp_path):
     finally:
         a.free()
     state = load_checkpoint(tmp_path / "ckpt.npz")
-    # PPISP's controller's too (on by default with PPISP; tests/test_controller_training.py)
-    assert set(state["appearance"]) == {"ppisp", "ppisp_m", "ppisp_v", "grids", "grids_m", "grids_v", "ctrl", "ctrl_m",
-                                        "ctrl_v"}  # fmt: skip
+    # no controller's (off by default; its keys: tests/test_controller_training.py)
+    assert set(state["appearance"]) == {"ppisp", "ppisp_m", "ppisp_v", "grids", "grids_m", "grids_v"}
     b = Trainer(scene, cfg, device, init=None)
     try:
         b.load_state_dict(state)

@@ -17,8 +17,10 @@ from spirula.train.config import TrainConfig
 def test_the_controller_follows_ppisp_and_starts_at_the_ratio():
     cfg = TrainConfig()
     assert cfg.controller is None and cfg.controller_activation_ratio == 0.8 and cfg.controller_lr == 1e-3
-    assert cfg.controller_for("ppisp") and cfg.controller_for("both")
-    assert not cfg.controller_for("bilagrid") and not cfg.controller_for("none")
+    assert not cfg.controller_for("ppisp") and not cfg.controller_for("both")  # off unless asked for
+    on = TrainConfig(controller=True)
+    assert on.controller_for("ppisp") and on.controller_for("both")
+    assert not on.controller_for("bilagrid") and not on.controller_for("none")
     assert not TrainConfig(controller=False).controller_for("ppisp")
     assert controller_start(30_000) == 24_000 and controller_start(300, 0.5) == 150
 
@@ -33,6 +35,7 @@ def captures(tmp_path_factory):
 def _trainer(scene, device, iterations=4, ratio=0.5, **kw):
     from spirula.train.trainer import Trainer
 
+    kw.setdefault("controller", True)
     cfg = TrainConfig.from_settings(iterations=iterations, appearance="ppisp", pipeline_steps=False,
                                     controller_activation_ratio=ratio, **kw)  # fmt: skip
     return Trainer(scene, cfg, device), cfg
@@ -138,7 +141,7 @@ def test_the_controller_predicts_a_drifting_exposure_on_test_views(device, captu
     scene = load_dataset(captures[1], seed=0)
     cfg = TrainConfig.from_settings(
         iterations=450, cap_max=20_000, seed=0, appearance="ppisp", init_scale=1.0, save_every=0, refine_start=100,
-        refine_every=50, appearance_lr=5e-2, controller_activation_ratio=0.34, controller_lr=3e-3,
+        refine_every=50, appearance_lr=5e-2, controller=True, controller_activation_ratio=0.34, controller_lr=3e-3,
     )  # fmt: skip
     m = train_run(scene, cfg, device, tmp_path / "run", log=lambda msg: None)
     assert m["psnr_controller"] > m["psnr"] + 0.5, (m["psnr"], m["psnr_controller"])

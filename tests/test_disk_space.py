@@ -164,8 +164,8 @@ def test_the_space_expected_covers_the_files_written(scene, device, tmp_path):
     run.train_run(scene, cfg, device, out, log=lambda *a: None)
     (ckpt,) = (out / "ckpt").iterdir()
     k = (cfg.sh_degree + 1) ** 2
-    # a COLMAP capture: PPISP and its controller, one camera, the training images' frames
-    app = run.appearance_bytes("ppisp", len(scene.train), 1, True)
+    # a COLMAP capture: PPISP (its controller off by default), one camera, the training images' frames
+    app = run.appearance_bytes("ppisp", len(scene.train), 1, False)
     assert ckpt.stat().st_size <= run.checkpoint_bytes(500, k) + app <= 2 * ckpt.stat().st_size
     assert (out / "splat.ply").stat().st_size <= run.ply_bytes(500, k)
     for p in (ckpt, out / "splat.ply", out / "config.json", out / "metrics.json"):
