@@ -18,6 +18,21 @@ from spirula.runtime.sequence import Threads
 REPORT = os.environ.get("SPIRULA_PARITY_REPORT", "") not in ("", "0")  # print what each check saw (-s)
 
 
+def profile_rows(code: str, backend_name: str, root) -> dict:
+    """Dispatches by kernel name in SS_PROFILE's "GPU time by kernel" table of
+    ``python -c code BACKEND`` (run in a fresh process under ``root``, the profiler on)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SS_PROFILE="1", PYTHONPATH=str(root))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, backend_name], env=env, capture_output=True, text=True, cwd=str(root), timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    table = proc.stderr.split("---- GPU time by kernel ----\n")[1].split("[spirula-profile] ----")[0]
+    return {line.split()[0]: int(line.split()[1]) for line in table.strip().splitlines()[1:]}
+
+
 def run_kernel(dev, name, groups, inputs: dict, outputs: dict, read=(), push=None, spec=None, defines=None, zero=()):
     """Upload ``inputs`` (name -> array), allocate ``outputs`` (name -> (shape,
     dtype), NaN-poisoned, or zeroed when named in ``zero``), record one dispatch,

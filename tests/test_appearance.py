@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 from conftest import ROOT
-from kernel_cases import REPORT, assert_near
+from kernel_cases import REPORT, assert_near, profile_rows
 
 from spirula.reference import appearance as ref
 from spirula.reference.adam import adam
@@ -472,18 +472,7 @@ APPEARANCE_KERNELS = ("ppisp_fwd", "ppisp_bwd", "bilagrid_fwd", "bilagrid_bwd", 
 
 
 def _profile_rows(backend_name):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, SS_PROFILE="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", PROFILE_CODE, backend_name], env=env, capture_output=True, text=True,
-        cwd=str(ROOT), timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    table = proc.stderr.split("---- GPU time by kernel ----\n")[1].split("[spirula-profile] ----")[0]
-    return {line.split()[0]: int(line.split()[1]) for line in table.strip().splitlines()[1:]}
+    return profile_rows(PROFILE_CODE, backend_name, ROOT)
 
 
 def test_profiler_rows_name_the_appearance_kernels():

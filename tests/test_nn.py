@@ -7,7 +7,7 @@ in SS_PROFILE's table."""
 import numpy as np
 import pytest
 from conftest import ROOT
-from kernel_cases import REPORT, assert_near
+from kernel_cases import REPORT, assert_near, profile_rows
 
 from spirula import nn
 from spirula.reference import nn as ref
@@ -164,18 +164,7 @@ NN_KERNELS = {"nn_linear": 4, "nn_layer_norm": 1, "nn_gelu": 1, "nn_softmax": 2,
 
 
 def _profile_rows(backend_name):
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, SS_PROFILE="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-c", PROFILE_CODE, backend_name], env=env, capture_output=True, text=True,
-        cwd=str(ROOT), timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    table = proc.stderr.split("---- GPU time by kernel ----\n")[1].split("[spirula-profile] ----")[0]
-    return {line.split()[0]: int(line.split()[1]) for line in table.strip().splitlines()[1:]}
+    return profile_rows(PROFILE_CODE, backend_name, ROOT)
 
 
 def test_profiler_rows_name_the_nn_kernels():
