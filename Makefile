@@ -59,7 +59,7 @@ test: install shaders
 	@test tests/web/node_modules/.package-lock.json -nt tests/web/package-lock.json || \
 		(cd tests/web && npm ci --no-audit --no-fund --silent) || \
 		echo "spirula: npm ci failed in tests/web: tests/test_export_web.py will skip"
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 # The linters (ruff check, ruff format --check, clang-format), as pre-commit and
 # .ci/run run them: .pre-commit-config.yaml is their one definition. They
