@@ -88,32 +88,14 @@ def test_perturbed_capture_with_ppisp_matches_clean_training(device, captures, t
 def test_resume_restores_the_appearance(device, captures, tmp_path):
     """A checkpoint holds the ISP's parameters and moments; resuming restores them, so 4
     steps and 2 + resume + 2 end with the same parameters."""
+    from resume_cases import resumed_appearance
+
     from spirula.data import load_dataset
-    from spirula.train.run import load_checkpoint, save_checkpoint
-    from spirula.train.trainer import Trainer
 
     scene = load_dataset(captures[2])
     cfg = TrainConfig.from_settings(iterations=4, appearance="both", pipeline_steps=False)
-    a = Trainer(scene, cfg, device)
-    try:
-        for _ in range(2):
-            a.train_step()
-        save_checkpoint(a, tmp_path / "ckpt.npz")
-        for _ in range(2):
-            a.train_step()
-        want = a.appearance.state_dict()
-    finally:
-        a.free()
-    state = load_checkpoint(tmp_path / "ckpt.npz")
+    state, want, got = resumed_appearance(scene, cfg, device, tmp_path / "ckpt.npz", 2, 2, init=None)
     # no controller's (off by default; its keys: tests/test_controller_training.py)
     assert set(state["appearance"]) == {"ppisp", "ppisp_m", "ppisp_v", "grids", "grids_m", "grids_v"}
-    b = Trainer(scene, cfg, device, init=None)
-    try:
-        b.load_state_dict(state)
-        for _ in range(2):
-            b.train_step()
-        got = b.appearance.state_dict()
-    finally:
-        b.free()
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-7, err_msg=k)

@@ -32,12 +32,16 @@ def captures(tmp_path_factory):
     return pc, pc.write_capture(root / "drift", perturb=False, drift=0.7)
 
 
+def _config(iterations=4, ratio=0.5, **kw) -> TrainConfig:
+    kw.setdefault("controller", True)
+    return TrainConfig.from_settings(iterations=iterations, appearance="ppisp", pipeline_steps=False,
+                                     controller_activation_ratio=ratio, **kw)  # fmt: skip
+
+
 def _trainer(scene, device, iterations=4, ratio=0.5, **kw):
     from spirula.train.trainer import Trainer
 
-    kw.setdefault("controller", True)
-    cfg = TrainConfig.from_settings(iterations=iterations, appearance="ppisp", pipeline_steps=False,
-                                    controller_activation_ratio=ratio, **kw)  # fmt: skip
+    cfg = _config(iterations, ratio, **kw)
     return Trainer(scene, cfg, device), cfg
 
 
@@ -93,31 +97,13 @@ def test_a_novel_view_gets_the_controllers_prediction(device):
 def test_resume_restores_the_controller(device, captures, tmp_path):
     """A checkpoint in the controller's phase holds its weights and Adam moments; 6 steps
     and 4 + resume + 2 end with the same weights."""
+    from resume_cases import resumed_appearance
+
     from spirula.data import load_dataset
-    from spirula.train.run import load_checkpoint, save_checkpoint
-    from spirula.train.trainer import Trainer
 
     scene = load_dataset(captures[1])
-    a, cfg = _trainer(scene, device, iterations=6)
-    try:
-        for _ in range(4):
-            a.train_step()
-        save_checkpoint(a, tmp_path / "ckpt.npz")
-        for _ in range(2):
-            a.train_step()
-        want = a.appearance.state_dict()
-    finally:
-        a.free()
-    state = load_checkpoint(tmp_path / "ckpt.npz")
+    state, want, got = resumed_appearance(scene, _config(iterations=6), device, tmp_path / "ckpt.npz", 4, 2)
     assert {"ctrl", "ctrl_m", "ctrl_v"} <= set(state["appearance"])
-    b = Trainer(scene, cfg, device)
-    try:
-        b.load_state_dict(state)
-        for _ in range(2):
-            b.train_step()
-        got = b.appearance.state_dict()
-    finally:
-        b.free()
     for k in ("ctrl", "ctrl_m", "ctrl_v", "ppisp"):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-7, err_msg=k)
 
