@@ -84,7 +84,17 @@ class FpboWorkload:
         from spirula.train.optimizer import record_fpbo
 
         rec = self.device.recorder("fpbo")
-        record_fpbo(rec, model, self.raster, self.params, self.stats, 3, mcmc_noise=self.mcmc_noise, adc_stats=False)
+        record_fpbo(
+            rec,
+            model,
+            self.raster,
+            self.params,
+            self.stats,
+            3,
+            mcmc_noise=self.mcmc_noise,
+            adc_stats=False,
+            lenses=False,
+        )
         return rec.finish()
 
 

@@ -1,4 +1,4 @@
-// Hand-written for speed: SH degree and one view as templates, 2-word SH Adam blocks (docs/performance.md, fpbo).
+// Hand-written for speed: SH degree, one view and LENSES as templates, 2-word SH Adam blocks (docs/performance.md, fpbo).
 // fpbo: fused projection backward + optimizer. Twin of shaders/fpbo.comp.
 // One thread per splat: sums the gradients of its projections in every view
 // (the maths of projection_bwd), adds the regularizers, applies Adam to every
@@ -149,7 +149,7 @@ __device__ __forceinline__ void sh_compact_pair(const Args& a, const ShAdam& k, 
 
 // Everything of splat g but (ONE_VIEW) the Adam step of its SH row, for which
 // it leaves its basis and v_raw in s_basis (rows of 17) and s_vraw.
-template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
+template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT, bool LENSES>
 __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool sh_vec4, uint32_t g, float* s_basis,
                              float* s_vraw) {
     const StepParams* params = a.params;
@@ -203,7 +203,7 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         vec3 v_rgb = make3(a.grad_rgb[3u * i], a.grad_rgb[3u * i + 1u], a.grad_rgb[3u * i + 2u]);
         g_opacity += a.grad_opacity[i];
         uint32_t model = CAMERA_MODEL(a.cameras, c);  // the same for every thread: a uniform branch
-        if (model == CAMERA_PINHOLE) {
+        if (!LENSES || model == CAMERA_PINHOLE) {
             projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
                                     g_mean, g_quat, g_scale);
         } else {
@@ -212,7 +212,7 @@ __device__ void update_splat(const Args& a, const Push& pc, const Spec& sp, bool
         }
         if (sp.DEPTH_GRAD) {  // depth = (R mean + t).z, or |R mean + t| (lens_depth)
             vec3 pc_dir = make3(0.0f, 0.0f, 1.0f);
-            if (model != CAMERA_PINHOLE && model != CAMERA_OPENCV) {
+            if (LENSES && model != CAMERA_PINHOLE && model != CAMERA_OPENCV) {
                 pc_dir = normalize(cam.R * mean + cam.t);
             }
             g_mean += transpose(cam.R) * (pc_dir * a.grad_depth[i]);
@@ -577,7 +577,7 @@ __device__ void sh_adam_block(const Args& a, const Spec& sp, bool sh_vec4, uint3
     }
 }
 
-template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT>
+template <int SH_DEGREE, bool ONE_VIEW, bool COMPACT, bool LENSES>
 __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Spec sp, bool sh_vec4) {
     __shared__ float s_basis[ONE_VIEW ? WG * 17u : 1u];
     __shared__ float s_vraw[ONE_VIEW ? WG * 3u : 1u];
@@ -588,7 +588,7 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     const uint32_t g = global_index();
     const uint32_t first = g - threadIdx.x;
     if (g < pc.n) {
-        update_splat<SH_DEGREE, ONE_VIEW, COMPACT>(a, pc, sp, sh_vec4, g, s_basis, s_vraw);
+        update_splat<SH_DEGREE, ONE_VIEW, COMPACT, LENSES>(a, pc, sp, sh_vec4, g, s_basis, s_vraw);
     }
     if (ONE_VIEW && first < pc.n) {
         __syncthreads();
@@ -596,20 +596,29 @@ __global__ void __launch_bounds__(LOCAL_THREADS) fpbo_kernel(Args a, Push pc, Sp
     }
 }
 
-template <int SH_DEGREE, bool COMPACT>
+template <int SH_DEGREE, bool COMPACT, bool LENSES>
 int launch_views(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4) {
     if (sp.N_VIEWS == 1u) {
-        return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, true, COMPACT>, a, pc, sp, sh_vec4);
+        return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, true, COMPACT, LENSES>, a, pc, sp, sh_vec4);
     }
-    return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, false, COMPACT>, a, pc, sp, sh_vec4);
+    return launch(L, LOCAL_SIZE, fpbo_kernel<SH_DEGREE, false, COMPACT, LENSES>, a, pc, sp, sh_vec4);
+}
+
+// LENSES as a template: the unscented-transform backward's registers stay out of pinhole runs
+template <int SH_DEGREE, bool COMPACT>
+int launch_lenses(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4) {
+    if (sp.LENSES) {
+        return launch_views<SH_DEGREE, COMPACT, true>(L, a, pc, sp, sh_vec4);
+    }
+    return launch_views<SH_DEGREE, COMPACT, false>(L, a, pc, sp, sh_vec4);
 }
 
 template <int SH_DEGREE>
 int launch_degree(const SpirulaLaunch* L, const Args& a, const Push& pc, const Spec& sp, bool sh_vec4, bool compact) {
     if (compact) {
-        return launch_views<SH_DEGREE, true>(L, a, pc, sp, false);
+        return launch_lenses<SH_DEGREE, true>(L, a, pc, sp, false);
     }
-    return launch_views<SH_DEGREE, false>(L, a, pc, sp, sh_vec4);
+    return launch_lenses<SH_DEGREE, false>(L, a, pc, sp, sh_vec4);
 }
 
 }  // namespace

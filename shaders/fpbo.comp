@@ -94,6 +94,9 @@ layout(constant_id = 5) const bool ABSGRAD = false;
 layout(constant_id = 6) const bool DEPTH_GRAD = false;
 layout(constant_id = 7) const bool FLATTEN = false;
 layout(constant_id = 8) const bool NORMALS = false;
+// LENSES (spec): some view may be a lens (camera.glsl's models past PINHOLE); false keeps the
+// unscented-transform backward out of the pipeline (on CUDA its registers cost a pinhole run 2-4%)
+layout(constant_id = 9) const bool LENSES = true;
 
 layout(std430, binding = 0) restrict buffer MeansBuf { float means[]; };
 layout(std430, binding = 1) restrict buffer QuatsBuf { vec4 quats[]; };
@@ -259,7 +262,7 @@ void update_splat(uint g, bool coalesce) {
             vec3(GRAD_LOAD(grad_rgb, 3u * i), GRAD_LOAD(grad_rgb, 3u * i + 1u), GRAD_LOAD(grad_rgb, 3u * i + 2u));
         g_opacity += GRAD_LOAD(grad_opacity, i);
         uint model = CAMERA_MODEL(cameras, c);  // the same for every thread: a uniform branch
-        if (model == CAMERA_PINHOLE) {
+        if (!LENSES || model == CAMERA_PINHOLE) {
             projection_geometry_vjp(cam, mean, quat, scale, float(pc.width), float(pc.height), pc.eps2d, v_xy, v_con,
                                     g_mean, g_quat, g_scale);
         } else {
@@ -268,7 +271,7 @@ void update_splat(uint g, bool coalesce) {
         }
         if (DEPTH_GRAD) {  // depth = (R mean + t).z, or |R mean + t| (lens_depth)
             vec3 pc_dir = vec3(0.0, 0.0, 1.0);
-            if (model != CAMERA_PINHOLE && model != CAMERA_OPENCV) {
+            if (LENSES && model != CAMERA_PINHOLE && model != CAMERA_OPENCV) {
                 pc_dir = normalize(cam.R * mean + cam.t);
             }
             g_mean += transpose(cam.R) * (pc_dir * GRAD_LOAD(grad_depth, i));

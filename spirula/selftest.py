@@ -361,7 +361,7 @@ FPBO_REG = dict(opacity_reg=0.01, scale_reg=0.02)
 
 
 def gpu_fpbo_step(
-    dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_REG, seed=0, adc_stats=True, normals=None
+    dev, model, scene, sh_degree, step, rng, lr=FPBO_LR, reg=FPBO_REG, seed=0, adc_stats=True, normals=None, lenses=True
 ):
     """One fpbo update of ``model`` (in place) from the gradients of random
     colour gradients (0.1 N(0, 1), drawn from ``rng``) on ``scene``'s views
@@ -370,7 +370,8 @@ def gpu_fpbo_step(
     (grad_colors [V,H,W,3] f32, visible [V,N] bool, vis_count [N] u32). ``normals``: a dict
     to take the normal consistency's case too (NORMALS, --geometry): random cotangents of
     the normal image (0.1 N(0, 1)) and of the accumulated depth image (0.02 N(0, 1)) are
-    added, and stored in it as ``grad_normals`` [V,H,W,3] and ``grad_depths`` [V,H,W]."""
+    added, and stored in it as ``grad_normals`` [V,H,W,3] and ``grad_depths`` [V,H,W].
+    ``lenses``: fpbo's LENSES (the scene's cameras are pinholes either way)."""
     from spirula.render.rasterizer import Rasterizer
     from spirula.train.optimizer import record_fpbo
     from spirula.train.step_params import STEP_PARAMS_WORDS, step_params
@@ -424,6 +425,7 @@ def gpu_fpbo_step(
         depth_grad=nc,
         flatten=flatten,
         normals=nc,
+        lenses=lenses,
     )
     rec.finish().run()
     visible = (dev.readback(raster.radii, shape=(views, n, 2)) != 0).any(-1)

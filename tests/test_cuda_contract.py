@@ -120,6 +120,7 @@ def test_generated_types_counts_and_variants_of_some_kernels():
         DEPTH_GRAD="bool",
         FLATTEN="bool",
         NORMALS="bool",
+        LENSES="bool",
     )
     assert "sp.MCMC_NOISE = L->spec[2] != 0u;" in h and "bool ABSGRAD = false;" in h
     v = h.index("namespace SH_VEC4 {")
@@ -188,7 +189,7 @@ int main() {
     L.sizes[21] = 140u;                               // one StepParams
     L.n_push = 7u;
     L.push[4] = 0x3e99999au;                          // eps2d = 0.3f
-    L.n_spec = 9u;
+    L.n_spec = 10u;
     L.spec[0] = 3u; L.spec[1] = 16u; L.spec[2] = 1u; L.spec[4] = 2u;
     contract::Args a;
     contract::Push pc;

@@ -15,21 +15,23 @@ LR = dict(lr_means=1e-3, lr_quats=2e-3, lr_scales=5e-3, lr_opacities=0.05, lr_sh
 
 
 @pytest.mark.parametrize(
-    "sh_degree,step,views,flatten_reg,normals",
+    "sh_degree,step,views,flatten_reg,normals,lenses",
     [
-        (0, 1, 1, 0.0, False),
-        (3, 7, 1, 0.0, False),
-        (2, 3, 2, 0.0, False),
-        (3, 2, 2, 0.0, False),
-        (1, 3, 2, 40.0, False),
-        (1, 4, 2, 0.0, True),
+        (0, 1, 1, 0.0, False, True),
+        (3, 7, 1, 0.0, False, False),
+        (2, 3, 2, 0.0, False, True),
+        (3, 2, 2, 0.0, False, False),
+        (1, 3, 2, 40.0, False, True),
+        (1, 4, 2, 0.0, True, False),
     ],
 )
-def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_reg, normals):
+def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_reg, normals, lenses):
     """flatten_reg > 0: with FLATTEN (--geometry's flattening, tests/test_geometry.py); 40 / 150
     splats makes its gradient (0.27 x the smallest scale) of the order of the rendering's.
     normals: with NORMALS and DEPTH_GRAD (--geometry's normal consistency): cotangents of the
-    normal and accumulated depth images too, the reference's render_normals_bwd and depth."""
+    normal and accumulated depth images too, the reference's render_normals_bwd and depth.
+    lenses: fpbo's LENSES (pinhole cameras: the same update with the lens backward compiled
+    in or left out, as a training run without lenses records it)."""
     s = random_scene(n=150, cameras=views, sh_degree=sh_degree, seed=30 + sh_degree)
     rng = np.random.default_rng(4)
     n, K = len(s["means"]), s["sh_coeffs"].shape[1]
@@ -47,7 +49,7 @@ def test_fpbo_matches_reference_update(device, sh_degree, step, views, flatten_r
     model.upload(raw, moments)
     reg = dict(opacity_reg=0.01, scale_reg=0.02, flatten_reg=flatten_reg)
     nc = {} if normals else None
-    gc, vis, count = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg, normals=nc)
+    gc, vis, count = gpu_fpbo_step(device, model, s, sh_degree, step, rng, lr=LR, reg=reg, normals=nc, lenses=lenses)
     got = model.download()
 
     # reference: gradients w.r.t. activated values, chained to the raw ones

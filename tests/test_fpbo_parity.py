@@ -134,6 +134,7 @@ def run_fpbo(backends, sh_degree, sh_coeffs, views, mcmc, adc, seed, noise_scale
             DEPTH_GRAD=int(views == 2),  # the two-view cases also add the depth gradient
             FLATTEN=int(views == 2),  # and the flattening regularizer's
             NORMALS=int(views == 2),  # and the splat normals' gradient
+            LENSES=int(sh_degree % 2 == 0),  # pinholes through both CUDA instantiations
         ),
         defines=dict(SH_VEC4=int(3 * sh_coeffs % 4 == 0)),
     )

@@ -120,6 +120,7 @@ def test_training_through_the_fisheye_beats_training_on_its_undistortion(device,
     scores = {}
     for name, scene in (("native", fish), ("undistorted", pin)):
         trainer = _train(scene, device)
+        assert trainer.lenses == (name == "native")  # fpbo's lens backward only where a view needs it
         whole, part = [], []
         for i in fish.test:
             f = fish.frames[i]

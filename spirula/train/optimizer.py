@@ -20,6 +20,7 @@ def record_fpbo(
     depth_grad: bool = False,
     flatten: bool = False,
     normals: bool = False,
+    lenses: bool = True,
 ):
     """Record the update of every live splat of ``model`` from ``raster``'s
     per-view gradients (after its backward), with the step's learning rates
@@ -29,7 +30,9 @@ def record_fpbo(
     ``depth_grad``: add ``raster``'s per-view dL/d depth (rasterize_bwd with distortion);
     ``flatten``: add the flattening regularizer (weight: ``params``' flatten_reg);
     ``normals``: add ``raster``'s per-view dL/d splat normal to the quaternions
-    (rasterize_bwd with normals: the normal consistency)."""
+    (rasterize_bwd with normals: the normal consistency); ``lenses``: some camera of
+    ``raster`` may be a lens (False: pinholes only, and the kernel without the lens
+    backward: faster on CUDA)."""
     rec.dispatch(
         "fpbo",
         Threads(model.n),
@@ -61,6 +64,7 @@ def record_fpbo(
             DEPTH_GRAD=int(depth_grad),
             FLATTEN=int(flatten),
             NORMALS=int(normals),
+            LENSES=int(lenses),
         ),
         defines=dict(COMPACT=1) if model.compact else dict(SH_VEC4=int(3 * model.sh_coeffs % 4 == 0)),
     )

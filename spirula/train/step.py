@@ -233,6 +233,7 @@ def record_step(
     normals: bool,
     appearance=None,
     controller: bool = False,
+    lenses: bool = True,
 ):
     """The recorded sequence of one step of ``group``'s image size (its ground
     truth chunk ``group.chunk``) with ``model``'s splats at ``sh_degree``,
@@ -240,7 +241,8 @@ def record_step(
     ``distortion``, ``normals``: the geometry terms are in this step's loss;
     ``stats``: the density statistics fpbo accumulates (ADC); ``appearance``: the run's
     :class:`~spirula.train.appearance.Appearance`, or None (nothing of it recorded);
-    ``controller``: a step of PPISP's controller's phase (:func:`record_controller_step`)."""
+    ``controller``: a step of PPISP's controller's phase (:func:`record_controller_step`);
+    ``lenses``: some training view is a lens (False: fpbo without the lens backward)."""
     raster, strategy = group.raster, cfg.strategy
     rec = device.recorder("train.step")
     src = 4 * HOST_IN_WORDS * slot
@@ -299,6 +301,7 @@ def record_step(
         depth_grad=distortion or normals,
         flatten=cfg.flatten_weight > 0,
         normals=normals,
+        lenses=lenses,
     )
     if appearance is not None:
         appearance.record_optimize(rec, raster, io.params)

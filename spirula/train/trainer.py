@@ -111,6 +111,7 @@ class Trainer:
         self.Ks = np.stack([f.K for f in frames]).astype(np.float64)
         # each frame's lens (Frame.model, Frame.dist; docs/design.md §2.3)
         self.models = [getattr(f, "model", "PINHOLE") for f in frames]
+        self.lenses = any(m != "PINHOLE" for m in self.models)  # fpbo's LENSES
         self.dists = np.stack([np.zeros(12) if getattr(f, "dist", None) is None else f.dist for f in frames])
         centres = -np.einsum("nji,nj->ni", self.viewmats[:, :3, :3], self.viewmats[:, :3, 3])
         self.extent = 1.1 * float(np.linalg.norm(centres - centres.mean(0), axis=1).max()) or 1.0
@@ -267,6 +268,7 @@ class Trainer:
                 normals,
                 self.appearance,
                 controller,
+                lenses=self.lenses,
             )
             group.seqs[(st.chunk, st.slot)] = (key, seq)
         return seq
