@@ -57,7 +57,7 @@ def dataset(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(dataset):
     out = dataset.parent / "run"
-    proc = spirula("train", dataset, "--iterations", 20, "--output", out, *SMALL)
+    proc = spirula("train", dataset, "--iterations", 20, "--eval-every", 10, "--output", out, *SMALL)
     assert proc.returncode == 0, proc.stderr
     return out, proc
 
@@ -82,6 +82,11 @@ def test_train_writes_the_run_folder(run, dataset):
     assert [ms for _, ms in slow] == sorted((ms for _, ms in slow), reverse=True) and slow[0][1] > 0
     ply = read_splat_ply(out / "splat.ply")
     assert len(ply["means"]) == m["n_splats"] and ply["sh_degree"] == 1
+    # the test curve (--eval-every 10): step 10's evaluation, then the final one
+    curve = m["test_curve"]
+    assert [c["step"] for c in curve] == [10, 20] and "step 10: test PSNR" in proc.stderr
+    assert 0 < curve[0]["train_s"] < curve[1]["train_s"] and curve[1]["psnr"] == m["psnr"]
+    assert curve[1]["n_splats"] == m["n_splats"] and np.isfinite(curve[0]["psnr"])
 
 
 def test_eval_scores_the_run_like_training_did(run):

@@ -101,6 +101,12 @@ def check_output_space(output: Path, scene, cfg: TrainConfig):
         raise _disk_full(exc, output, {}) from None
 
 
+def _curve_point(step: int, step_ms: list, m: dict, n_splats: int) -> dict:
+    """One point of metrics.json's ``test_curve``: ``train_s`` sums the steps' wall-clock
+    times (this process's steps: a resumed run counts from its checkpoint)."""
+    return dict(step=step, train_s=round(sum(step_ms) / 1e3, 3), psnr=m["psnr"], ssim=m["ssim"], n_splats=n_splats)
+
+
 def _say(write, *args):
     """``write(*args)``, except that a terminal closed under us (SIGHUP) is not an error."""
     try:
@@ -281,6 +287,9 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         live = live_hook(device, trainer.world, scene.background, cfg.max_alpha)
     t_start = time.perf_counter()
     step_ms = []
+    # the test curve: each evaluation's step, training seconds so far (evaluations excluded), test
+    # PSNR/SSIM and splats (benchmarks/time_to_quality.py)
+    curve = []
     start_step = trainer.step  # a resumed run's checkpoint step, else 0
     first_step = start_step + 1  # step_ms[i] times step first_step + i
     # SIGINT, SIGTERM and SIGHUP stop the loop between steps (spirula/train/signals.py)
@@ -304,6 +313,7 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
                     live.on_step(s, cfg.iterations, out["loss"], trainer.model.params, sh_degree_at(cfg, s))
                 if cfg.eval_every and s % cfg.eval_every == 0 and s < cfg.iterations and scene.test:
                     m = trainer.evaluate()
+                    curve.append(_curve_point(s, step_ms, m, trainer.model.n))
                     progress.test_psnr = m["psnr"]
                     progress.message(log, "spirula: step %d: test PSNR %.3f SSIM %.4f" % (s, m["psnr"], m["ssim"]))
                 if cfg.save_every and s % cfg.save_every == 0 and s < cfg.iterations:
@@ -363,6 +373,8 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
     except DiskFullError as exc:
         raise _disk_full(exc, output, saved) from None
     metrics = trainer.evaluate() if scene.test else dict(per_image=[], psnr=None, ssim=None, psnr_cc=None)
+    if scene.test:
+        curve.append(_curve_point(trainer.step, step_ms, metrics, trainer.model.n))
     if scene.test and trainer.controller_trained():
         # the test views with the exposure and colour PPISP's controller predicts from each render
         metrics["psnr_controller"] = trainer.evaluate(controller=True)["psnr"]
@@ -393,6 +405,7 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         train_psnr=fit["psnr"],
         train_ssim=fit["ssim"],
         train_views=len(train_views),
+        test_curve=curve,
     )
     try:
         atomic_write(output / "metrics.json", json.dumps(metrics, indent=1))
