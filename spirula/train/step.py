@@ -200,7 +200,7 @@ class ImageSize:
 class Step:
     """One training step on its way: ``k`` its 0-based index, ``image`` its
     train-list index, ``group``/``chunk`` where its ground truth is (an
-    :class:`ImageSize` and its chunk),
+    :class:`ImageSize` and its chunk; streamed: its ring slot),
     ``slot`` its host_in/host_out slot; once submitted, ``seq`` and the
     intersection ``capacity`` it runs with."""
 

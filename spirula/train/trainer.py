@@ -3,8 +3,10 @@
 Per step the host writes a few scalars (step, learning rates, which image)
 into host-visible memory and evaluates the recorded step once
 (spirula/train/step.py: the groups of one image size, the sequence, the
-words in and out); no image, gradient or parameter crosses the bus; the
-host reads back four floats and one count. The sequence is recorded again
+words in and out); no gradient or parameter crosses the bus, nor any image
+unless the images are streamed (one view a step, staged while the step
+before runs: :class:`~spirula.train.step.ImageSize`); the host reads back
+four floats and one count. The sequence is recorded again
 only when the splat count, the SH degree or a buffer's allocation changes
 (densification, the SH schedule, intersection growth). The memory budget
 and the splat limit are spirula/train/memory.py's.
