@@ -169,3 +169,18 @@ def test_metrics_report_the_peak_host_memory(scene, device, tmp_path):
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert saved["streamed_images"] is True and m["streamed_images"] is True
     assert 10 < saved["peak_host_mib"] < 1 << 20
+
+
+def test_streamed_images_of_two_sizes_train_as_resident_ones(device, tmp_path):
+    """A ring per image size; the losses agree (several lavapipe threads here: the
+    atomic sums' order may differ in the last bit, so to float tolerance)."""
+    from train_cases import write_tiny_mixed_sizes
+
+    from spirula.data import load_dataset
+
+    scene = load_dataset(write_tiny_mixed_sizes(tmp_path))
+    resident = _train(scene, device, steps=8, stream_images=False)
+    streamed = _train(scene, device, steps=8, stream_images=True)
+    assert (resident[0], streamed[0]) == (False, True)
+    assert streamed[1][0] == resident[1][0]
+    np.testing.assert_allclose(streamed[1], resident[1], rtol=1e-5)
