@@ -156,6 +156,17 @@ class TrainConfig:
         default_help="85% of the device's memory",
     )
     sh_degree: int = setting(3, "SH degree", flag="--sh-degree", ge=0, le=3, resumable=False)
+    # the training images on the GPU or streamed from host memory through a ring of slots
+    # (spirula/train/step.py ImageSize, docs/training.md "Image streaming"); None: streamed when
+    # the images would take device memory the splats need (spirula/train/memory.py stream_images)
+    stream_images: bool | None = setting(
+        None,
+        "Keep the training images in host memory and upload each ahead of its step (a ring of a few"
+        " slots on the GPU) instead of holding them all on the GPU; same results",
+        flag="--stream-images",
+        negatable=True,
+        default_help="when the images would take memory the splats need within the budget",
+    )
     sh_every: int = setting(1000, "One SH band more every N steps, up to the SH degree", ge=1)
     seed: int = setting(0, "Random seed", flag="--seed", ge=0)
     # off by default: at 30,000 steps it lost 0.6 dB against float32 (issue #46); it becomes the

@@ -8,7 +8,7 @@ evaluation, splat.ply, metrics.json.
         splat.ply       the standard 3DGS layout (the radiance, without appearance correction)
         appearance.npz  the appearance models' parameters (with --appearance other than none)
         metrics.json    PSNR/SSIM (and colour-corrected PSNR) per test image and mean, time,
-                        peak VRAM, splats
+                        peak VRAM, peak host memory, splats, whether the images were streamed
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Protocol
@@ -186,6 +187,17 @@ class StepHook(Protocol):
 
     def close(self) -> None:
         """Training ended (normally, on Ctrl-C or on an error)."""
+
+
+def peak_host_mib() -> float | None:
+    """The process's peak resident host memory so far, MiB (getrusage's ru_maxrss;
+    None where the platform has no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1 << 20) if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
 
 def train_run(
@@ -397,6 +409,8 @@ def _train_run(made: list, scene, cfg: TrainConfig, device, output, resume, log,
         pool_worst_ratio=pool.worst_ratio,
         vram_budget_mib=trainer.budget / (1 << 20) if trainer.budget is not None else None,
         process_vram_mib=process / (1 << 20) if process is not None else None,
+        peak_host_mib=peak_host_mib(),
+        streamed_images=trainer.streamed,
         device=device.info.name,
         lpips=None,
         appearance=cfg.appearance,

@@ -1,7 +1,7 @@
 """A training step as the GPU runs it: the image-size groups, the recorded
 sequence, and the words the host writes before it and reads after it.
 
-    copy step params + camera -> projection_fwd -> depth sort -> tile counts
+    copy step params + camera [+ the streamed view] -> projection_fwd -> depth sort -> tile counts
     -> prefix_sum -> intersect_tile_write -> tile sort -> tile_ranges
     -> rasterize_fwd [-> ppisp_fwd / bilagrid_fwd] -> loss_fwd -> loss_bwd
     [-> bilagrid_bwd, bilagrid_tv / ppisp_bwd] -> rasterize_bwd -> fpbo [-> adam_small]
@@ -11,7 +11,8 @@ sequence, and the words the host writes before it and reads after it.
 of it is recorded.)
 
 :class:`ImageSize`: the training views of one image size (ground truth,
-rasterizer, loss scratch, the recorded steps); :class:`Step`: one step on its
+resident on the GPU or streamed through a ring of slots; rasterizer, loss
+scratch, the recorded steps); :class:`Step`: one step on its
 way; :class:`StepIO`: the step parameters on the GPU and the host's two
 slots (written by :meth:`StepIO.write`, read back after the step);
 :func:`record_step`: the sequence of one step. spirula/train/trainer.py
@@ -48,12 +49,24 @@ def gt_chunk_bytes(device) -> int:
 
 
 class ImageSize:
-    """The training views of one image size: their ground truth on the GPU
-    (RGBA8, [I,H,W], in chunks of at most the device's storage buffer range:
-    42 views at 1080p are 332 MiB, and lavapipe binds 128 MiB a buffer), a
-    rasterizer and loss scratch of that size, and the step sequence recorded
-    for each chunk. ``images``: their train-list indices; ``capacity``:
-    splats the rasterizer starts with room for."""
+    """The training views of one image size: their ground truth, a rasterizer
+    and loss scratch of that size, and the step sequences recorded for it.
+    ``images``: their train-list indices; ``capacity``: splats the rasterizer
+    starts with room for.
+
+    The ground truth (RGBA8 words, the loss mask in alpha: :func:`pack_rgba8`) is
+    loaded by :meth:`load`, one of two ways. Resident: all of it on the GPU,
+    [I,H,W] in chunks of at most the device's storage buffer range (42 views
+    at 1080p are 332 MiB, and lavapipe binds 128 MiB a buffer); a step reads its
+    view in its chunk. Streamed (``streamed``): the packed views stay in host
+    memory (one uint8 RGBA array, or decoded from the files at each step when
+    host memory is short), and the GPU holds a ring of SLOTS one-view slots:
+    the host writes a step's view into the host-visible staging slot of its
+    host_in slot when it writes its StepParams, while the step before runs, and
+    the step's sequence begins with a copy of that slot into the GPU's slot its
+    loss reads. A slot is rewritten only after the step that read it has been
+    waited for (the pipelined loop waits for step N before it submits step
+    N + 2), as host_in's slots are."""
 
     def __init__(
         self,
@@ -68,35 +81,22 @@ class ImageSize:
         geometry: bool = False,
         normals: bool = False,
     ):
+        self.scene, self.name = scene, name
         self.width, self.height, self.images = width, height, images
-        image_bytes = 4 * width * height
+        self.image_bytes = 4 * width * height  # one packed view
         rng = gt_chunk_bytes(dev)
-        if image_bytes > rng:
+        if self.image_bytes > rng:
             raise OutOfMemoryError(
                 "a %dx%d training image needs %s but %s binds at most %s per buffer; lower --downscale"
-                % (width, height, fmt_bytes(image_bytes), dev.info.name, fmt_bytes(rng))
+                % (width, height, fmt_bytes(self.image_bytes), dev.info.name, fmt_bytes(rng))
             )
-        per_chunk = max(1, rng // image_bytes)
-        # train index -> (chunk, index in that chunk's gt buffer)
-        self.local = {img: (k // per_chunk, k % per_chunk) for k, img in enumerate(images)}
-        self.gt_chunks = []
+        self.streamed = False
+        self.host = None  # streamed: [I,H,W] uint32 packed views, None when decoded at each step
+        self.staging = []  # streamed: the host-visible [1,H,W] slot of each host_in slot
+        self.local = {}  # train index -> (chunk, index in that chunk's gt buffer); streamed: row of host
+        self.gt_chunks = []  # resident: the chunks; streamed: the GPU's ring slots
         self.masked = {}  # train index -> (masked_pixels, masked_valid) of its loss mask
-        for c in range(0, len(images), per_chunk):
-            part = images[c : c + per_chunk]
-            label = name + ".gt_images" + (".%d" % (c // per_chunk) if c else "")
-            buf = dev.pool.alloc(label, (len(part), height, width), np.uint32, "image")
-            pixels = [scene.load_image(scene.train[i]) for i in track(part, "loading images", unit="image")]
-            masks = [scene.load_mask(scene.train[i]) for i in part]
-            for i, m in zip(part, masks):
-                self.masked[i] = masked_counts(m)
-            keep = (
-                None
-                if all(m is None for m in masks)
-                else np.stack([np.ones((height, width), bool) if m is None else m for m in masks])
-            )
-            dev.upload(buf, pack_rgba8(np.stack(pixels), keep))
-            self.gt_chunks.append(buf)
-        self.chunk = 0  # the chunk of the image being trained
+        self.chunk = 0  # the chunk (streamed: the ring slot) of the image being trained
         self.raster = Rasterizer(
             dev,
             width,
@@ -114,7 +114,75 @@ class ImageSize:
             dev.pool.alloc(name + ".nc_grad_loss", (1, height, width), np.float32, "image") if normals else None
         )
         self.loss = LossBuffers(dev, 1, width, height, name=name + ".loss")
-        self.seqs = {}  # chunk -> (key, recorded step)
+        self.seqs = {}  # (chunk, slot) -> (key, recorded step)
+
+    def total_bytes(self) -> int:
+        """Bytes of every view of this size, packed: what resident ground truth takes."""
+        return self.image_bytes * len(self.images)
+
+    def ring_bytes(self) -> int:
+        """Device bytes of the streamed ground truth: SLOTS views."""
+        return self.image_bytes * SLOTS
+
+    def load(self, dev, streamed: bool = False, hold: bool = True):
+        """The ground truth: on the GPU (resident), or ``streamed`` (``hold``: the packed
+        views in host memory, else decoded from the files at each step)."""
+        w, h, images = self.width, self.height, self.images
+        if not streamed:
+            per_chunk = max(1, gt_chunk_bytes(dev) // self.image_bytes)
+            self.local = {img: (k // per_chunk, k % per_chunk) for k, img in enumerate(images)}
+            for c in range(0, len(images), per_chunk):
+                part = images[c : c + per_chunk]
+                label = self.name + ".gt_images" + (".%d" % (c // per_chunk) if c else "")
+                buf = dev.pool.alloc(label, (len(part), h, w), np.uint32, "image")
+                # packed view by view: no decoded copy of the whole chunk at once
+                packed = np.empty((len(part), h, w), np.uint32)
+                for j, i in enumerate(track(part, "loading images", unit="image")):
+                    packed[j] = self._pack(i)
+                dev.upload(buf, packed)
+                del packed
+                self.gt_chunks.append(buf)
+            return
+        self.streamed = True
+        self.local = {img: (0, k) for k, img in enumerate(images)}
+        for s in range(SLOTS):
+            self.gt_chunks.append(dev.pool.alloc("%s.gt_ring.%d" % (self.name, s), (1, h, w), np.uint32, "image"))
+            self.staging.append(dev.pool.alloc("%s.gt_staging.%d" % (self.name, s), (1, h, w), np.uint32, host=True))
+        if hold:
+            self.host = np.empty((len(images), h, w), np.uint32)
+            for k, i in enumerate(track(images, "loading images", unit="image")):
+                self.host[k] = self._pack(i)
+        else:
+            for i in images:  # the masks' counts now, the views at their steps
+                self.masked[i] = masked_counts(self.scene.load_mask(self.scene.train[i]))
+
+    def _pack(self, image: int) -> np.ndarray:
+        """Train view ``image`` decoded and packed: [H,W] uint32 (its mask's counts noted)."""
+        scene = self.scene
+        pixels = scene.load_image(scene.train[image])
+        mask = scene.load_mask(scene.train[image])
+        self.masked[image] = masked_counts(mask)
+        return pack_rgba8(pixels[None], None if mask is None else mask[None])[0]
+
+    def place(self, image: int, slot: int) -> tuple:
+        """(chunk, index in the chunk) a step in host_in slot ``slot`` reads view ``image`` at."""
+        return (slot, 0) if self.streamed else self.local[image]
+
+    def stage(self, image: int, slot: int):
+        """Streamed: view ``image`` into the staging slot of host_in slot ``slot``
+        (the step's sequence copies it to the GPU first); resident: nothing."""
+        if not self.streamed:
+            return
+        view = self.staging[slot].host_view()[0]
+        if self.host is not None:
+            view[...] = self.host[self.local[image][1]]
+        else:
+            view[...] = self._pack(image)
+
+    def record_upload(self, rec, slot: int):
+        """Streamed: the copy of host_in slot ``slot``'s staged view into the GPU's ring slot."""
+        if self.streamed:
+            rec.copy(self.staging[slot], self.gt_chunks[slot], nbytes=self.image_bytes)
 
     @property
     def gt_images(self):
@@ -125,14 +193,14 @@ class ImageSize:
         self.loss.free()
         if self.nc_grad_loss is not None:
             device.pool.free(self.nc_grad_loss)
-        for buf in self.gt_chunks:
+        for buf in self.gt_chunks + self.staging:
             device.pool.free(buf)
 
 
 class Step:
     """One training step on its way: ``k`` its 0-based index, ``image`` its
     train-list index, ``group``/``chunk`` where its ground truth is (an
-    :class:`ImageSize` and its chunk),
+    :class:`ImageSize` and its chunk; streamed: its ring slot),
     ``slot`` its host_in/host_out slot; once submitted, ``seq`` and the
     intersection ``capacity`` it runs with."""
 
@@ -186,7 +254,7 @@ class StepIO:
             seed=(cfg.seed * 1000003 + t * 2654435761) & 0xFFFFFFFF,
             n_views=1,
             n_splats=n_splats,
-            image_index=[group.local[st.image][1]] + [0] * 7,
+            image_index=[group.place(st.image, st.slot)[1]] + [0] * 7,
             masked_pixels=group.masked[st.image][0],
             masked_valid=group.masked[st.image][1],
             lr_means=lr.means,
@@ -251,6 +319,7 @@ def record_step(
     rec.copy(io.host_in, raster.cameras, nbytes=4 * CAMERA_FLOATS, src_offset=src + 4 * STEP_PARAMS_WORDS)
     if appearance is not None:
         rec.copy(io.host_in, appearance.words, nbytes=4 * APP_WORDS, src_offset=src + 4 * APP_WORD)
+    group.record_upload(rec, slot)  # streamed ground truth: the staged view to the GPU's slot
     raster.record_project(rec, model.params, sh_degree, normals=normals)
     if controller:
         return record_controller_step(rec, group, io, slot, appearance)

@@ -3,8 +3,10 @@
 Per step the host writes a few scalars (step, learning rates, which image)
 into host-visible memory and evaluates the recorded step once
 (spirula/train/step.py: the groups of one image size, the sequence, the
-words in and out); no image, gradient or parameter crosses the bus; the
-host reads back four floats and one count. The sequence is recorded again
+words in and out); no gradient or parameter crosses the bus, nor any image
+unless the images are streamed (one view a step, staged while the step
+before runs: :class:`~spirula.train.step.ImageSize`); the host reads back
+four floats and one count. The sequence is recorded again
 only when the splat count, the SH degree or a buffer's allocation changes
 (densification, the SH schedule, intersection growth). The memory budget
 and the splat limit are spirula/train/memory.py's.
@@ -36,7 +38,7 @@ import numpy as np
 from spirula.data.world import WorldTransform
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.render.rasterizer import Rasterizer
-from spirula.runtime.buffers import NAN_WORD
+from spirula.runtime.buffers import NAN_WORD, fmt_bytes
 from spirula.train import memory
 from spirula.train import strategy as strategies
 from spirula.train.appearance import Appearance, apply_appearance
@@ -177,6 +179,7 @@ class Trainer:
             self._active = group
             self._measure_intersections()
         self._active = self.sizes[sizes[0]]
+        self._load_images()
         self.splat_limit = memory.splat_limit(
             cfg,
             device,
@@ -188,7 +191,35 @@ class Trainer:
             self.strategy,
             self._say,
         )
+        if self.streamed:
+            self._say(self._stream_note)
         pool.track_ratio()
+
+    def _load_images(self):
+        """The ground truth of every image size: on the GPU, or streamed through a ring
+        of slots when the budget wants it (:func:`spirula.train.memory.stream_images`)."""
+        groups = list(self.sizes.values())
+        total = sum(g.total_bytes() for g in groups)
+        ring = sum(g.ring_bytes() for g in groups)
+        streamed = memory.stream_images(
+            self.cfg, self.device, self.budget, self.splat_row_bytes(), self.model, self.sizes,
+            self._isects_per_splat, total, ring,
+        )  # fmt: skip
+        self.streamed = streamed  # the images are streamed (this line says how)
+        if not streamed:
+            for g in groups:
+                g.load(self.device)
+            return
+        hold = total <= memory.host_available_bytes() * memory.HOST_IMAGE_FRACTION
+        for g in groups:
+            g.load(self.device, streamed=True, hold=hold)
+        n = sum(len(g.images) for g in groups)
+        self._stream_note = "streaming the %d training images (%s) from %s through a ring of %s on the GPU" % (
+            n,
+            fmt_bytes(total),
+            "host memory" if hold else "their files (host memory is short)",
+            fmt_bytes(ring),
+        )
 
     # -- memory (spirula/train/memory.py) ---------------------------------------------
     def _say(self, msg: str):
@@ -305,7 +336,7 @@ class Trainer:
         group, chunk and SH degree, and a host_in/host_out slot."""
         image = self._next_image()
         group = self._size_of_image[image]
-        st = Step(k, image, group, group.local[image][0], sh_degree_at(self.cfg, k), self._slot)
+        st = Step(k, image, group, group.place(image, self._slot)[0], sh_degree_at(self.cfg, k), self._slot)
         self._slot = (self._slot + 1) % SLOTS
         return st
 
@@ -326,6 +357,7 @@ class Trainer:
             self.dists[st.image],
             self.appearance,
         )
+        st.group.stage(st.image, st.slot)  # streamed: its view, while the step before runs
         st.seq.run_async()
         st.submitted = True
 
