@@ -30,6 +30,15 @@ def test_training_with_densification_is_clean_under_sync_validation(validation_l
         assert "[spirula-profile]" not in proc.stderr
 
 
+def test_streamed_training_is_clean_under_sync_validation(validation_layer_available):
+    """Issue #43's streamed images: each step's view written into its host-visible
+    staging slot while the step before runs, and copied to the GPU slot the step's
+    loss reads at the start of its sequence, clean under synchronization validation."""
+    proc = run_validated("import tests.workloads as w; w.train('mcmc', stream_images=True)")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validation_messages(proc) == []
+
+
 def test_validation_reports_a_hazard_in_a_training_step_without_barriers(validation_layer_available):
     """The canary: the same workload with its barriers removed is reported, so
     a clean run above means something."""

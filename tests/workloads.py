@@ -127,7 +127,7 @@ def render():
     assert np.isfinite(dev.readback(grads.means)).all()
 
 
-def train(strategy: str = "mcmc", shuffle_sums: bool = False):
+def train(strategy: str = "mcmc", shuffle_sums: bool = False, stream_images: bool = False):
     """Training steps with density control on the tiny COLMAP scene of
     tests/train_cases.py: MCMC steps (position noise on), relocation of dead
     splats and 5% growth, then steps again with the new count; or ADC steps
@@ -135,7 +135,9 @@ def train(strategy: str = "mcmc", shuffle_sums: bool = False):
     The intersection buffers start far too small, so the first step overflows,
     grows them and runs again. Then an evaluation render and a checkpoint's
     readback. ``shuffle_sums``: rasterize_bwd compiled with the subgroup sums
-    as shuffles (NVIDIA's default) on any device that can run them."""
+    as shuffles (NVIDIA's default) on any device that can run them; ``stream_images``:
+    the training images streamed through the ring of slots (each step's staged view
+    copied at its start)."""
     import sys
     import tempfile
 
@@ -159,7 +161,14 @@ def train(strategy: str = "mcmc", shuffle_sums: bool = False):
         if strategy == "mcmc":
             init["opacities"][::7] = -7.0  # dead: relocated onto live splats
         cfg = TrainConfig.from_settings(
-            iterations=20, strategy=strategy, cap_max=1000, sh_degree=1, sh_every=2, grow_grad2d=1e-7, refine_start=1000
+            iterations=20,
+            strategy=strategy,
+            cap_max=1000,
+            sh_degree=1,
+            sh_every=2,
+            grow_grad2d=1e-7,
+            refine_start=1000,
+            stream_images=stream_images,
         )
         measure = Trainer._measure_intersections
         Trainer._measure_intersections = lambda self, views=8: self.raster.reserve(self.model.n, 64)
@@ -167,6 +176,7 @@ def train(strategy: str = "mcmc", shuffle_sums: bool = False):
             trainer = Trainer(scene, cfg, dev, init=init)
         finally:
             Trainer._measure_intersections = measure
+        assert bool(trainer.streamed) == stream_images
         n0 = trainer.model.n
         for _ in range(3):
             assert np.isfinite(trainer.train_step()["loss"])
