@@ -1,4 +1,4 @@
-// Hand-written for speed: SH degree, one view and LENSES as templates, 2-word SH Adam blocks (docs/performance.md, fpbo).
+// Hand-written for speed: SH degree, one view, LENSES as templates, 2-word SH Adam blocks (docs/performance.md, fpbo).
 // fpbo: fused projection backward + optimizer. Twin of shaders/fpbo.comp.
 // One thread per splat: sums the gradients of its projections in every view
 // (the maths of projection_bwd), adds the regularizers, applies Adam to every
