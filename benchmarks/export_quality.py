@@ -25,7 +25,7 @@ def main(argv=None):
 
     ap = argparse.ArgumentParser()
     ap.add_argument("run", type=Path)
-    ap.add_argument("--formats", default="ply,spz,sog,ply-compressed,splat,gltf")
+    ap.add_argument("--formats", default="ply,spz,sog,ply-compressed,splat,gltf,gltf-spz")
     args = ap.parse_args(argv)
     cfg, _, _, scene = open_run(args.run)
     device = open_device("vulkan")

@@ -107,9 +107,11 @@ def test_spz_header_and_layout_follow_the_spec(tmp_path):
     assert alpha == int(np.floor(sig(p["opacity_logits"][0]) * 255 + 0.5))
 
 
-def test_spz_round_trip_within_its_quantisation(tmp_path):
+@pytest.mark.parametrize("fmt,suffix", [("spz", ".spz"), ("gltf-spz", ".spz.glb")])
+def test_spz_round_trip_within_its_quantisation(tmp_path, fmt, suffix):
+    """SPZ, and the glTF of KHR_gaussian_splatting_compression_spz_2 that holds the same stream."""
     p = scene(600, 3)
-    r, _ = roundtrip(p, "spz", tmp_path, ".spz")
+    r, _ = roundtrip(p, fmt, tmp_path, suffix)
     assert r["sh_degree"] == 3
     np.testing.assert_allclose(r["means"], p["means"], atol=0.5 / 4096 + 1e-6)
     np.testing.assert_allclose(r["log_scales"], p["log_scales"], atol=0.5 / 16 + 1e-5)
@@ -233,11 +235,111 @@ def test_glb_follows_khr_gaussian_splatting(tmp_path):
     assert quat_error(r["quats"], p["quats"]) < 1e-6
 
 
-def test_glb_read_by_pygltflib(tmp_path):
+@pytest.mark.parametrize("fmt", ["gltf", "gltf-spz"])
+def test_glb_read_by_pygltflib(tmp_path, fmt):
     pygltflib = pytest.importorskip("pygltflib")
-    write_splats(tmp_path / "s.glb", scene(30, 1), "gltf")
+    write_splats(tmp_path / "s.glb", scene(30, 1), fmt)
     g = pygltflib.GLTF2().load(str(tmp_path / "s.glb"))
     assert g.meshes[0].primitives[0].mode == 0 and g.accessors[0].count == 30
+
+
+def _glb_json(data: bytes) -> tuple:
+    magic, version, total = struct.unpack_from("<III", data)
+    assert (magic, version, total) == (0x46546C67, 2, len(data))
+    jlen, jtype = struct.unpack_from("<II", data, 12)
+    blen, btype = struct.unpack_from("<II", data, 20 + jlen)
+    assert (jtype, btype) == (0x4E4F534A, 0x004E4942) and jlen % 4 == 0 and blen % 4 == 0
+    return json.loads(data[20 : 20 + jlen]), data[28 + jlen : 28 + jlen + blen]
+
+
+def test_glb_spz_follows_khr_gaussian_splatting_compression_spz_2(tmp_path):
+    """KhronosGroup/glTF extensions/2.0/Khronos/KHR_gaussian_splatting_compression_spz_2
+    (commit 3b2a287): the SPZ stream in the bufferView that the primitive's
+    KHR_gaussian_splatting object's extensions name; accessors of the decoded
+    type, count of the SPZ's splats, no bufferView; both extensions used and
+    required; the SPZ of SPZ library v2.0.0 (stream version 3), packed from
+    glTF's LUF axes into SPZ's RUB: the same bytes as the .spz file."""
+    p = scene(100, 2)
+    p["means"][0] = (1.0, 2.0, 3.0)
+    write_splats(tmp_path / "s.spz.glb", p, "gltf-spz")
+    write_splats(tmp_path / "s.spz", p, "spz")
+    doc, binary = _glb_json((tmp_path / "s.spz.glb").read_bytes())
+    both = ["KHR_gaussian_splatting", "KHR_gaussian_splatting_compression_spz_2"]
+    assert doc["extensionsUsed"] == both and doc["extensionsRequired"] == both
+    prim = doc["meshes"][0]["primitives"][0]
+    assert prim["mode"] == 0
+    ext = prim["extensions"]["KHR_gaussian_splatting"]
+    assert ext["kernel"] == "ellipse" and ext["colorSpace"] == "srgb_rec709_display"
+    assert ext["extensions"] == {"KHR_gaussian_splatting_compression_spz_2": {"bufferView": 0}}
+    assert doc["bufferViews"] == [{"buffer": 0, "byteLength": doc["buffers"][0]["byteLength"]}]
+    blob = binary[: doc["bufferViews"][0]["byteLength"]]
+    assert blob == (tmp_path / "s.spz").read_bytes()
+    raw = gzip.decompress(blob)
+    magic, version, n, degree = struct.unpack_from("<IIIB", raw)
+    assert (magic, version, n, degree) == (0x5053474E, 3, 100, 2)
+    xyz = np.frombuffer(raw[16 : 16 + 9], np.uint8).reshape(3, 3).astype(np.int32)
+    fixed = xyz[:, 0] | (xyz[:, 1] << 8) | (xyz[:, 2] << 16)
+    fixed = np.where(fixed & 0x800000, fixed - (1 << 24), fixed)
+    np.testing.assert_array_equal(fixed, [4096, -2 * 4096, -3 * 4096])  # glTF (-1, -2, 3) LUF -> RUB
+    names = list(prim["attributes"])
+    assert names[:6] == [
+        "POSITION",
+        "COLOR_0",
+        "KHR_gaussian_splatting:ROTATION",
+        "KHR_gaussian_splatting:SCALE",
+        "KHR_gaussian_splatting:OPACITY",
+        "KHR_gaussian_splatting:SH_DEGREE_0_COEF_0",
+    ]
+    assert names[6:] == [
+        "KHR_gaussian_splatting:SH_DEGREE_%d_COEF_%d" % (d, c) for d in (1, 2) for c in range(2 * d + 1)
+    ]
+    types = dict(POSITION="VEC3", COLOR_0="VEC4")
+    types.update({"KHR_gaussian_splatting:ROTATION": "VEC4", "KHR_gaussian_splatting:OPACITY": "SCALAR"})
+    for name, i in prim["attributes"].items():
+        acc = doc["accessors"][i]
+        assert "bufferView" not in acc and acc["count"] == 100 and acc["componentType"] == 5126
+        assert acc["type"] == types.get(name, "VEC3"), name
+    r = read_splats(tmp_path / "s.spz.glb")
+    pos = doc["accessors"][prim["attributes"]["POSITION"]]
+    gl = r["means"] * [-1, -1, 1]  # the decoded positions in glTF's axes
+    np.testing.assert_array_equal(pos["min"], gl.min(axis=0))
+    np.testing.assert_array_equal(pos["max"], gl.max(axis=0))
+    np.testing.assert_allclose(r["means"][0], (1.0, 2.0, 3.0), atol=1e-6)
+    for key, v in read_splats(tmp_path / "s.spz").items():
+        np.testing.assert_array_equal(r[key], v)
+
+
+def test_glb_spz_refuses_what_it_does_not_read(tmp_path):
+    """One line naming the file: an SPZ version outside the extension's (2, 3), a
+    splat count the accessors disagree with, a required extension not read here."""
+    write_splats(tmp_path / "s.spz.glb", scene(20, 0), "gltf-spz")
+    data = (tmp_path / "s.spz.glb").read_bytes()
+    doc, binary = _glb_json(data)
+    blob = binary[: doc["bufferViews"][0]["byteLength"]]
+
+    def glb(doc, blob, name):
+        from spirula.export.gltf import _glb
+
+        (tmp_path / name).write_bytes(_glb(doc, blob))
+        with pytest.raises(DatasetError) as err:
+            read_splats(tmp_path / name)
+        assert name in str(err.value) and "\n" not in str(err.value)
+        return str(err.value)
+
+    raw = bytearray(gzip.decompress(blob))
+    struct.pack_into("<I", raw, 4, 4)
+    v4 = gzip.compress(bytes(raw))
+    d = json.loads(json.dumps(doc))
+    d["bufferViews"][0]["byteLength"] = d["buffers"][0]["byteLength"] = len(v4)
+    assert "SPZ version 4" in glb(d, v4, "v4.glb")
+    d = json.loads(json.dumps(doc))
+    d["accessors"][0]["count"] = 21
+    assert "count 21" in glb(d, blob, "count.glb")
+    d = json.loads(json.dumps(doc))
+    other = "KHR_gaussian_splatting_compression_spz"
+    d["meshes"][0]["primitives"][0]["extensions"]["KHR_gaussian_splatting"]["extensions"] = {other: {"bufferView": 0}}
+    d["extensionsUsed"] = d["extensionsRequired"] = ["KHR_gaussian_splatting", other]
+    assert other + " is not supported" in glb(d, blob, "other.glb")
 
 
 # -- SOG -------------------------------------------------------------------------------------
@@ -314,13 +416,21 @@ def test_cli_export_writes_each_format_and_refuses_bad_input(tmp_path):
     write_splat_ply(
         tmp_path / "splat.ply", p["means"], p["quats"], p["log_scales"], p["opacity_logits"], p["sh_coeffs"]
     )
-    for fmt, suffix in (("spz", ".spz"), ("ply-compressed", ".compressed.ply"), ("html", ".html")):
+    for fmt, suffix in (
+        ("spz", ".spz"),
+        ("ply-compressed", ".compressed.ply"),
+        ("html", ".html"),
+        ("gltf-spz", ".spz.glb"),
+    ):
         res = _cli("export", str(tmp_path / "splat.ply"), "--format", fmt)
         assert res.returncode == 0, res.stderr
         assert (tmp_path / ("splat" + suffix)).is_file() and "export: 300 splats" in res.stderr
     res = _cli("export", str(tmp_path / "splat.spz"), "-o", str(tmp_path / "again.glb"), "--sh-degree", "0")
     assert res.returncode == 0, res.stderr
     assert read_splats(tmp_path / "again.glb")["sh_degree"] == 0
+    res = _cli("export", str(tmp_path / "splat.ply"), "-o", str(tmp_path / "x.spz.glb"))  # gltf-spz by its suffix
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "x.spz.glb").read_bytes() == (tmp_path / "splat.spz.glb").read_bytes()
     for args, words in (
         (["export", str(tmp_path / "nothing.spz"), "--format", "spz"], "no such"),
         (["export", str(tmp_path / "splat.ply")], "give --format"),

@@ -96,7 +96,9 @@ def export_file(src: Path, fmt: str, output: Path | None, sh_degree=None, log=No
     type=click.Choice(FORMATS),
     default=None,
     help="spz (Niantic), sog (PlayCanvas), ply-compressed (SuperSplat), splat (antimatter15, no SH),"
-    " gltf (.glb, KHR_gaussian_splatting), ply, html (one page that shows them) [default: from --output's suffix].",
+    " gltf (.glb, KHR_gaussian_splatting), gltf-spz (.spz.glb, the same SPZ-compressed:"
+    " KHR_gaussian_splatting_compression_spz_2), ply, html (one page that shows them)"
+    " [default: from --output's suffix].",
 )
 @click.option("--sh-degree", type=click.IntRange(0, 3), default=None, help="Keep SH up to this degree [default: all].")
 @click.option(

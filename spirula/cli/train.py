@@ -253,7 +253,7 @@ def config_options(fn):
     metavar="FORMAT,...",
     default=None,
     help="At the end, also write the splats as these formats beside splat.ply (spz, sog, ply-compressed,"
-    " splat, gltf, html; docs/export.md), e.g. --export spz,sog.",
+    " splat, gltf, gltf-spz, html; docs/export.md), e.g. --export spz,sog.",
 )
 def train(
     dataset,

@@ -11,6 +11,7 @@ sog       ``.sog``            sog.py: PlayCanvas's SOG v2 (ZIP of WebP)
 ply-compressed ``.compressed.ply`` compressed_ply.py: SuperSplat's chunks
 splat     ``.splat``          splat.py: antimatter15's 32 bytes a splat
 gltf      ``.glb``            gltf.py: glTF 2.0 + KHR_gaussian_splatting
+gltf-spz  ``.spz.glb``        gltf.py: the same + ..._compression_spz_2
 html      ``.html``           html.py: one page with a viewer and the splats
 ========  ==================  ===========================================
 """
@@ -22,13 +23,14 @@ from pathlib import Path
 from spirula.errors import DatasetError, UsageError
 from spirula.export.common import splats_of
 
-FORMATS = ("spz", "sog", "ply-compressed", "splat", "gltf", "ply", "html")
+FORMATS = ("spz", "sog", "ply-compressed", "splat", "gltf", "gltf-spz", "ply", "html")
 SUFFIX = {
     "spz": ".spz",
     "sog": ".sog",
     "ply-compressed": ".compressed.ply",
     "splat": ".splat",
     "gltf": ".glb",
+    "gltf-spz": ".spz.glb",  # a .glb: read by its suffix as gltf, the extension tells them apart
     "ply": ".ply",
     "html": ".html",
 }
@@ -99,6 +101,10 @@ def write_splats(path, splats: dict, fmt: str, sh_degree: int | None = None, tit
 
         write_splat_ply(path, p["means"], p["quats"], p["log_scales"], p["opacity_logits"], p["sh_coeffs"])
         return Path(path)
+    if fmt == "gltf-spz":
+        from spirula.export import gltf
+
+        return gltf.write(path, p, compression="spz")
     if fmt == "html":
         from spirula.export import html
 

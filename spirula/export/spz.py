@@ -104,8 +104,13 @@ def encode(p: dict) -> bytes:
     return header + b"".join(np.ascontiguousarray(a).tobytes() for a in parts)
 
 
+def compress(p: dict) -> bytes:
+    """The bytes of a ``.spz`` file (and of a glTF's SPZ bufferView): the gzip of :func:`encode`."""
+    return gzip.compress(encode(p), compresslevel=9, mtime=0)
+
+
 def write(path, p: dict) -> Path:
-    return atomic_write(Path(path), gzip.compress(encode(p), compresslevel=9, mtime=0))
+    return atomic_write(Path(path), compress(p))
 
 
 def _decode(body: bytes, n: int, degree: int, bits: int, version: int, path) -> dict:
@@ -146,7 +151,12 @@ def _decode(body: bytes, n: int, degree: int, bits: int, version: int, path) -> 
 def read(path) -> dict:
     """The splats of an SPZ file (versions 2, 3 and 4), in the PLY's axes."""
     path = Path(path)
-    data = path.read_bytes()
+    return decode(path.read_bytes(), path)
+
+
+def decode(data: bytes, path, versions=(2, 3, 4)) -> dict:
+    """The splats of SPZ bytes (a file's or a glTF bufferView's: ``path`` names
+    them in errors), in the PLY's axes; ``versions`` those accepted."""
     if data[:2] == b"\x1f\x8b":
         try:
             raw = gzip.decompress(data)
@@ -157,12 +167,21 @@ def read(path) -> dict:
         magic, version, n, degree, bits, flags, _ = struct.unpack_from("<IIIBBBB", raw)
         if magic != MAGIC:
             raise DatasetError("%s: not an SPZ file (magic %#x)" % (path, magic))
-        if version not in (2, 3):
-            raise DatasetError("%s: SPZ version %d in a gzip stream (2 and 3 are read)" % (path, version))
+        gz = [v for v in versions if v in (2, 3)]
+        if version not in gz:
+            raise DatasetError(
+                "%s: SPZ version %d in a gzip stream (%s are read)" % (path, version, " and ".join(map(str, gz)))
+            )
         if degree > 3:
             raise DatasetError("%s: SH degree %d (0 to 3 are rendered)" % (path, degree))
         return _decode(raw[16:], n, degree, bits, version, path)
     if len(data) >= 32 and struct.unpack_from("<I", data)[0] == MAGIC:
+        if 4 not in versions:
+            version = struct.unpack_from("<I", data, 4)[0]
+            raise DatasetError(
+                "%s: SPZ version %d, plain (ZSTD) streams; here only gzip versions %s are read"
+                % (path, version, " and ".join(map(str, versions)))
+            )
         return _read_v4(data, path)
     raise DatasetError("%s: not an SPZ file (neither gzip nor an NGSP header)" % path)
 
