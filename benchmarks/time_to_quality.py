@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality_sweep import RUN_CWD, parse_seeds  # noqa: E402
+from quality_sweep import RUN_CWD, gsplat_command, parse_seeds, spirula_command  # noqa: E402
 
 
 def time_to_target(curve, target):
@@ -59,22 +59,28 @@ def run(cmd, log):
         raise SystemExit("time_to_quality: %s failed (exit %d): see %s" % (cmd[2], proc.returncode, log))
 
 
+def _sweep_args(args, scene, iterations):
+    """quality_sweep.py's arguments of one run (its command builders are reused)."""
+    return argparse.Namespace(
+        dataset=str(scene),
+        iterations=iterations,
+        strategy="mcmc",
+        cap_max=args.cap_max,
+        eval_every=args.eval_every,
+        gsplat=args.gsplat,
+    )
+
+
 def spirula_run(args, scene, backend, seed, out):
-    cmd = [sys.executable, "-m", "spirula", "train", str(scene), "--backend", backend]
-    cmd += ["--iterations", str(args.iterations), "--eval-every", str(args.eval_every), "--cap-max", str(args.cap_max)]
-    cmd += ["--background", "black", "--seed", str(seed), "--save-every", "0", "--output", str(out)]
-    for s in args.set:
-        cmd += ["--set", s]
+    cmd = spirula_command(_sweep_args(args, scene, args.iterations), args.set + ["+backend=" + backend], seed, out)
     run(cmd, out.with_suffix(".log"))
     return json.loads((out / "metrics.json").read_text())
 
 
 def gsplat_run(args, scene, seed, out, ssim):
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, args.gsplat, "--data", str(scene), "--strategy", "mcmc", "--cap-max", str(args.cap_max)]
-    cmd += ["--steps", str(args.gsplat_iterations or args.iterations), "--eval-every", str(args.eval_every)]
-    cmd += ["--seed", str(42 + seed), "--json", str(out / "metrics.json")] + ([] if ssim else ["--ssim-lambda", "0"])
-    run(cmd, out.with_suffix(".log"))
+    cmd = gsplat_command(_sweep_args(args, scene, args.gsplat_iterations or args.iterations), seed, out)
+    run(cmd + ([] if ssim else ["--ssim-lambda", "0"]), out.with_suffix(".log"))
     return json.loads((out / "metrics.json").read_text())
 
 
