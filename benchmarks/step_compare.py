@@ -13,7 +13,10 @@ copy moved by half its scale: long tile lists, as late in a long run). The
 first config runs twice: the spread between its two runs (float atomics add
 in any order) is the yardstick for the others. Prints, per config and
 attribute, the mean absolute difference to the first run relative to the
-attribute's mean magnitude.
+attribute's mean magnitude; with --as-sets, after matching each splat to the
+first run's nearest (by position), since a refinement may put the same
+relocated splats into other slots (4048077 and HEAD do: a slot-by-slot
+comparison across a refinement then differs by several percent).
 """
 
 import argparse
@@ -58,12 +61,34 @@ def relative_differences(a: dict, b: dict) -> dict:
     return out
 
 
+def match_rows(a: dict, b: dict) -> dict:
+    """``b`` with its splats (and their moments) reordered to ``a``'s: each of
+    ``a``'s splats takes ``b``'s nearest in every attribute, each column scaled
+    by its spread (a relocated splat's copies share its parameters and differ
+    in their moments; counts must agree)."""
+    from scipy.spatial import cKDTree
+
+    keys = [k for k in a if k.startswith("model/") and k in b and a[k].shape == b[k].shape]
+    n = len(a["model/params/means"])
+    if not keys or any(len(a[k]) != n for k in keys):
+        return b
+
+    def features(d):
+        cols = np.concatenate([d[k].reshape(n, -1).astype(np.float64) for k in keys], axis=1)
+        return cols / (ref_std + 1e-30)
+
+    ref_std = np.concatenate([a[k].reshape(n, -1).astype(np.float64) for k in keys], axis=1).std(0)
+    _, order = cKDTree(features(b)).query(features(a))
+    return {k: (v[order] if k in keys else v) for k, v in b.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path)
     ap.add_argument("--config", action="append", default=[], help="NAME or NAME:ITEMS (quality_sweep.py)")
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--inflate", type=int, default=1)
+    ap.add_argument("--as-sets", action="store_true", help="match splats by position before comparing")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     configs = [parse_config(c) for c in args.config or ["defaults"]]
@@ -96,9 +121,13 @@ def main():
     if base in results:
         for name, _ in configs[1:]:
             if name in results:
-                table[name] = relative_differences(results[base], results[name])
+                other = match_rows(results[base], results[name]) if args.as_sets else results[name]
+                table[name] = relative_differences(results[base], other)
     keys = sorted({k for row in table.values() for k in row})
-    print("[step_compare] mean |x - %s| / mean |x| after %d step(s) from %s" % (base, args.steps, start))
+    print(
+        "[step_compare] mean |x - %s| / mean |x| after %d step(s) from %s%s"
+        % (base, args.steps, start, ", splats matched by position" if args.as_sets else "")
+    )
     print("%-22s" % "config" + "".join("%14s" % k.split("/")[-1][:12] for k in keys))
     print("%-22s" % "" + "".join("%14s" % k.split("/")[0][:13] for k in keys))
     for name, row in table.items():
