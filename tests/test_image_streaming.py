@@ -86,6 +86,20 @@ def test_streamed_images_train_as_resident_ones(scene, tmp_path):
             np.testing.assert_allclose(run["losses"], resident["losses"], rtol=1e-4)
 
 
+@pytest.mark.cuda
+def test_streamed_images_train_as_resident_ones_on_cuda(scene, cuda):
+    """CUDA's streamed path (each step's view staged in mapped pinned host memory, copied
+    into its ring slot on the step's stream): the
+    same first loss as resident images, then agreement to float32 rounding that compounds
+    over the steps (rasterize_bwd's atomic sums add in any order)."""
+    resident = _train(scene, cuda, stream_images=False)
+    streamed = _train(scene, cuda, stream_images=True)
+    assert (resident[0], streamed[0]) == (False, True)
+    assert streamed[1][0] == resident[1][0]
+    np.testing.assert_allclose(streamed[1], resident[1], rtol=1e-4)
+    assert len(streamed[2]["means"]) == len(resident[2]["means"]) > 400
+
+
 def _probe(scene, device, cap):
     """What a resident run's buffers take: (the pool's bytes beside the ground truth and the
     splats, the ground truth's, the pool's bytes without the ground truth, a splat's, the
