@@ -138,3 +138,25 @@ def test_the_controller_predicts_a_drifting_exposure_on_test_views(device, captu
     again = evaluate_run(scene, device, params, max_alpha=run_cfg.max_alpha, isp=isp)
     assert again["psnr_controller"] == pytest.approx(m["psnr_controller"], abs=1e-3)
     assert again["psnr"] == pytest.approx(m["psnr"], abs=1e-3)
+
+
+def test_the_controllers_scratch_is_in_the_memory_budget_from_the_start(device, captures):
+    """Made with the trainer, before the splats' limit is set from what the budget leaves:
+    the controller's phase then allocates nothing (no allocation 80% into a run that the
+    splats may have filled)."""
+    from spirula.data import load_dataset
+
+    scene = load_dataset(captures[1])
+    t, _ = _trainer(scene, device)
+    try:
+        names = lambda: {b.name for b in device.pool.buffers.values() if b.name.startswith("controller.")}  # noqa: E731
+        made = names()
+        w, h = scene.frames[scene.train[0]].width, scene.frames[scene.train[0]].height
+        assert {"controller.%dx%d.%s" % (w, h, k) for k in ("cells", "argmax", "deltas", "partials")} <= made
+        held = device.pool.total_capacity()
+        for _ in range(4):
+            t.train_step()
+        assert t.controller_trained() and names() == made
+        assert device.pool.total_capacity() == held
+    finally:
+        t.free()

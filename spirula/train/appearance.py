@@ -261,6 +261,10 @@ class Appearance:
             self.partials = alloc("ppisp_partials", (PPISP_ROWS * most,), zero=False)
             if controller:
                 self.controller = Controller(device, self.n_frames, self.n_cameras, seed)
+                # its per-view scratch (152 MiB at 1080p) made now, not when its phase starts: the
+                # memory budget then counts it before the splats take the rest (memory.splat_limit)
+                for w, h in sorted({(f.width, f.height) for f in frames}):
+                    self.controller.scratch(w, h)
         if self.bilagrid_on:
             shape = (self.n_frames, *GRID_SHAPE, 12)
             self.grids = alloc("grids", shape, zero=False)
