@@ -107,7 +107,8 @@ def test_the_web_viewer_applies_a_training_images_appearance(run, tmp_path):
     assert exc.value.code in (0, None)
     png = np.asarray(Image.open(tmp_path / (f.name.rsplit(".", 1)[0] + ".png")).convert("RGB"), np.int16)
     assert np.abs(looked - png).max() <= 1  # the viewer's host rounding against render's: 1 level
-    isp, k, _ = appearance_of_view(folder, scene, "train:3")
+    isp, k, _, controller = appearance_of_view(folder, scene, "train:3")
+    assert not controller
     e = float(isp["ppisp"][k])
     assert k == 3 and e == pytest.approx(EXPOSURE)
     inside = (plain > 10) & (plain < 200) & (looked < 250)

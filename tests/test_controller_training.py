@@ -160,3 +160,43 @@ def test_the_controllers_scratch_is_in_the_memory_budget_from_the_start(device, 
         assert device.pool.total_capacity() == held
     finally:
         t.free()
+
+
+def test_render_of_a_test_view_goes_through_the_controller(device, captures, tmp_path):
+    """`spirula render RUN --camera test:0 --appearance-of test:0` on a run whose controller
+    trained: the PNG is the plain render's PNG through the controller's prediction with the
+    test image's camera (apply_appearance(controller=True) on the 8-bit render: within 2
+    levels, the input's rounding moved by the ISP's gain and the prediction), not through
+    the identity; a run without a trained controller refuses a test image in one line."""
+    from PIL import Image
+
+    from spirula.cli.main import main
+    from spirula.data import load_dataset
+    from spirula.errors import UsageError
+    from spirula.train.run import appearance_of_state, appearance_of_view, load_run, train_run
+
+    scene = load_dataset(captures[1])
+    early, done = tmp_path / "early", tmp_path / "done"
+    train_run(scene, _config(iterations=4, ratio=0.5, save_every=0), device, done, log=lambda m: None)
+    cfg, _, _, state = load_run(done)
+    isp = appearance_of_state(state, scene, cfg)
+    f = scene.frames[scene.test[0]]
+    got_isp, frame, cam, controller = appearance_of_view(done, scene, "test:0")
+    assert frame is None and controller and cam == 0 and "controller" in got_isp
+
+    def png(*look):
+        out = tmp_path / ("png%d" % len(look))
+        with pytest.raises(SystemExit) as exc:
+            main(["render", str(done), "--camera", "test:0", *look, "--out", str(out)])
+        assert exc.value.code in (0, None)
+        return np.asarray(Image.open(out / (f.name.rsplit(".", 1)[0] + ".png")).convert("RGB"), np.float32)
+
+    plain, looked = png(), png("--appearance-of", "test:0")
+    to8 = lambda x: np.round(np.clip(x, 0, 1) * 255)  # noqa: E731
+    want = to8(apply_appearance(device, plain / 255, isp, None, cam, controller=True))
+    identity = to8(apply_appearance(device, plain / 255, isp, None, cam))
+    assert np.abs(looked - want).max() <= 2
+    assert np.abs(want - identity).max() > 4  # the prediction is not the identity
+    train_run(scene, _config(iterations=2, controller=False, save_every=0), device, early, log=lambda m: None)
+    with pytest.raises(UsageError, match="no trained controller"):
+        appearance_of_view(early, scene, "test:0")

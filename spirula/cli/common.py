@@ -190,6 +190,7 @@ def appearance_of_option(fn):
         default=None,
         metavar="VIEW",
         help="Apply a training image's fitted exposure and colour (train:K, its image name or dataset index) and"
-        " its camera's vignetting and response; a run trained with --appearance [default: the radiance, as"
-        " splat.ply].",
+        " its camera's vignetting and response, or for a test image (test:K) what PPISP's controller predicts"
+        " from each render (a run trained with --controller); a run trained with --appearance [default: the"
+        " radiance, as splat.ply].",
     )(fn)

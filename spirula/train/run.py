@@ -510,11 +510,15 @@ def view_index(scene, spec: str, option: str = "--camera") -> int:
 
 def appearance_of_view(source, scene, spec: str):
     """``--appearance-of SPEC`` of ``spirula render`` and ``spirula view``: (isp, frame,
-    camera) for :class:`~spirula.train.appearance.AppearanceLook` (training image ``spec``'s
-    exposure and colour, its camera's vignetting and response) from the run ``source`` (a
-    folder or checkpoint) and its dataset ``scene``; a one-line UsageError for a splat file,
-    a run without appearance correction, a missing dataset or a test image."""
+    camera, controller) for :class:`~spirula.train.appearance.AppearanceLook` from the run
+    ``source`` (a folder or checkpoint) and its dataset ``scene``: a training image's fitted
+    exposure and colour with its camera's vignetting and response; a test image (a view
+    nothing was fitted to) through PPISP's controller, which predicts its exposure and
+    colour from each render, when the run trained one. A one-line UsageError for a splat
+    file, a run without appearance correction, a missing dataset, or a test image of a run
+    without a trained controller."""
     from spirula.errors import UsageError
+    from spirula.train.trainer import camera_for_size
 
     if scene is None:
         raise UsageError("--appearance-of %s: %s: the run's dataset is not where it was trained" % (spec, source))
@@ -524,11 +528,15 @@ def appearance_of_view(source, scene, spec: str):
         raise UsageError("%s: trained without appearance correction (--appearance none)" % source)
     i = view_index(scene, spec, "--appearance-of")
     if i not in scene.train:
-        raise UsageError(
-            "--appearance-of %s: a test image has no fitted appearance; pick a training image (train:K)" % spec
-        )
+        if "controller" not in isp:
+            raise UsageError(
+                "--appearance-of %s: a test image has no fitted appearance and %s has no trained controller"
+                " (train with --controller); pick a training image (train:K)" % (spec, source)
+            )
+        f = scene.frames[i]
+        return isp, None, camera_for_size(isp, f.width, f.height), True
     frame = list(scene.train).index(i)
-    return isp, frame, int(isp["cameras"][frame])
+    return isp, frame, int(isp["cameras"][frame]), False
 
 
 def load_run(run: Path):

@@ -52,7 +52,7 @@ class ViewRenderer:
         [N,4] wxyz, scales [N,3] (log), opacities [N] (logit), sh [N,K,3]
         (:func:`spirula.train.run.load_run`'s or :func:`load_source`'s),
         activated on the host as ``spirula render`` does (same numbers).
-        ``appearance``: (isp, frame, camera) of a training image
+        ``appearance``: (isp, frame, camera, controller) of a view
         (:attr:`ViewSource.appearance`), applied to every frame (an
         :class:`~spirula.train.appearance.AppearanceLook`), or None: the radiance."""
         from spirula.render.renderer import Renderer, activate_splats
@@ -174,7 +174,7 @@ class ViewSource:
         max_alpha: the alpha cap the splats were trained with.
         frames: the dataset's training cameras (:class:`~spirula.data.Frame`
             list), empty for a splat.ply or a run whose dataset moved.
-        appearance: (isp, frame, camera) of the training image asked for with
+        appearance: (isp, frame, camera, controller) of the view asked for with
             ``appearance_of`` (:func:`spirula.train.run.appearance_of_view`), or None.
     """
 
