@@ -221,11 +221,12 @@ class Appearance:
     training ``frames`` (the training list: frame k is train image k), and their buffers
     (pool category ``appearance``): the parameters, Adam's gradients and moments, PPISP's
     partial sums, per training image size the corrected image and its gradient, and the
-    ``words`` the step copies from host_in (:meth:`host_words`)."""
+    ``words`` the step copies from host_in (:meth:`host_words`). ``exposures``: [F] stops
+    PPISP's per-image exposures start from (default 0, the identity)."""
 
     def __init__(self, device, mode: str, frames, iterations: int, lr: float = PPISP_LR, grid_lr: float | None = None,
                  controller: bool = False, controller_ratio: float = CONTROLLER_ACTIVATION_RATIO,
-                 controller_lr: float = CONTROLLER_LR, seed: int = 0):  # fmt: skip
+                 controller_lr: float = CONTROLLER_LR, seed: int = 0, exposures=None):  # fmt: skip
         if mode not in MODES or mode == "none":
             raise ValueError("appearance %r: expected one of ppisp, bilagrid, both" % (mode,))
         self.device, self.mode, self.iterations, self.lr = device, mode, iterations, lr
@@ -255,7 +256,10 @@ class Appearance:
             self.image_cameras = alloc("image_cameras", (self.n_frames,), np.uint32, zero=False)
             device.upload(self.image_cameras, np.asarray(self.cameras, np.uint32))
             self.ppisp = alloc("ppisp", (n,), zero=False)
-            device.upload(self.ppisp, ppisp_initial(self.n_frames, self.n_cameras))
+            start = ppisp_initial(self.n_frames, self.n_cameras)
+            if exposures is not None:  # [F] stops, e.g. from EXIF (spirula.data.exif); exposure leads
+                start[: self.n_frames] = np.asarray(exposures, np.float32)
+            device.upload(self.ppisp, start)
             self.ppisp_grads, self.ppisp_m, self.ppisp_v = (alloc("ppisp_" + k, (n,)) for k in ("grads", "m", "v"))
             most = max(ppisp_threads(w, h) for w, h in {(f.width, f.height) for f in frames})
             self.partials = alloc("ppisp_partials", (PPISP_ROWS * most,), zero=False)

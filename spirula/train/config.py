@@ -262,6 +262,14 @@ class TrainConfig:
         gt=0,
         default_help="appearance_lr",
     )
+    exposure_from_exif: bool = setting(
+        True,
+        "Start PPISP's per-image exposures from the photos' EXIF (exposure time, f-number, ISO) where every"
+        " training image has them",
+        flag="--exposure-from-exif",
+        negatable=True,
+        resumable=False,
+    )
     # PPISP's controller (docs/training.md, "Appearance"; docs/design.md §2.8): a small CNN per
     # camera that predicts a view's exposure and colour from its render, trained in the run's
     # last phase (from int(controller_activation_ratio x iterations) on: ISP and splats frozen)

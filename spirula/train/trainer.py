@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from spirula.data.exif import relative_exposures
 from spirula.data.world import WorldTransform
 from spirula.errors import OutOfMemoryError, SpirulaError
 from spirula.render.rasterizer import Rasterizer
@@ -164,10 +165,16 @@ class Trainer:
         mode = cfg.appearance or "none"
         self.appearance = None
         if mode != "none":
+            exposures = None
+            if mode in ("ppisp", "both") and cfg.exposure_from_exif:
+                exposures = relative_exposures(frames)
+                if exposures is not None and log is not None:
+                    log("spirula: PPISP's exposures start from the photos' EXIF: %+.2f to %+.2f stops about their"
+                        " mean" % (exposures.min(), exposures.max()))  # fmt: skip
             self.appearance = Appearance(
                 device, mode, frames, cfg.iterations, cfg.appearance_lr, cfg.bilagrid_lr or cfg.appearance_lr,
                 controller=cfg.controller_for(mode), controller_ratio=cfg.controller_activation_ratio,
-                controller_lr=cfg.controller_lr, seed=cfg.seed,
+                controller_lr=cfg.controller_lr, seed=cfg.seed, exposures=exposures,
             )  # fmt: skip
         self._eval_rasters = {}
         self.io = StepIO(pool)  # the step parameters on the GPU, the host's slots in and out
