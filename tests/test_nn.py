@@ -34,12 +34,15 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
         b_qkv=_f32(rng.normal(0.0, 0.1, 3 * C)),
         w_proj=rng.normal(0.0, C**-0.5, (C, C)),
         b_proj=_f32(rng.normal(0.0, 0.1, C)),
+        xu=_f32(rng.normal(size=(2, 3, 5, 7))),
     )
     c["heads"] = heads
     return c
 
 
 SOFTMAX_SCALE = 0.7
+# nn_upsample_bilinear: (size, align_corners) of 5 x 7 planes: up by non-integer factors, and down
+UPSAMPLES = {"upsample": ((11, 16), False), "upsample_ac": ((11, 16), True), "downsample": ((3, 4), False)}
 
 
 def run_layers(dev, c):
@@ -65,6 +68,7 @@ def run_layers(dev, c):
             attention=nn.multi_head_attention(
                 rec, t(c["xa"]), hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
             ),
+            **{name: nn.upsample_bilinear(rec, t(c["xu"]), size, ac) for name, (size, ac) in UPSAMPLES.items()},
         )
         made.extend(outs.values())
         rec.finish().run()
@@ -91,6 +95,10 @@ def expected(c):
         attention=[
             (ref.multi_head_attention(*args), ref.multi_head_attention_bound(c["xa"], *args[1:])),
         ],
+        **{
+            name: [(ref.upsample_bilinear(c["xu"], size, ac), ref.upsample_bilinear_bound(c["xu"], size, ac))]
+            for name, (size, ac) in UPSAMPLES.items()
+        },
     )
 
 
@@ -118,6 +126,30 @@ def test_softmax_rows_sum_to_one_and_survive_large_logits(backend):
     want, bound = ref.softmax(x), ref.softmax_bound(x)
     assert_near(got, want, bound, 0.0, "softmax large")
     assert np.all(np.abs(got.sum(-1) - 1.0) <= bound.sum(-1) + 4 * ref.U)
+
+
+def test_bilinear_is_torchs(device):
+    """torch's documented outputs: F.interpolate([[1, 2]] as 1x2, size 1x4, bilinear,
+    align_corners False) is [1, 1.25, 1.75, 2] (source points -0.25 clamped, 0.25, 0.75,
+    1.25 clamped); align_corners True, size 1x3: [1, 1.5, 2]; and a plane linear in x and
+    y (which bilinear interpolation reproduces) at a non-integer factor, on the kernel."""
+    x = np.array([[[1.0, 2.0]]])
+    assert ref.upsample_bilinear(x, (1, 4)).ravel().tolist() == [1.0, 1.25, 1.75, 2.0]
+    assert ref.upsample_bilinear(x, (1, 3), align_corners=True).ravel().tolist() == [1.0, 1.5, 2.0]
+    h, w, oh, ow = 6, 9, 13, 20
+    plane = 0.5 + 0.25 * np.arange(h)[:, None] - 0.125 * np.arange(w)[None, :]
+    t = nn.Tensor.from_numpy(device, plane[None])
+    try:
+        rec = device.recorder("test.nn.bilinear")
+        y = nn.upsample_bilinear(rec, t, (oh, ow), align_corners=True)
+        rec.finish().run()
+        sy, sx = np.arange(oh) * (h - 1) / (oh - 1), np.arange(ow) * (w - 1) / (ow - 1)
+        want = 0.5 + 0.25 * sy[:, None] - 0.125 * sx[None, :]
+        bound = ref.upsample_bilinear_bound(plane[None], (oh, ow), True)[0]
+        assert np.all(np.abs(y.numpy()[0] - want) <= bound)
+        y.free()
+    finally:
+        t.free()
 
 
 def test_pack_half_is_numpys_fp16_two_per_word():
@@ -160,7 +192,14 @@ os.environ['SS_PROFILE'] = '1'
 from spirula.backends import open_device
 t.run_layers(open_device(sys.argv[1]), t._case())
 """
-NN_KERNELS = {"nn_linear": 4, "nn_layer_norm": 1, "nn_gelu": 1, "nn_softmax": 2, "nn_matmul": 2}
+NN_KERNELS = {
+    "nn_linear": 4,
+    "nn_layer_norm": 1,
+    "nn_gelu": 1,
+    "nn_softmax": 2,
+    "nn_matmul": 2,
+    "nn_upsample_bilinear": 3,
+}
 
 
 def _profile_rows(backend_name):

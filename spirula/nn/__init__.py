@@ -128,6 +128,21 @@ def gelu(rec, x: Tensor, out: Tensor | None = None) -> Tensor:
     return y
 
 
+def upsample_bilinear(rec, x: Tensor, size, align_corners: bool = False, out: Tensor | None = None) -> Tensor:
+    """torch's F.interpolate(x, size=size, mode="bilinear", align_corners=align_corners) over
+    x's last two axes [..., H, W] -> [..., size[0], size[1]] (kernel nn_upsample_bilinear;
+    no antialiasing, as torch's default)."""
+    if len(x.shape) < 2 or min(x.shape[-2:]) < 1 or min(size) < 1:
+        raise ValueError("upsample_bilinear: x [..., H, W] and size (h, w) >= 1, got %s -> %s" % (x.shape, size))
+    out_h, out_w = int(size[0]), int(size[1])
+    planes = math.prod(x.shape[:-2])
+    y = _out(rec, out, x.shape[:-2] + (out_h, out_w), "nn.upsample")
+    push = dict(planes=planes, in_h=x.shape[-2], in_w=x.shape[-1], out_h=out_h, out_w=out_w,
+                align_corners=int(bool(align_corners)))  # fmt: skip
+    rec.dispatch("nn_upsample_bilinear", Threads(planes * out_h * out_w), dict(x=x.buffer, y=y.buffer), push=push)
+    return y
+
+
 def softmax(rec, x: Tensor, scale: float = 1.0, out: Tensor | None = None) -> Tensor:
     """softmax(scale x) over the last axis (kernel nn_softmax)."""
     rows, width = _rows(x)

@@ -1,7 +1,8 @@
 """The neural-network runtime's layers (spirula/nn/), float64 references of
-shaders/nn_linear.comp, nn_matmul.comp, nn_layer_norm.comp, nn_gelu.comp and nn_softmax.comp,
-each as torch defines the layer (nn.Linear, torch.matmul, nn.LayerNorm, nn.GELU() with the
-erf, softmax over the last axis), and multi-head attention composed from them as
+shaders/nn_linear.comp, nn_matmul.comp, nn_layer_norm.comp, nn_gelu.comp, nn_softmax.comp and
+nn_upsample_bilinear.comp, each as torch defines the layer (nn.Linear, torch.matmul,
+nn.LayerNorm, nn.GELU() with the erf, softmax over the last axis, F.interpolate's bilinear
+mode), and multi-head attention composed from them as
 torch.nn.functional.scaled_dot_product_attention computes it. Weights are whatever the
 caller passes: the tests pass them exactly and rounded to fp16 (``half``)."""
 
@@ -57,6 +58,29 @@ def multi_head_attention(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndar
     p = softmax(matmul(q, k.transpose(0, 2, 1)), 1.0 / math.sqrt(d))
     o = matmul(p, v).transpose(1, 0, 2).reshape(T, C)
     return linear(o, w_proj, b_proj)
+
+
+def _source(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
+    """[n_out] float64: each output index's source coordinate (torch's
+    area_pixel_compute_source_index for the linear modes, the size given)."""
+    d = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        return d * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    return np.maximum((d + 0.5) * (n_in / n_out) - 0.5, 0.0)
+
+
+def upsample_bilinear(x, size, align_corners=False) -> np.ndarray:
+    """F.interpolate(x, size=size, mode="bilinear", align_corners=align_corners) over the
+    last two axes of x (no antialiasing)."""
+    x = np.asarray(x, np.float64)
+    (h, w), (oh, ow) = x.shape[-2:], size
+    sy, sx = _source(h, oh, align_corners), _source(w, ow, align_corners)
+    y0, x0 = np.minimum(sy.astype(np.int64), h - 1), np.minimum(sx.astype(np.int64), w - 1)
+    y1, x1 = np.minimum(y0 + 1, h - 1), np.minimum(x0 + 1, w - 1)
+    ly, lx = (sy - y0)[:, None], (sx - x0)[None, :]
+    top = (1 - lx) * x[..., y0[:, None], x0[None, :]] + lx * x[..., y0[:, None], x1[None, :]]
+    bottom = (1 - lx) * x[..., y1[:, None], x0[None, :]] + lx * x[..., y1[:, None], x1[None, :]]
+    return (1 - ly) * top + ly * bottom
 
 
 # ---- error bounds of the kernels against these references ---------------------------------
@@ -185,3 +209,17 @@ def multi_head_attention_bound(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> n
     e_o = matmul_bound(p, v) + matmul(e_p, np.abs(v)) + matmul(p, ev)
     o, e_o = (a.transpose(1, 0, 2).reshape(T, C) for a in (o, e_o))
     return linear_bound(o, w_proj, b_proj) + e_o @ np.abs(w2).T
+
+
+def upsample_bilinear_bound(x, size, align_corners=False) -> np.ndarray:
+    """nn_upsample_bilinear: each source coordinate s is f32 arithmetic on the index (a
+    division within 2.5 ulp, a product, a difference: |ds| <= 9u (|s| + 1)), and the output
+    moves with it by at most 2M |ds| per axis (M: the plane's largest |x|; the lerps are
+    continuous across a cell's edge, where the truncation may land on either side); the
+    three lerps round within 9u M. Per output element: M (2 |dsy| + 2 |dsx| + 9u)."""
+    x = np.abs(np.asarray(x, np.float64))
+    (h, w), (oh, ow) = x.shape[-2:], size
+    m = x.reshape(x.shape[:-2] + (-1,)).max(-1)[..., None, None]
+    dsy = 9 * U * (_source(h, oh, align_corners) + 1)[:, None]
+    dsx = 9 * U * (_source(w, ow, align_corners) + 1)[None, :]
+    return m * (2 * dsy + 2 * dsx + 9 * U)
