@@ -35,7 +35,11 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
         w_proj=rng.normal(0.0, C**-0.5, (C, C)),
         b_proj=_f32(rng.normal(0.0, 0.1, C)),
         xu=_f32(rng.normal(size=(2, 3, 5, 7))),
+        xc=_f32(rng.normal(size=(2, 4, 9, 11))),
+        bc=_f32(rng.normal(0.0, 0.1, 6)),
     )
+    for name, (o, cin, k, _, _, _) in CONVS.items():
+        c["w_" + name] = rng.normal(0.0, (cin * k * k) ** -0.5, (o, cin, k, k))
     c["heads"] = heads
     return c
 
@@ -43,6 +47,14 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
 SOFTMAX_SCALE = 0.7
 # nn_upsample_bilinear: (size, align_corners) of 5 x 7 planes: up by non-integer factors, and down
 UPSAMPLES = {"upsample": ((11, 16), False), "upsample_ac": ((11, 16), True), "downsample": ((3, 4), False)}
+# nn_conv2d on 4 x 9 x 11 inputs: (out channels, in channels a group, kernel, stride, padding, groups):
+# a 3x3 with a bias, SAM's 7x7 stride-4 patch embedding, a depthwise 7x7, a 1x1 in two groups
+CONVS = {
+    "conv3": (6, 4, 3, 1, 1, 1),
+    "conv_patch": (6, 4, 7, 4, 3, 1),
+    "conv_depthwise": (4, 1, 7, 1, 3, 4),
+    "conv_grouped": (6, 2, 1, 1, 0, 2),
+}
 
 
 def run_layers(dev, c):
@@ -69,6 +81,19 @@ def run_layers(dev, c):
                 rec, t(c["xa"]), hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
             ),
             **{name: nn.upsample_bilinear(rec, t(c["xu"]), size, ac) for name, (size, ac) in UPSAMPLES.items()},
+            **{
+                name: nn.conv2d(
+                    rec,
+                    t(c["xc"]),
+                    hw(c["w_" + name].reshape(o, -1)),
+                    k,
+                    t(c["bc"]) if name == "conv3" else None,
+                    stride,
+                    pad,
+                    groups,
+                )  # fmt: skip
+                for name, (o, _, k, stride, pad, groups) in CONVS.items()
+            },
         )
         made.extend(outs.values())
         rec.finish().run()
@@ -99,7 +124,13 @@ def expected(c):
             name: [(ref.upsample_bilinear(c["xu"], size, ac), ref.upsample_bilinear_bound(c["xu"], size, ac))]
             for name, (size, ac) in UPSAMPLES.items()
         },
+        **{name: [_conv_expected(c, name, *spec)] for name, spec in CONVS.items()},
     )
+
+
+def _conv_expected(c, name, o, cin, k, stride, pad, groups):
+    args = (c["bc"] if name == "conv3" else None, (stride, stride), (pad, pad), groups)
+    return ref.conv2d(c["xc"], ref.half(c["w_" + name]), *args), ref.conv2d_bound(c["xc"], c["w_" + name], *args)
 
 
 def test_layers_match_the_reference_within_their_float_bounds(backend):
@@ -152,6 +183,49 @@ def test_bilinear_is_torchs(device):
         t.free()
 
 
+def test_conv2d_is_torchs_cross_correlation(device):
+    """torch's convolution is a cross-correlation: a 3x3 kernel with 1 at row 0, column 2
+    and padding 1 gives y[i, j] = x[i - 1, j + 1] (zero outside), in the reference and the
+    kernel (exact: one fp16-exact product a pixel)."""
+    x = np.random.default_rng(4).normal(size=(1, 1, 5, 6)).astype(np.float32)
+    w = np.zeros((1, 1, 3, 3))
+    w[0, 0, 0, 2] = 1.0
+    want = np.zeros_like(x)
+    want[0, 0, 1:, :-1] = x[0, 0, :-1, 1:]
+    assert np.array_equal(ref.conv2d(x, w, padding=(1, 1)), want)
+    xt, wt = nn.Tensor.from_numpy(device, x), nn.HalfWeight(device, w.reshape(1, -1))
+    try:
+        rec = device.recorder("test.nn.conv")
+        y = nn.conv2d(rec, xt, wt, 3, padding=1)
+        rec.finish().run()
+        assert np.array_equal(y.numpy(), want)
+        y.free()
+    finally:
+        xt.free()
+        wt.free()
+
+
+def test_conv2d_of_a_centred_one_is_the_input(device):
+    """A 3x3 kernel with 1 at its centre (exact in fp16), padding 1, stride 1: y = x, bit for
+    bit; stride 2 keeps every other pixel of each row and column."""
+    x = np.random.default_rng(3).normal(size=(1, 2, 5, 6)).astype(np.float32)
+    w = np.zeros((2, 1, 3, 3))
+    w[:, 0, 1, 1] = 1.0
+    xt, wt = nn.Tensor.from_numpy(device, x), nn.HalfWeight(device, w.reshape(2, -1))
+    try:
+        rec = device.recorder("test.nn.conv")
+        same = nn.conv2d(rec, xt, wt, 3, padding=1, groups=2)
+        strided = nn.conv2d(rec, xt, wt, 3, stride=2, padding=1, groups=2)
+        rec.finish().run()
+        assert np.array_equal(same.numpy(), x)
+        assert np.array_equal(strided.numpy(), x[:, :, ::2, ::2])
+        same.free()
+        strided.free()
+    finally:
+        xt.free()
+        wt.free()
+
+
 def test_pack_half_is_numpys_fp16_two_per_word():
     w = np.array([[1.0, -2.0, 0.5], [65504.0, 2.0**-24, 3.0]])
     words = nn.pack_half(w)
@@ -199,6 +273,7 @@ NN_KERNELS = {
     "nn_softmax": 2,
     "nn_matmul": 2,
     "nn_upsample_bilinear": 3,
+    "nn_conv2d": 4,
 }
 
 

@@ -112,6 +112,35 @@ def linear(rec, x: Tensor, w: HalfWeight, b: Tensor | None = None, out: Tensor |
     return y
 
 
+def conv2d(rec, x: Tensor, w: HalfWeight, kernel_size, b: Tensor | None = None, stride=1, padding=0, groups: int = 1,
+           out: Tensor | None = None) -> Tensor:  # fmt: skip
+    """torch's F.conv2d (dilation 1, zero padding) of x [N, C, H, W] with ``w`` the [out_c,
+    C / groups, kh, kw] weight as a [out_c, C / groups x kh x kw] :class:`HalfWeight`;
+    ``kernel_size``, ``stride``, ``padding``: an int or (y, x) (kernel nn_conv2d)."""
+
+    def pair(v):
+        return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+    (kh, kw), (sy, sx), (py, px) = pair(kernel_size), pair(stride), pair(padding)
+    if len(x.shape) != 4:
+        raise ValueError("conv2d: x is [N, C, H, W], got %s" % (x.shape,))
+    n, c, h, wd = x.shape
+    if groups < 1 or c % groups or w.n_out % groups or w.n_in != c // groups * kh * kw:
+        raise ValueError(
+            "conv2d: %d input channels in %d groups do not take a [%d, %d] weight of %dx%d kernels"
+            % (c, groups, w.n_out, w.n_in, kh, kw)
+        )
+    oh, ow = (h + 2 * py - kh) // sy + 1, (wd + 2 * px - kw) // sx + 1
+    if oh < 1 or ow < 1:
+        raise ValueError("conv2d: a %dx%d input is smaller than the %dx%d kernel" % (h, wd, kh, kw))
+    y = _out(rec, out, (n, w.n_out, oh, ow), "nn.conv2d")
+    push = dict(batch=n, in_c=c, in_h=h, in_w=wd, out_c=w.n_out, out_h=oh, out_w=ow, kh=kh, kw=kw, stride_y=sy,
+                stride_x=sx, pad_y=py, pad_x=px, groups=int(groups), has_bias=int(b is not None))  # fmt: skip
+    bufs = dict(x=x.buffer, w=w.buffer, bias=b.buffer if b is not None else w.buffer, y=y.buffer)
+    rec.dispatch("nn_conv2d", Threads(y.size), bufs, push=push)
+    return y
+
+
 def layer_norm(rec, x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5, out: Tensor | None = None) -> Tensor:
     """torch's nn.LayerNorm over the last axis (kernel nn_layer_norm)."""
     rows, width = _rows(x)

@@ -1,6 +1,6 @@
 """The neural-network runtime's layers (spirula/nn/), float64 references of
-shaders/nn_linear.comp, nn_matmul.comp, nn_layer_norm.comp, nn_gelu.comp, nn_softmax.comp and
-nn_upsample_bilinear.comp, each as torch defines the layer (nn.Linear, torch.matmul,
+shaders/nn_linear.comp, nn_matmul.comp, nn_layer_norm.comp, nn_gelu.comp, nn_softmax.comp,
+nn_upsample_bilinear.comp and nn_conv2d.comp (F.conv2d), each as torch defines the layer (nn.Linear, torch.matmul,
 nn.LayerNorm, nn.GELU() with the erf, softmax over the last axis, F.interpolate's bilinear
 mode), and multi-head attention composed from them as
 torch.nn.functional.scaled_dot_product_attention computes it. Weights are whatever the
@@ -81,6 +81,29 @@ def upsample_bilinear(x, size, align_corners=False) -> np.ndarray:
     top = (1 - lx) * x[..., y0[:, None], x0[None, :]] + lx * x[..., y0[:, None], x1[None, :]]
     bottom = (1 - lx) * x[..., y1[:, None], x0[None, :]] + lx * x[..., y1[:, None], x1[None, :]]
     return (1 - ly) * top + ly * bottom
+
+
+def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0), groups=1) -> np.ndarray:
+    """F.conv2d(x [N, C, H, W], w [O, C / groups, kh, kw], b, stride, padding, groups), zero
+    padding, dilation 1."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    (sy, sx), (py, px) = stride, padding
+    n, c, h, wd = x.shape
+    o, cin, kh, kw = w.shape
+    xp = np.zeros((n, c, h + 2 * py, wd + 2 * px))
+    xp[:, :, py : py + h, px : px + wd] = x
+    oh, ow = (h + 2 * py - kh) // sy + 1, (wd + 2 * px - kw) // sx + 1
+    # windows[n, c, i, j, u, v] = xp[n, c, i sy + u, j sx + v]
+    windows = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::sy, ::sx][:, :, :oh, :ow]
+    per = o // groups
+    y = np.concatenate(
+        [
+            np.einsum("ncijuv,ocuv->noij", windows[:, g * cin : (g + 1) * cin], w[g * per : (g + 1) * per])
+            for g in range(groups)
+        ],
+        axis=1,
+    )
+    return y if b is None else y + np.asarray(b, np.float64)[None, :, None, None]
 
 
 # ---- error bounds of the kernels against these references ---------------------------------
@@ -223,3 +246,13 @@ def upsample_bilinear_bound(x, size, align_corners=False) -> np.ndarray:
     dsy = 9 * U * (_source(h, oh, align_corners) + 1)[:, None]
     dsx = 9 * U * (_source(w, ow, align_corners) + 1)[None, :]
     return m * (2 * dsy + 2 * dsx + 9 * U)
+
+
+def conv2d_bound(x, w, b=None, stride=(1, 1), padding=(0, 0), groups=1) -> np.ndarray:
+    """nn_conv2d against conv2d(x, half(w), b, ...): as nn_linear's, a sum of at most
+    K + 1 = C / groups kh kw + 1 terms in order: gamma(K + 1) (sum |x w| + |b|), the sum of
+    |x w| being the convolution of |x| with |half(w)|."""
+    w16 = np.abs(half(w))
+    k = w16.shape[1] * w16.shape[2] * w16.shape[3]
+    bias = None if b is None else np.abs(np.asarray(b, np.float64))
+    return gamma(k + 1) * conv2d(np.abs(np.asarray(x, np.float64)), w16, bias, stride, padding, groups)
