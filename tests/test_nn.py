@@ -40,6 +40,8 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
     )
     for name, (o, cin, k, _, _, _) in CONVS.items():
         c["w_" + name] = rng.normal(0.0, (cin * k * k) ** -0.5, (o, cin, k, k))
+    for name, (per, k, _, _, _, _) in TCONVS.items():
+        c["w_" + name] = rng.normal(0.0, 0.3, (4, per, k, k))
     c["heads"] = heads
     return c
 
@@ -55,6 +57,9 @@ CONVS = {
     "conv_depthwise": (4, 1, 7, 1, 3, 4),
     "conv_grouped": (6, 2, 1, 1, 0, 2),
 }
+# nn_conv_transpose2d on 4 x 9 x 11 inputs: (out channels a group, kernel, stride, padding, output
+# padding, groups): SAM's mask decoder's 2x2 stride 2, and a 3x3 stride 2 in two groups
+TCONVS = {"tconv_up2": (3, 2, 2, 0, 0, 1), "tconv_grouped": (2, 3, 2, 1, 1, 2)}
 
 
 def run_layers(dev, c):
@@ -94,6 +99,20 @@ def run_layers(dev, c):
                 )  # fmt: skip
                 for name, (o, _, k, stride, pad, groups) in CONVS.items()
             },
+            **{
+                name: nn.conv_transpose2d(
+                    rec,
+                    t(c["xc"]),
+                    hw(nn.conv_transpose_weight(c["w_" + name], groups)),
+                    k,
+                    None,
+                    stride,
+                    pad,
+                    opad,
+                    groups,
+                )  # fmt: skip
+                for name, (_, k, stride, pad, opad, groups) in TCONVS.items()
+            },
         )
         made.extend(outs.values())
         rec.finish().run()
@@ -125,7 +144,14 @@ def expected(c):
             for name, (size, ac) in UPSAMPLES.items()
         },
         **{name: [_conv_expected(c, name, *spec)] for name, spec in CONVS.items()},
+        **{name: [_tconv_expected(c, name, *spec)] for name, spec in TCONVS.items()},
     )
+
+
+def _tconv_expected(c, name, per, k, stride, pad, opad, groups):
+    args = (None, (stride, stride), (pad, pad), (opad, opad), groups)
+    w = c["w_" + name]
+    return ref.conv_transpose2d(c["xc"], ref.half(w), *args), ref.conv_transpose2d_bound(c["xc"], w, *args)
 
 
 def _conv_expected(c, name, o, cin, k, stride, pad, groups):
@@ -205,6 +231,18 @@ def test_conv2d_is_torchs_cross_correlation(device):
         wt.free()
 
 
+def test_conv_transpose2d_spreads_each_pixel_over_its_kernel():
+    """The reference's definition on an analytic case: a 2x2 stride-2 transposed convolution
+    of one channel puts each input pixel's 2x2 block x w side by side (SAM's upscaling), so
+    a weight of ones doubles the image in each direction by repetition."""
+    x = np.arange(6.0).reshape(1, 1, 2, 3)
+    y = ref.conv_transpose2d(x, np.ones((1, 1, 2, 2)), stride=(2, 2))
+    assert np.array_equal(y[0, 0], np.repeat(np.repeat(x[0, 0], 2, 0), 2, 1))
+    w = np.arange(8.0).reshape(2, 1, 2, 2)  # [in 2, out 1, 2, 2]
+    m = nn.conv_transpose_weight(w)  # [out 1, in 2 x 2 x 2] in the order (in, row, column)
+    assert m.tolist() == [[0, 1, 2, 3, 4, 5, 6, 7]]
+
+
 def test_conv2d_of_a_centred_one_is_the_input(device):
     """A 3x3 kernel with 1 at its centre (exact in fp16), padding 1, stride 1: y = x, bit for
     bit; stride 2 keeps every other pixel of each row and column."""
@@ -274,6 +312,7 @@ NN_KERNELS = {
     "nn_matmul": 2,
     "nn_upsample_bilinear": 3,
     "nn_conv2d": 4,
+    "nn_conv_transpose2d": 2,
 }
 
 

@@ -92,6 +92,11 @@ def _rows(x: Tensor) -> tuple:
     return x.size // max(width, 1), width
 
 
+def _pair(v) -> tuple:
+    """An int or (y, x) as (y, x)."""
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+
 def _out(rec, out, shape, name) -> Tensor:
     if out is None:
         return Tensor.empty(rec.device, shape, name)
@@ -118,10 +123,7 @@ def conv2d(rec, x: Tensor, w: HalfWeight, kernel_size, b: Tensor | None = None, 
     C / groups, kh, kw] weight as a [out_c, C / groups x kh x kw] :class:`HalfWeight`;
     ``kernel_size``, ``stride``, ``padding``: an int or (y, x) (kernel nn_conv2d)."""
 
-    def pair(v):
-        return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
-
-    (kh, kw), (sy, sx), (py, px) = pair(kernel_size), pair(stride), pair(padding)
+    (kh, kw), (sy, sx), (py, px) = _pair(kernel_size), _pair(stride), _pair(padding)
     if len(x.shape) != 4:
         raise ValueError("conv2d: x is [N, C, H, W], got %s" % (x.shape,))
     n, c, h, wd = x.shape
@@ -138,6 +140,42 @@ def conv2d(rec, x: Tensor, w: HalfWeight, kernel_size, b: Tensor | None = None, 
                 stride_x=sx, pad_y=py, pad_x=px, groups=int(groups), has_bias=int(b is not None))  # fmt: skip
     bufs = dict(x=x.buffer, w=w.buffer, bias=b.buffer if b is not None else w.buffer, y=y.buffer)
     rec.dispatch("nn_conv2d", Threads(y.size), bufs, push=push)
+    return y
+
+
+def conv_transpose_weight(w, groups: int = 1) -> np.ndarray:
+    """torch's ConvTranspose2d weight [in_c, out_c / groups, kh, kw] as the [out_c, in_c /
+    groups x kh x kw] matrix nn_conv_transpose2d reads (each output channel's row in the
+    order input channel, row, column), for a :class:`HalfWeight`."""
+    w = np.asarray(w, np.float32)
+    c, per, kh, kw = w.shape
+    cin = c // groups
+    # [groups, cin, per, kh, kw] -> [groups, per, cin, kh, kw] -> [out_c, cin kh kw]
+    return w.reshape(groups, cin, per, kh, kw).transpose(0, 2, 1, 3, 4).reshape(groups * per, cin * kh * kw)
+
+
+def conv_transpose2d(rec, x: Tensor, w: HalfWeight, kernel_size, b: Tensor | None = None, stride=1, padding=0,
+                     output_padding=0, groups: int = 1, out: Tensor | None = None) -> Tensor:  # fmt: skip
+    """torch's F.conv_transpose2d (dilation 1) of x [N, C, H, W]; ``w``: a :class:`HalfWeight`
+    of :func:`conv_transpose_weight`; ``kernel_size``, ``stride``, ``padding``,
+    ``output_padding``: an int or (y, x) (kernel nn_conv_transpose2d)."""
+    (kh, kw), (sy, sx), (py, px), (ay, ax) = (_pair(v) for v in (kernel_size, stride, padding, output_padding))
+    if len(x.shape) != 4:
+        raise ValueError("conv_transpose2d: x is [N, C, H, W], got %s" % (x.shape,))
+    n, c, h, wd = x.shape
+    if groups < 1 or c % groups or w.n_out % groups or w.n_in != c // groups * kh * kw:
+        raise ValueError(
+            "conv_transpose2d: %d input channels in %d groups do not take a [%d, %d] weight of %dx%d kernels"
+            % (c, groups, w.n_out, w.n_in, kh, kw)
+        )
+    oh, ow = (h - 1) * sy - 2 * py + kh + ay, (wd - 1) * sx - 2 * px + kw + ax
+    if oh < 1 or ow < 1:
+        raise ValueError("conv_transpose2d: padding %s leaves no output of a %dx%d input" % ((py, px), h, wd))
+    y = _out(rec, out, (n, w.n_out, oh, ow), "nn.conv_transpose2d")
+    push = dict(batch=n, in_c=c, in_h=h, in_w=wd, out_c=w.n_out, out_h=oh, out_w=ow, kh=kh, kw=kw, stride_y=sy,
+                stride_x=sx, pad_y=py, pad_x=px, groups=int(groups), has_bias=int(b is not None))  # fmt: skip
+    bufs = dict(x=x.buffer, w=w.buffer, bias=b.buffer if b is not None else w.buffer, y=y.buffer)
+    rec.dispatch("nn_conv_transpose2d", Threads(y.size), bufs, push=push)
     return y
 
 

@@ -1,10 +1,11 @@
 """The neural-network runtime's layers (spirula/nn/), float64 references of
 shaders/nn_linear.comp, nn_matmul.comp, nn_layer_norm.comp, nn_gelu.comp, nn_softmax.comp,
-nn_upsample_bilinear.comp and nn_conv2d.comp (F.conv2d), each as torch defines the layer (nn.Linear, torch.matmul,
-nn.LayerNorm, nn.GELU() with the erf, softmax over the last axis, F.interpolate's bilinear
-mode), and multi-head attention composed from them as
-torch.nn.functional.scaled_dot_product_attention computes it. Weights are whatever the
-caller passes: the tests pass them exactly and rounded to fp16 (``half``)."""
+nn_upsample_bilinear.comp, nn_conv2d.comp and nn_conv_transpose2d.comp, each as torch
+defines the layer (nn.Linear, torch.matmul, nn.LayerNorm, nn.GELU() with the erf, softmax
+over the last axis, F.interpolate's bilinear mode, F.conv2d, F.conv_transpose2d), and
+multi-head attention composed from them as torch.nn.functional.scaled_dot_product_attention
+computes it. Weights are whatever the caller passes: the tests pass them exactly and rounded
+to fp16 (``half``)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,27 @@ def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0), groups=1) -> np.ndarray:
         ],
         axis=1,
     )
+    return y if b is None else y + np.asarray(b, np.float64)[None, :, None, None]
+
+
+def conv_transpose2d(x, w, b=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0), groups=1) -> np.ndarray:
+    """F.conv_transpose2d(x [N, C, H, W], w [C, O / groups, kh, kw], ...), dilation 1, as
+    the scatter it is defined by: each input pixel adds x w into the output at (i sy - py +
+    u, j sx - px + v)."""
+    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
+    (sy, sx), (py, px), (ay, ax) = stride, padding, output_padding
+    n, c, h, wd = x.shape
+    _, per, kh, kw = w.shape
+    cin = c // groups
+    full = np.zeros((n, per * groups, (h - 1) * sy + kh + ay, (wd - 1) * sx + kw + ax))
+    for g in range(groups):
+        xs, ws = x[:, g * cin : (g + 1) * cin], w[g * cin : (g + 1) * cin]
+        for u in range(kh):
+            for v in range(kw):
+                full[:, g * per : (g + 1) * per, u : u + (h - 1) * sy + 1 : sy, v : v + (wd - 1) * sx + 1 : sx] += (
+                    np.einsum("ncij,co->noij", xs, ws[:, :, u, v])
+                )
+    y = full[:, :, py : full.shape[2] - py, px : full.shape[3] - px]
     return y if b is None else y + np.asarray(b, np.float64)[None, :, None, None]
 
 
@@ -256,3 +278,13 @@ def conv2d_bound(x, w, b=None, stride=(1, 1), padding=(0, 0), groups=1) -> np.nd
     k = w16.shape[1] * w16.shape[2] * w16.shape[3]
     bias = None if b is None else np.abs(np.asarray(b, np.float64))
     return gamma(k + 1) * conv2d(np.abs(np.asarray(x, np.float64)), w16, bias, stride, padding, groups)
+
+
+def conv_transpose2d_bound(x, w, b=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0), groups=1):
+    """nn_conv_transpose2d against conv_transpose2d(x, half(w), ...): a sum of at most K + 1 =
+    C / groups kh kw + 1 terms in order, gamma(K + 1) (sum |x w| + |b|)."""
+    w16 = np.abs(half(w))
+    k = w16.shape[0] // groups * w16.shape[2] * w16.shape[3]
+    bias = None if b is None else np.abs(np.asarray(b, np.float64))
+    x = np.abs(np.asarray(x, np.float64))
+    return gamma(k + 1) * conv_transpose2d(x, w16, bias, stride, padding, output_padding, groups)
