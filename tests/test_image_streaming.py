@@ -4,21 +4,17 @@ budget and the VRAM it leaves to the images, the one line when even the ring doe
 fit, and the peak host memory in metrics.json."""
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from train_cases import random_init, tiny_scene
+from train_cases import random_init, run_one_thread, tiny_scene
 
 from spirula.errors import OutOfMemoryError
 from spirula.train import memory
 from spirula.train.config import TrainConfig
 from spirula.train.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parent.parent
 STEPS = 30  # past the first densification (MCMC refines every 100 steps from 500: set to 10 below)
 
 
@@ -66,12 +62,7 @@ def test_streamed_images_train_as_resident_ones(scene, tmp_path):
     two resident runs already differ in the last bit after ~8 steps (the sums' order), so
     the comparison runs in a process of its own; elsewhere (a GPU) the losses agree to
     float32 rounding that compounds over the steps."""
-    env = dict(os.environ, LP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH")]))
-    code = "import json, test_image_streaming as t; print(json.dumps(t.compare_runs(%r)))" % str(scene.path)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_one_thread("test_image_streaming", "compare_runs", scene.path)
     runs = out["runs"]
     assert [runs[k]["streamed"] for k in ("resident", "streamed", "decoded")] == [False, True, True]
     resident = runs["resident"]

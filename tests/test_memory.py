@@ -4,7 +4,6 @@ budget (--vram-budget) lowers it too, and running out mid-growth ends in a
 checkpoint and one line. On the tiny COLMAP scene of train_cases.py."""
 
 import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from train_cases import random_init, tiny_scene
+from train_cases import random_init, run_one_thread, tiny_scene
 
 from spirula.errors import OutOfMemoryError
 from spirula.render.rasterizer import CHUNK_ENV
@@ -98,12 +97,7 @@ def test_growth_leaves_the_training_result_unchanged(scene):
     float atomics in another order (256-entry chunks, SPIRULA_RASTER_CHUNK) do. float32
     storage: with compact storage a last-bit difference can flip a stochastic rounding
     (tests/test_compact.py)."""
-    env = dict(os.environ, LP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH")]))
-    code = "import json, test_memory as t; print(json.dumps(t.growth_runs(%r)))" % str(scene.path)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_one_thread("test_memory", "growth_runs", scene.path)
     grow, reordered, room = (out["runs"][k] for k in ("grow", "reordered", "room"))
     assert grow["history"] == room["history"] == reordered["history"]
     assert len(grow["splats"]["means"]) > 400  # it grew

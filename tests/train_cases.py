@@ -90,3 +90,22 @@ def refine(trainer, step: int):
         changes = s.refine(trainer.model, trainer.stats, step, trainer.extent, trainer.device)
     trainer.adopt(changes)
     return changes
+
+
+def run_one_thread(module: str, function: str, path) -> dict:
+    """``module.function(str(path))``'s JSON, computed in a process of its own with lavapipe on
+    one thread (LP_NUM_THREADS=1): its workgroups then run in order, so float atomics add in
+    one order and two runs of the same work agree bit for bit (with several threads they
+    differ in the last bits, by the threads' timing). ``module``: a test module of tests/."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    env = dict(os.environ, LP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tests.parent), str(tests), env.get("PYTHONPATH")]))
+    code = "import json, %s as t; print(json.dumps(t.%s(%r)))" % (module, function, str(path))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])

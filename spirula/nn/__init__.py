@@ -117,30 +117,42 @@ def linear(rec, x: Tensor, w: HalfWeight, b: Tensor | None = None, out: Tensor |
     return y
 
 
+def _conv(rec, kernel: str, x: Tensor, w: HalfWeight, b, kernel_size, stride, padding, groups: int, size_of, out):
+    """nn_conv2d / nn_conv_transpose2d: the shapes checked, the output ``size_of(h, w)`` made,
+    the dispatch recorded."""
+    (kh, kw), (sy, sx), (py, px) = _pair(kernel_size), _pair(stride), _pair(padding)
+    name = kernel[len("nn_") :]
+    if len(x.shape) != 4:
+        raise ValueError("%s: x is [N, C, H, W], got %s" % (name, x.shape))
+    n, c, h, wd = x.shape
+    if groups < 1 or c % groups or w.n_out % groups or w.n_in != c // groups * kh * kw:
+        raise ValueError(
+            "%s: %d input channels in %d groups do not take a [%d, %d] weight of %dx%d kernels"
+            % (name, c, groups, w.n_out, w.n_in, kh, kw)
+        )
+    oh, ow = size_of(h, wd, kh, kw, sy, sx, py, px)
+    if oh < 1 or ow < 1:
+        raise ValueError(
+            "%s: a %dx%d input leaves no output (kernel %dx%d, padding %d, %d)" % (name, h, wd, kh, kw, py, px)
+        )
+    y = _out(rec, out, (n, w.n_out, oh, ow), "nn." + name)
+    push = dict(batch=n, in_c=c, in_h=h, in_w=wd, out_c=w.n_out, out_h=oh, out_w=ow, kh=kh, kw=kw, stride_y=sy,
+                stride_x=sx, pad_y=py, pad_x=px, groups=int(groups), has_bias=int(b is not None))  # fmt: skip
+    bufs = dict(x=x.buffer, w=w.buffer, bias=b.buffer if b is not None else w.buffer, y=y.buffer)
+    rec.dispatch(kernel, Threads(y.size), bufs, push=push)
+    return y
+
+
 def conv2d(rec, x: Tensor, w: HalfWeight, kernel_size, b: Tensor | None = None, stride=1, padding=0, groups: int = 1,
            out: Tensor | None = None) -> Tensor:  # fmt: skip
     """torch's F.conv2d (dilation 1, zero padding) of x [N, C, H, W] with ``w`` the [out_c,
     C / groups, kh, kw] weight as a [out_c, C / groups x kh x kw] :class:`HalfWeight`;
     ``kernel_size``, ``stride``, ``padding``: an int or (y, x) (kernel nn_conv2d)."""
 
-    (kh, kw), (sy, sx), (py, px) = _pair(kernel_size), _pair(stride), _pair(padding)
-    if len(x.shape) != 4:
-        raise ValueError("conv2d: x is [N, C, H, W], got %s" % (x.shape,))
-    n, c, h, wd = x.shape
-    if groups < 1 or c % groups or w.n_out % groups or w.n_in != c // groups * kh * kw:
-        raise ValueError(
-            "conv2d: %d input channels in %d groups do not take a [%d, %d] weight of %dx%d kernels"
-            % (c, groups, w.n_out, w.n_in, kh, kw)
-        )
-    oh, ow = (h + 2 * py - kh) // sy + 1, (wd + 2 * px - kw) // sx + 1
-    if oh < 1 or ow < 1:
-        raise ValueError("conv2d: a %dx%d input is smaller than the %dx%d kernel" % (h, wd, kh, kw))
-    y = _out(rec, out, (n, w.n_out, oh, ow), "nn.conv2d")
-    push = dict(batch=n, in_c=c, in_h=h, in_w=wd, out_c=w.n_out, out_h=oh, out_w=ow, kh=kh, kw=kw, stride_y=sy,
-                stride_x=sx, pad_y=py, pad_x=px, groups=int(groups), has_bias=int(b is not None))  # fmt: skip
-    bufs = dict(x=x.buffer, w=w.buffer, bias=b.buffer if b is not None else w.buffer, y=y.buffer)
-    rec.dispatch("nn_conv2d", Threads(y.size), bufs, push=push)
-    return y
+    def size_of(h, wd, kh, kw, sy, sx, py, px):
+        return (h + 2 * py - kh) // sy + 1, (wd + 2 * px - kw) // sx + 1
+
+    return _conv(rec, "nn_conv2d", x, w, b, kernel_size, stride, padding, groups, size_of, out)
 
 
 def conv_transpose_weight(w, groups: int = 1) -> np.ndarray:
@@ -159,24 +171,12 @@ def conv_transpose2d(rec, x: Tensor, w: HalfWeight, kernel_size, b: Tensor | Non
     """torch's F.conv_transpose2d (dilation 1) of x [N, C, H, W]; ``w``: a :class:`HalfWeight`
     of :func:`conv_transpose_weight`; ``kernel_size``, ``stride``, ``padding``,
     ``output_padding``: an int or (y, x) (kernel nn_conv_transpose2d)."""
-    (kh, kw), (sy, sx), (py, px), (ay, ax) = (_pair(v) for v in (kernel_size, stride, padding, output_padding))
-    if len(x.shape) != 4:
-        raise ValueError("conv_transpose2d: x is [N, C, H, W], got %s" % (x.shape,))
-    n, c, h, wd = x.shape
-    if groups < 1 or c % groups or w.n_out % groups or w.n_in != c // groups * kh * kw:
-        raise ValueError(
-            "conv_transpose2d: %d input channels in %d groups do not take a [%d, %d] weight of %dx%d kernels"
-            % (c, groups, w.n_out, w.n_in, kh, kw)
-        )
-    oh, ow = (h - 1) * sy - 2 * py + kh + ay, (wd - 1) * sx - 2 * px + kw + ax
-    if oh < 1 or ow < 1:
-        raise ValueError("conv_transpose2d: padding %s leaves no output of a %dx%d input" % ((py, px), h, wd))
-    y = _out(rec, out, (n, w.n_out, oh, ow), "nn.conv_transpose2d")
-    push = dict(batch=n, in_c=c, in_h=h, in_w=wd, out_c=w.n_out, out_h=oh, out_w=ow, kh=kh, kw=kw, stride_y=sy,
-                stride_x=sx, pad_y=py, pad_x=px, groups=int(groups), has_bias=int(b is not None))  # fmt: skip
-    bufs = dict(x=x.buffer, w=w.buffer, bias=b.buffer if b is not None else w.buffer, y=y.buffer)
-    rec.dispatch("nn_conv_transpose2d", Threads(y.size), bufs, push=push)
-    return y
+    ay, ax = _pair(output_padding)
+
+    def size_of(h, wd, kh, kw, sy, sx, py, px):
+        return (h - 1) * sy - 2 * py + kh + ay, (wd - 1) * sx - 2 * px + kw + ax
+
+    return _conv(rec, "nn_conv_transpose2d", x, w, b, kernel_size, stride, padding, groups, size_of, out)
 
 
 def layer_norm(rec, x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5, out: Tensor | None = None) -> Tensor:
