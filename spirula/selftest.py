@@ -951,8 +951,8 @@ def check_sift(dev):
 def check_nn(dev):
     """The neural-network runtime's kernels (spirula/nn/) in one recorded sequence against the
     float64 reference (spirula/reference/nn.py), each within its derived float bound:
-    nn_linear (fp16 weights), nn_layer_norm, nn_gelu, nn_softmax, and nn_matmul inside
-    global multi-head attention."""
+    nn_linear (fp16 weights), nn_layer_norm, nn_gelu, nn_softmax, nn_matmul inside
+    global multi-head attention, nn_upsample_bilinear, nn_conv2d and nn_conv_transpose2d."""
     from spirula import nn
     from spirula.reference import nn as ref
 
@@ -967,6 +967,12 @@ def check_nn(dev):
     T, C, heads = 6, 8, 2
     xa, b1, b2 = f32(rng.normal(size=(T, C))), f32(rng.normal(0.0, 0.1, 3 * C)), f32(rng.normal(0.0, 0.1, C))
     w1, w2 = rng.normal(0.0, C**-0.5, (3 * C, C)), rng.normal(0.0, C**-0.5, (C, C))
+    xu = f32(rng.normal(size=(2, 5, 6)))
+    xc, wc, wt = (
+        f32(rng.normal(size=(1, 4, 9, 10))),
+        rng.normal(0.0, 0.2, (6, 2, 3, 3)),
+        rng.normal(0.0, 0.3, (4, 3, 2, 2)),
+    )
     made = []
 
     def t(a):
@@ -985,6 +991,9 @@ def check_nn(dev):
             nn.gelu(rec, t(xg)),
             nn.softmax(rec, t(xs), 0.7),
             nn.multi_head_attention(rec, t(xa), hw(w1), t(b1), hw(w2), t(b2), heads),
+            nn.upsample_bilinear(rec, t(xu), (9, 13)),
+            nn.conv2d(rec, t(xc), hw(wc.reshape(6, -1)), 3, stride=2, padding=1, groups=2),
+            nn.conv_transpose2d(rec, t(xc), hw(nn.conv_transpose_weight(wt)), 2, stride=2),
         ]
         made.extend(outs)
         rec.finish().run()
@@ -1004,6 +1013,27 @@ def check_nn(dev):
             ref.multi_head_attention(*attn),
             ref.multi_head_attention_bound(xa, *attn[1:]),
             "f32 bound",
+        ),  # fmt: skip
+        _within(
+            "nn_upsample_bilinear",
+            got[5],
+            ref.upsample_bilinear(xu, (9, 13)),
+            ref.upsample_bilinear_bound(xu, (9, 13)),
+            "f32 bound",
+        ),  # fmt: skip
+        _within(
+            "nn_conv2d",
+            got[6],
+            ref.conv2d(xc, ref.half(wc), None, (2, 2), (1, 1), 2),
+            ref.conv2d_bound(xc, wc, None, (2, 2), (1, 1), 2),
+            "f32 sum",
+        ),  # fmt: skip
+        _within(
+            "nn_conv_transpose2d",
+            got[7],
+            ref.conv_transpose2d(xc, ref.half(wt), None, (2, 2)),
+            ref.conv_transpose2d_bound(xc, wt, None, (2, 2)),
+            "f32 sum",
         ),  # fmt: skip
     ]
 
