@@ -9,7 +9,7 @@
 //   binding 0  normals       [C,H,W,3]  f32  read
 //   binding 1  depths        [C,H,W]    f32  read
 //   binding 2  alphas        [C,H,W]    f32  read
-//   binding 3  cameras       [C,32]     f32  read   viewmat (unused) then fx, fy, cx, cy
+//   binding 3  cameras       [C,32]     f32  read   camera records: model, lens, fx, fy, cx, cy
 //   binding 4  grad_loss     [C,H,W]    f32  read   g
 //   binding 5  grad_normals  [C,H,W,3]  f32  write  dL/dN
 //   binding 6  grad_depths   [C,H,W]    f32  write  dL/d depth
@@ -36,7 +36,7 @@ layout(push_constant) uniform Push {
 
 // dL/dN, dL/dA, dL/dB of pixel (u, v) of the image starting at pixel base (any pixel:
 // false and zeros where it has no depth normal)
-FN bool pixel_vjp(uint base, int u, int v, vec4 K, OUT(vec3) gN, OUT(vec3) gA, OUT(vec3) gB) {
+FN bool pixel_vjp(uint base, int u, int v, Lens L, vec4 K, OUT(vec3) gN, OUT(vec3) gA, OUT(vec3) gB) {
     gN = vec3(0.0f);
     gA = vec3(0.0f);
     gB = vec3(0.0f);
@@ -47,10 +47,13 @@ FN bool pixel_vjp(uint base, int u, int v, vec4 K, OUT(vec3) gN, OUT(vec3) gA, O
     uint p = base + y * pc.width + x;
     float d0 = depths[p], dU = depths[p - pc.width], dD = depths[p + pc.width];
     float dL = depths[p - 1u], dR = depths[p + 1u];
-    vec3 A = dD * pixel_ray(x, y + 1u, K) - dU * pixel_ray(x, y - 1u, K);
-    vec3 B = dR * pixel_ray(x + 1u, y, K) - dL * pixel_ray(x - 1u, y, K);
+    vec3 rU, rD, rL, rR, r0;
+    bool rays = view_ray(L, K, x, y, r0) && view_ray(L, K, x, y - 1u, rU) && view_ray(L, K, x, y + 1u, rD) &&
+                view_ray(L, K, x - 1u, y, rL) && view_ray(L, K, x + 1u, y, rR);
+    vec3 A = dD * rD - dU * rU;
+    vec3 B = dR * rR - dL * rL;
     vec3 c = cross(A, B);
-    if (!(d0 > 0.0f && dU > 0.0f && dD > 0.0f && dL > 0.0f && dR > 0.0f && dot(c, c) > NC_MIN_CROSS2)) {
+    if (!(rays && d0 > 0.0f && dU > 0.0f && dD > 0.0f && dL > 0.0f && dR > 0.0f && dot(c, c) > NC_MIN_CROSS2)) {
         return false;
     }
     vec3 N = vec3(normals[3u * p], normals[3u * p + 1u], normals[3u * p + 2u]);
@@ -64,21 +67,24 @@ FN void normal_consistency_bwd_body(uint i) {
     int u = int(i % pc.width), v = int((i % hw) / pc.width);
     vec4 K = vec4(cameras[CAMERA_FLOATS * c + 16u], cameras[CAMERA_FLOATS * c + 17u], cameras[CAMERA_FLOATS * c + 18u],
                   cameras[CAMERA_FLOATS * c + 19u]);
+    Lens L = LOAD_VIEW_LENS(cameras, c);
     vec3 gN, gA, gB, own;
-    pixel_vjp(base, u, v, K, own, gA, gB);
+    pixel_vjp(base, u, v, L, K, own, gA, gB);
     vec3 gP = vec3(0.0f);  // dL/dP of this pixel, from the neighbours that use it
-    pixel_vjp(base, u, v - 1, K, gN, gA, gB);
+    pixel_vjp(base, u, v - 1, L, K, gN, gA, gB);
     gP += gA;
-    pixel_vjp(base, u, v + 1, K, gN, gA, gB);
+    pixel_vjp(base, u, v + 1, L, K, gN, gA, gB);
     gP -= gA;
-    pixel_vjp(base, u - 1, v, K, gN, gA, gB);
+    pixel_vjp(base, u - 1, v, L, K, gN, gA, gB);
     gP += gB;
-    pixel_vjp(base, u + 1, v, K, gN, gA, gB);
+    pixel_vjp(base, u + 1, v, L, K, gN, gA, gB);
     gP -= gB;
     grad_normals[3u * i] = own.x;
     grad_normals[3u * i + 1u] = own.y;
     grad_normals[3u * i + 2u] = own.z;
-    grad_depths[i] = dot(pixel_ray(uint(u), uint(v), K), gP);
+    vec3 ray;  // gP is 0 where the lens does not reach this pixel (no neighbour uses it)
+    view_ray(L, K, uint(u), uint(v), ray);
+    grad_depths[i] = dot(ray, gP);
 }
 
 void main() {

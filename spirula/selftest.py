@@ -719,16 +719,23 @@ def check_pack(dev):
 
 
 def check_normal_consistency(dev):
-    """normal_consistency_fwd/bwd (--geometry) on a smooth depth surface with holes, against
-    the float64 reference (tests/test_normals.py: 2e-5 of each output's largest)."""
+    """normal_consistency_fwd/bwd (--geometry) on a smooth depth surface with holes, seen by
+    a pinhole and by a fisheye whose corners lie past its valid angle (the rays through the
+    lens, lens_ray), against the float64 reference (tests/test_normals.py: 2e-5 of each
+    output's largest)."""
     from spirula.reference.normals import normal_consistency_bwd, normal_consistency_case, normal_consistency_fwd
+    from spirula.reference.projection import OPENCV_FISHEYE, PINHOLE
+    from spirula.render.raster_buffers import pack_cameras
     from spirula.train.normal_consistency import record_normal_consistency
 
     N, d, a, Ks, g = normal_consistency_case()
     C, H, W = d.shape
-    from spirula.render.raster_buffers import pack_cameras
-
-    cams = pack_cameras(np.broadcast_to(np.eye(4), (C, 4, 4)), Ks)
+    models = [PINHOLE] * (C - 1) + [OPENCV_FISHEYE]
+    dists = np.zeros((C, 12))
+    dists[-1, 0] = -0.05  # theta_d stops growing at theta 2.58 rad: the corners have no ray
+    Ks = Ks.copy()
+    Ks[-1] = [[4.5, 0, 8.6], [0, 4.6, 6.4], [0, 0, 1]]
+    cams = pack_cameras(np.broadcast_to(np.eye(4), (C, 4, 4)), Ks, models, dists)
     f32 = np.float32
     arrays = dict(normals=N, depths=d, alphas=a, cameras=cams, grad_loss=g)
     bufs = {k: dev.pool.alloc("selftest.nc." + k, v.shape, f32) for k, v in arrays.items()}
@@ -747,7 +754,7 @@ def check_normal_consistency(dev):
     finally:
         for b in bufs.values():
             dev.pool.free(b)
-    want = [normal_consistency_fwd(N, d, a, Ks), *normal_consistency_bwd(N, d, a, Ks, g)]
+    want = [normal_consistency_fwd(N, d, a, Ks, models, dists), *normal_consistency_bwd(N, d, a, Ks, g, models, dists)]
     names = ("normal_consistency_fwd", "normal_consistency_bwd", "normal_consistency_bwd")
     return [_within(n, x, w, 2e-5 * np.abs(w).max(), "2e-5 max|ref|") for n, x, w in zip(names, got, want)]
 

@@ -28,10 +28,12 @@ def sphere_cameras(n: int) -> list:
     return views
 
 
-def ray_sphere_depth(viewmat, K, width: int, height: int) -> np.ndarray:
-    """[H,W] camera z of the sphere's surface at each pixel centre (0: missed)."""
+def ray_sphere_depth(viewmat, K, width: int, height: int, d_cam=None) -> np.ndarray:
+    """[H,W] camera z of the sphere's surface at each pixel centre (0: missed); with
+    ``d_cam`` [H,W,3] (the pixels' rays through a lens) the distance along them instead."""
     i, j = np.mgrid[0:height, 0:width]
-    d_cam = np.stack([(j + 0.5 - K[0, 2]) / K[0, 0], (i + 0.5 - K[1, 2]) / K[1, 1], np.ones_like(i, float)], -1)
+    if d_cam is None:
+        d_cam = np.stack([(j + 0.5 - K[0, 2]) / K[0, 0], (i + 0.5 - K[1, 2]) / K[1, 1], np.ones_like(i, float)], -1)
     R, t = viewmat[:3, :3], viewmat[:3, 3]
     o = -R.T @ t  # camera centre in the world
     d = d_cam @ R  # world directions (R^T d_cam), z-component 1 in the camera
@@ -52,15 +54,22 @@ def _texture(p: np.ndarray) -> np.ndarray:
     return np.clip(base, 0.25, 0.9)
 
 
-def write_sphere_scene(root: Path, n_cams: int = 24, width: int = 64, height: int = 48, focal: float = 60.0):
-    """Write the scene as COLMAP (images/, sparse/0) under root; returns (root, truth)."""
+def write_sphere_scene(
+    root: Path, n_cams: int = 24, width: int = 64, height: int = 48, focal: float = 60.0, fisheye_k=None
+):
+    """Write the scene as COLMAP (images/, sparse/0) under root; returns (root, truth). With
+    ``fisheye_k`` (k1..k4) the camera is an OPENCV_FISHEYE of that focal length."""
+    from spirula.data.lenses import pixel_rays
+
     K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
     views = sphere_cameras(n_cams)
     images = []
+    i, j = np.mgrid[0:height, 0:width]
+    d_cam = np.stack([(j + 0.5 - K[0, 2]) / K[0, 0], (i + 0.5 - K[1, 2]) / K[1, 1], np.ones_like(i, float)], -1)
+    if fisheye_k is not None:
+        d_cam = pixel_rays("OPENCV_FISHEYE", K, list(fisheye_k) + [0.0] * 8, width, height)[0]
     for v in views:
-        z = ray_sphere_depth(v, K, width, height)
-        i, j = np.mgrid[0:height, 0:width]
-        d_cam = np.stack([(j + 0.5 - K[0, 2]) / K[0, 0], (i + 0.5 - K[1, 2]) / K[1, 1], np.ones_like(i, float)], -1)
+        z = ray_sphere_depth(v, K, width, height, d_cam)
         p_world = (d_cam * z[..., None] - v[:3, 3]) @ v[:3, :3]
         col = np.where((z > 0)[..., None], _texture(p_world / RADIUS), 0.0)
         images.append(np.rint(col * 255).astype(np.uint8))
@@ -78,7 +87,8 @@ def write_sphere_scene(root: Path, n_cams: int = 24, width: int = 64, height: in
     saved = data_fixtures.W, data_fixtures.H
     data_fixtures.W, data_fixtures.H = width, height  # write_colmap's image size
     try:
-        params = [focal, focal, width / 2, height / 2]
-        return write_colmap(Path(root), truth, binary=True, params=params, images=images), truth
+        params = [focal, focal, width / 2, height / 2] + ([] if fisheye_k is None else list(fisheye_k))
+        model = "PINHOLE" if fisheye_k is None else "OPENCV_FISHEYE"
+        return write_colmap(Path(root), truth, binary=True, model=model, params=params, images=images), truth
     finally:
         data_fixtures.W, data_fixtures.H = saved

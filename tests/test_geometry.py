@@ -168,13 +168,16 @@ def test_flatten_weight_is_checked():
         TrainConfig(flatten_weight=-1.0)
 
 
-def test_normal_consistency_training_lowers_the_normal_error(tmp_path):
+@pytest.mark.parametrize("lens", ["pinhole", "fisheye"])
+def test_normal_consistency_training_lowers_the_normal_error(tmp_path, lens):
     """The shape test of the normal consistency: the synthetic sphere trained 150 steps with
     and without it (weight 0.5 from step 50: ten times --geometry's 0.05, to show in so short
     a run). Over the training views, the mean per-pixel loss a (1 - N . n_d) of the rendered
     normal image against the normal of the rendered depth (the reference's, in float64) must
-    fall by more than 4% (seen: 0.2727 -> 0.2492, 8.6%; repeatable on lavapipe: same seed, same
-    numbers), and not by turning the sphere transparent."""
+    fall by more than 4% (seen: pinhole 0.2728 -> 0.2495, 8.5%; through an OPENCV_FISHEYE,
+    issue 39's rays through the lens and depth along them, 0.2626 -> 0.2359, 10.2%;
+    repeatable on lavapipe: same seed, same numbers), and not by turning the sphere
+    transparent."""
     from geometry_cases import write_sphere_scene
 
     from spirula.backends import get_device
@@ -183,11 +186,16 @@ def test_normal_consistency_training_lowers_the_normal_error(tmp_path):
     from spirula.render.api import rasterization
 
     W, H = 48, 36
-    root, _ = write_sphere_scene(tmp_path / "sphere", n_cams=8, width=W, height=H, focal=45.0)
+    fisheye_k = (0.1, 0.0, 0.0, 0.0) if lens == "fisheye" else None
+    root, _ = write_sphere_scene(tmp_path / "sphere", n_cams=8, width=W, height=H, focal=45.0, fisheye_k=fisheye_k)
     scene = load_dataset(root)
     device = get_device()
     frames = [scene.frames[i] for i in scene.train]
+    assert frames[0].model == ("OPENCV_FISHEYE" if fisheye_k else "PINHOLE")
     vm, Ks = np.stack([f.viewmat for f in frames]), np.stack([f.K for f in frames])
+    models = [f.model for f in frames]
+    dists = np.stack([np.zeros(12) if f.dist is None else f.dist for f in frames])
+    ids = [{"PINHOLE": 0, "OPENCV_FISHEYE": 2}[m] for m in models]  # shaders/include/camera.glsl
     out = {}
     for weight in (0.0, 0.5):
         p = _train(scene, device, normal_weight=weight, normal_from=50)
@@ -204,12 +212,15 @@ def test_normal_consistency_training_lowers_the_normal_error(tmp_path):
             0,
             normals=True,
             device=device,
+            camera_models=models if fisheye_k else None,
+            dists=dists if fisheye_k else None,
         )
         a = alphas[..., 0]
-        loss = normal_consistency_fwd(meta["normals"], depths[..., 0] * a, a, Ks)  # the trained depth image
+        # the trained depth image, through the lens as the kernels read it
+        loss = normal_consistency_fwd(meta["normals"], depths[..., 0] * a, a, Ks, ids, dists)
         out[weight] = (float(loss.mean()), float(a.mean()))
     (l0, a0), (l1, a1) = out[0.0], out[0.5]
-    print("normal consistency %.4f -> %.4f, mean alpha %.3f -> %.3f" % (l0, l1, a0, a1))
+    print("%s: normal consistency %.4f -> %.4f, mean alpha %.3f -> %.3f" % (lens, l0, l1, a0, a1))
     assert l1 < 0.96 * l0
     assert a1 > 0.9 * a0
 

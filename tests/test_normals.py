@@ -80,16 +80,17 @@ def test_splat_normals_face_the_camera_along_the_smallest_axis():
     np.testing.assert_allclose(np.abs(np.einsum("ij,nj->ni", vm[0, :3, :3], axis)), np.abs(n[0]), atol=1e-12)
 
 
-def _cameras(Ks):
+def _cameras(Ks, models=None, dists=None):
     from spirula.render.raster_buffers import pack_cameras
 
-    return pack_cameras(np.broadcast_to(np.eye(4), (len(Ks), 4, 4)), Ks)
+    return pack_cameras(np.broadcast_to(np.eye(4), (len(Ks), 4, 4)), Ks, models, dists)
 
 
-def run_normal_consistency(dev, N, d, a, Ks, g):
+def run_normal_consistency(dev, N, d, a, Ks, g, models=None, dists=None):
     C, H, W = d.shape
     f32 = np.float32
-    inputs = dict(normals=N.astype(f32), depths=d.astype(f32), alphas=a.astype(f32), cameras=_cameras(Ks))
+    cameras = _cameras(Ks, models, dists)
+    inputs = dict(normals=N.astype(f32), depths=d.astype(f32), alphas=a.astype(f32), cameras=cameras)
     push = dict(width=W, height=H, count=C * H * W)  # 1 workgroup of 256 < C H W: grid-stride
     fwd = run_kernel(dev, "normal_consistency_fwd", (1,), inputs, {"out_loss": ((C, H, W), f32)}, push=push)
     bwd = run_kernel(
@@ -117,6 +118,113 @@ def test_kernels_match_reference(backend):
         assert np.isfinite(got).all(), what
         np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), err_msg=what)
     assert (loss == 0).sum() == (want_loss == 0).sum()  # the border and the holes' pixels
+
+
+# ---- through a lens (issue 39): P = depth x the pixel's ray through the lens ---------------
+
+# (model, K, dist) of each lens on the 17 x 13 images of normal_consistency_case: a strongly
+# distorted OPENCV (radial, tangential, thin prism), a fisheye whose corners (a fifth of the
+# image) lie past its valid angle (k1 < 0: theta_d stops growing at theta 2.58 rad, td 1.72),
+# a full sphere
+LENSES = {
+    "OPENCV": (
+        np.array([[10.0, 0, 8.8], [0, 11.0, 6.3], [0, 0, 1]]),
+        [-0.25, 0.05, 0.01, 0.0, 0.0, 0.0, 1e-3, -2e-3, 1e-3, 0.0, -1e-3, 0.0],
+    ),
+    "OPENCV_FISHEYE": (np.array([[4.5, 0, 8.6], [0, 4.6, 6.4], [0, 0, 1]]), [-0.05, 0, 0, 0] + [0] * 8),
+    "EQUIRECTANGULAR": (np.array([[17 / (2 * np.pi), 0, 8.5], [0, 13 / np.pi, 6.5], [0, 0, 1]]), [0.0] * 12),
+}
+MODEL_IDS = {"PINHOLE": 0, "OPENCV": 1, "OPENCV_FISHEYE": 2, "EQUIRECTANGULAR": 3}  # camera.glsl
+
+
+@pytest.mark.parametrize("model", sorted(LENSES))
+def test_lens_ray_inverts_the_lens_and_agrees_with_the_data_layer(model):
+    """The reference's lens_ray (Newton on lens_project's Jacobian; bisection for the fisheye)
+    against spirula.data.lenses.pixel_rays (Newton on central differences; the demo ray
+    tracer's rays) and against the projection it inverts: the pixel comes back to 1e-9 px."""
+    from spirula.data.lenses import pixel_rays
+    from spirula.reference.projection import lens_project, lens_ray
+
+    K, dist = LENSES[model]
+    H, W = 13, 17
+    v, u = np.mgrid[0:H, 0:W] + 0.5
+    ray, ok = lens_ray(MODEL_IDS[model], dist, K, np.stack([u, v], -1))
+    dirs, valid = pixel_rays(model, K, dist, W, H)
+    np.testing.assert_array_equal(ok, valid)
+    assert ok.sum() >= 0.6 * ok.size and (model != "OPENCV_FISHEYE" or not ok.all())
+    unit = ray / np.linalg.norm(ray, axis=-1, keepdims=True)
+    np.testing.assert_allclose(unit[ok], dirs[ok], atol=1e-9)
+    back, _, inside = lens_project(MODEL_IDS[model], dist, K, ray[ok])
+    assert inside.all()
+    np.testing.assert_allclose(back, np.stack([u, v], -1)[ok], atol=1e-9)
+    if model != "OPENCV":  # depth along a fisheye's or a sphere's ray is the distance
+        np.testing.assert_allclose(np.linalg.norm(ray[ok], axis=-1), 1.0, rtol=1e-12)
+
+
+def _plane_depths(model, n, h, H=13, W=17):
+    """The depths (as the lens measures them) of the plane n . X = h seen through ``model``'s
+    lens, 0 where a pixel's ray misses it or the lens does not reach the pixel."""
+    from spirula.reference.projection import lens_ray
+
+    K, dist = LENSES[model]
+    v, u = np.mgrid[0:H, 0:W] + 0.5
+    ray, ok = lens_ray(MODEL_IDS[model], dist, K, np.stack([u, v], -1))
+    s = h / (ray @ n)  # P = s ray on the plane
+    return np.where(ok & (s > 0), s, 0.0)
+
+
+@pytest.mark.parametrize("model", sorted(LENSES))
+def test_depth_normal_of_a_plane_through_a_lens(model):
+    """A plane's depths through each lens: every pixel with a depth normal has the plane's
+    normal (towards the camera), to float64 rounding; those the lens does not reach have none."""
+    n = np.array([0.3, -0.2, -1.0]) if model != "EQUIRECTANGULAR" else np.array([0.2, 1.0, 0.1])
+    n /= np.linalg.norm(n)
+    d = _plane_depths(model, n, -2.0)
+    K, dist = LENSES[model]
+    got, valid = depth_normals(d[None], K[None], [MODEL_IDS[model]], [dist])
+    assert valid.sum() >= 0.25 * valid.size  # the sphere sees the plane on one side
+    np.testing.assert_allclose(got[valid], np.broadcast_to(n, (int(valid.sum()), 3)), atol=1e-10)
+    assert not valid[0][d == 0].any()
+
+
+@pytest.mark.parametrize("model", sorted(LENSES))
+def test_kernels_match_reference_through_a_lens(backend, model):
+    """The kernels through each lens against the reference, as test_kernels_match_reference.
+    The rays come from Newton's method to float32 rounding (and sin, cos within an ulp or
+    two on lavapipe, 2^-21 on NVIDIA's units): a few ulps of |ray|, which the differences
+    A, B of neighbouring points magnify by f / 2 (< 6 here; 15 in the pinhole case), so the
+    pinhole's 2e-5 bound holds. A pixel the fisheye does not reach has no loss and passes
+    no gradient to its depth."""
+    N, d, a, _, g = _case()
+    K, dist = LENSES[model]
+    Ks = np.stack([K, K])
+    models, dists = [MODEL_IDS[model]] * 2, [dist] * 2
+    loss, gn, gd = run_normal_consistency(backend, N, d, a, Ks, g, models, dists)
+    want_loss = normal_consistency_fwd(N, d, a, Ks, models, dists)
+    want_gn, want_gd = normal_consistency_bwd(N, d, a, Ks, g, models, dists)
+    for got, want, what in ((loss, want_loss, "loss"), (gn, want_gn, "grad_normals"), (gd, want_gd, "grad_depths")):
+        assert np.isfinite(got).all(), what
+        np.testing.assert_allclose(got, want, atol=2e-5 * np.abs(want).max(), err_msg=what)
+    np.testing.assert_array_equal(loss == 0, want_loss == 0)
+    if model == "OPENCV_FISHEYE":
+        assert (want_gd == 0).sum() > (normal_consistency_bwd(N, d, a, Ks, g)[1] == 0).sum()
+
+
+def test_kernel_plane_through_a_fisheye_has_no_loss(backend):
+    """Rendered normals equal to a plane's, depths the plane's through the fisheye: the
+    kernel's loss is 0 to float32 rounding everywhere (it is ~1 where the pinhole ray is used
+    for a fisheye's pixels, as before issue 39's lens rays)."""
+    n = np.array([0.3, -0.2, -1.0])
+    n /= np.linalg.norm(n)
+    d = _plane_depths("OPENCV_FISHEYE", n, -2.0)[None]
+    a = np.ones_like(d)
+    N = np.broadcast_to(n, d.shape + (3,)).copy()
+    K, dist = LENSES["OPENCV_FISHEYE"]
+    loss, _, _ = run_normal_consistency(backend, N, d, a, K[None], np.ones_like(d), [2], [dist])
+    assert (loss[0][1:-1, 1:-1] != 0).sum() == 0 or np.abs(loss).max() < 1e-5
+    assert np.abs(loss).max() < 1e-5
+    pinhole, _, _ = run_normal_consistency(backend, N, d, a, K[None], np.ones_like(d))
+    assert np.abs(pinhole).max() > 1e-2
 
 
 # ---- the normal image (projection_fwd + rasterize_fwd with NORMALS) ---------------------

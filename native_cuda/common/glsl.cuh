@@ -119,6 +119,13 @@ SPIRULA_FN vec2& operator+=(vec2& a, vec2 b) {
     a.y += b.y;
     return a;
 }
+SPIRULA_FN vec2& operator-=(vec2& a, vec2 b) {
+    a.x -= b.x;
+    a.y -= b.y;
+    return a;
+}
+SPIRULA_FN float dot(vec2 a, vec2 b) { return a.x * b.x + a.y * b.y; }
+SPIRULA_FN float length(vec2 v) { return sqrtf(dot(v, v)); }
 SPIRULA_FN vec2 operator/(vec2 a, float s) { return {a.x / s, a.y / s}; }
 SPIRULA_FN vec2 operator-(vec2 a, float s) { return {a.x - s, a.y - s}; }
 SPIRULA_FN vec2 operator+(vec2 a, float s) { return {a.x + s, a.y + s}; }

@@ -242,6 +242,59 @@ FN vec2 lens_project(Lens L, vec4 f, vec3 p, OUT(vec3) j0, OUT(vec3) j1) {
     return vec2(f.x * n.x + f.z, f.y * n.y + f.w);
 }
 
+// Newton steps of lens_ray: quadratic convergence from the undistorted guess; 8 reach float32
+// rounding for every lens whose valid domain reaches the pixel (tests/test_normals.py)
+const int LENS_RAY_STEPS = 8;
+
+// The inverse of lens_project: the camera-space ray of pixel position uv, scaled as
+// lens_depth measures depth along it (P = depth ray): OPENCV (x/z, y/z, 1), FISHEYE and
+// EQUIRECTANGULAR a unit vector. False where the lens's valid domain does not reach uv (ray
+// then +z). OPENCV by Newton's method on the 2x2 Jacobian of the distortion, FISHEYE by
+// Newton on the increasing theta_d(theta) kept in [0, limit], EQUIRECTANGULAR closed form.
+FN bool lens_ray(Lens L, vec4 f, vec2 uv, OUT(vec3) ray) {
+    vec2 m = (uv - vec2(f.z, f.w)) / vec2(f.x, f.y);  // distorted normalized coordinates
+    ray = vec3(0.0f, 0.0f, 1.0f);
+    if (L.model == CAMERA_OPENCV) {
+        vec2 xy = m;
+        vec3 j0, j1;
+        for (int k = 0; k < LENS_RAY_STEPS; ++k) {
+            vec2 r = lens_project(L, vec4(1.0f, 1.0f, 0.0f, 0.0f), vec3(xy.x, xy.y, 1.0f), j0, j1) - m;
+            float det = j0.x * j1.y - j0.y * j1.x;  // d distorted / d (x, y) at z = 1
+            if (!(abs(det) > 1e-12f)) {
+                return false;
+            }
+            xy -= vec2(j1.y * r.x - j0.y * r.y, j0.x * r.y - j1.x * r.x) / det;
+        }
+        vec2 r = lens_project(L, vec4(1.0f, 1.0f, 0.0f, 0.0f), vec3(xy.x, xy.y, 1.0f), j0, j1) - m;
+        bool ok = dot(xy, xy) <= L.limit && dot(r, r) <= 1e-10f * (1.0f + dot(m, m));
+        ray = ok ? vec3(xy.x, xy.y, 1.0f) : ray;
+        return ok;
+    }
+    if (L.model == CAMERA_OPENCV_FISHEYE) {
+        float td = length(m), t = min(td, L.limit);
+        for (int k = 0; k < LENS_RAY_STEPS; ++k) {
+            float t2 = t * t;
+            float P = 1.0f + t2 * (L.ka.x + t2 * (L.ka.y + t2 * (L.ka.z + t2 * L.ka.w)));
+            float dP = L.ka.x + t2 * (2.0f * L.ka.y + t2 * (3.0f * L.ka.z + 4.0f * t2 * L.ka.w));
+            t = clamp(t - (t * P - td) / (P + 2.0f * t2 * dP), 0.0f, L.limit);  // d (t P) / dt > 0 below limit
+        }
+        float t2 = t * t;
+        float err = t * (1.0f + t2 * (L.ka.x + t2 * (L.ka.y + t2 * (L.ka.z + t2 * L.ka.w)))) - td;
+        if (!(abs(err) <= 1e-5f * (1.0f + td))) {
+            return false;  // past theta_d(limit): the fisheye's black border
+        }
+        float s = td > 1e-20f ? sin(t) / td : 1.0f;
+        ray = vec3(s * m.x, s * m.y, cos(t));
+        return true;
+    }
+    if (!(abs(m.x) <= 0.5f * TWO_PI && abs(m.y) <= 0.25f * TWO_PI)) {
+        return false;  // past the longitudes' turn or a pole
+    }
+    float cl = cos(m.y);
+    ray = vec3(cl * sin(m.x), sin(m.y), cl * cos(m.x));
+    return true;
+}
+
 // The six sigma points of a Gaussian at pcam whose camera-space axes (already times
 // UT_SPREAD) are the columns of A: point k = pcam + (k even ? 1 : -1) A[k / 2].
 FN vec3 sigma_point(vec3 pcam, mat3 A, int k) { return (k & 1) == 0 ? pcam + A[k >> 1] : pcam - A[k >> 1]; }

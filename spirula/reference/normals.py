@@ -3,7 +3,11 @@ normal_consistency_bwd.comp, and of the splat normals the rasterizer is to blend
 
 Conventions (docs/design.md): OpenCV cameras (x right, y down, z forward), pixel centres at
 +0.5, depth = camera z. A pixel (u, v) of depth d is the camera-space point
-P = d ((u + 0.5 - cx) / fx, (v + 0.5 - cy) / fy, 1). The depth normal of an interior pixel is
+P = d ((u + 0.5 - cx) / fx, (v + 0.5 - cy) / fy, 1); through a lens (``models``, ``dists`` as
+:func:`spirula.reference.projection.projection_fwd` takes them) P = d ray, ray the pixel's
+:func:`~spirula.reference.projection.lens_ray` (depth as the lens measures it: camera z
+through OPENCV, the distance through a fisheye or an equirectangular camera), and a pixel
+the lens does not reach has no point. The depth normal of an interior pixel is
 
     n_d = normalize(cross(P(u, v+1) - P(u, v-1), P(u+1, v) - P(u-1, v)))
 
@@ -122,38 +126,38 @@ def render_normals_bwd(
     return out
 
 
-def _points(depths, Ks):
-    """Camera-space points of every pixel, [C,H,W,3], and the rays (P = d ray)."""
+def _points(depths, Ks, models=None, dists=None):
+    """Camera-space points of every pixel, [C,H,W,3], the rays (P = d ray) and where the
+    lens reaches the pixel [C,H,W] bool."""
+    from spirula.reference.projection import _lenses, lens_ray
+
     d = np.asarray(depths, np.float64)
     C, H, W = d.shape
     K = np.asarray(Ks, np.float64)
-    u = np.arange(W) + 0.5
-    v = np.arange(H) + 0.5
+    models, dists = _lenses(models, dists, C)
+    v, u = np.mgrid[0:H, 0:W] + 0.5
     ray = np.empty((C, H, W, 3))
-    ray[..., 0] = (u[None, None, :] - K[:, 0, 2, None, None]) / K[:, 0, 0, None, None]
-    ray[..., 1] = (v[None, :, None] - K[:, 1, 2, None, None]) / K[:, 1, 1, None, None]
-    ray[..., 2] = 1.0
-    return d[..., None] * ray, ray
+    ok = np.ones((C, H, W), bool)
+    for c in range(C):
+        ray[c], ok[c] = lens_ray(int(models[c]), dists[c], K[c], np.stack([u, v], -1))
+    return d[..., None] * ray, ray, ok
 
 
-def _interior(depths):
-    """(A, B, valid) of the interior pixels [C,H-2,W-2]: the depth-normal differences and
-    where the pixel and its four neighbours have depth > 0."""
-    d = np.asarray(depths, np.float64)
-    pos = d > 0
-    valid = pos[:, 1:-1, 1:-1] & pos[:, 2:, 1:-1] & pos[:, :-2, 1:-1] & pos[:, 1:-1, 2:] & pos[:, 1:-1, :-2]
-    return valid
+def _interior(depths, reached):
+    """Where the interior pixels [C,H-2,W-2] and their four neighbours have depth > 0 and a ray."""
+    pos = (np.asarray(depths, np.float64) > 0) & reached
+    return pos[:, 1:-1, 1:-1] & pos[:, 2:, 1:-1] & pos[:, :-2, 1:-1] & pos[:, 1:-1, 2:] & pos[:, 1:-1, :-2]
 
 
-def depth_normals(depths, Ks):
+def depth_normals(depths, Ks, models=None, dists=None):
     """The depth normal of every pixel, [C,H,W,3] float64, and where it exists [C,H,W] bool."""
     d = np.asarray(depths, np.float64)
-    P, _ = _points(d, Ks)
+    P, _, reached = _points(d, Ks, models, dists)
     A = P[:, 2:, 1:-1] - P[:, :-2, 1:-1]  # along v
     B = P[:, 1:-1, 2:] - P[:, 1:-1, :-2]  # along u
     c = np.cross(A, B)
     c2 = (c * c).sum(-1)
-    ok = _interior(d) & (c2 > NC_MIN_CROSS2)
+    ok = _interior(d, reached) & (c2 > NC_MIN_CROSS2)
     n = np.zeros(d.shape + (3,))
     valid = np.zeros(d.shape, bool)
     n[:, 1:-1, 1:-1] = np.where(ok[..., None], c / np.sqrt(np.where(ok, c2, 1.0))[..., None], 0.0)
@@ -161,27 +165,28 @@ def depth_normals(depths, Ks):
     return n, valid
 
 
-def normal_consistency_fwd(normals, depths, alphas, Ks):
+def normal_consistency_fwd(normals, depths, alphas, Ks, models=None, dists=None):
     """Per-pixel loss l = a (1 - N . n_d), [C,H,W] float64 (0 where no depth normal).
-    ``normals`` [C,H,W,3] rendered, ``depths``/``alphas`` [C,H,W], ``Ks`` [C,3,3]."""
-    n_d, valid = depth_normals(depths, Ks)
+    ``normals`` [C,H,W,3] rendered, ``depths``/``alphas`` [C,H,W], ``Ks`` [C,3,3], the lenses
+    ``models`` [C], ``dists`` [C,12] (None: pinholes)."""
+    n_d, valid = depth_normals(depths, Ks, models, dists)
     N = np.asarray(normals, np.float64)
     a = np.asarray(alphas, np.float64)
     return np.where(valid, a * (1.0 - (N * n_d).sum(-1)), 0.0)
 
 
-def normal_consistency_bwd(normals, depths, alphas, Ks, grad_loss):
+def normal_consistency_bwd(normals, depths, alphas, Ks, grad_loss, models=None, dists=None):
     """The vector-Jacobian product of :func:`normal_consistency_fwd` with ``grad_loss``
     [C,H,W]: (grad_normals [C,H,W,3], grad_depths [C,H,W]), float64. With c = A x B,
     n_d = c / |c|, g = dL/dl: dL/dN = -g a n_d; dL/dc = -g a (N - n_d (n_d . N)) / |c|;
     dL/dA = B x dL/dc, dL/dB = dL/dc x A; each neighbour's depth gets ray . dL/d(its P),
     + for P(u, v+1) and P(u+1, v), - for P(u, v-1) and P(u-1, v)."""
     d = np.asarray(depths, np.float64)
-    n_d, valid = depth_normals(d, Ks)
+    n_d, valid = depth_normals(d, Ks, models, dists)
     N = np.asarray(normals, np.float64)
     g = np.where(valid, np.asarray(grad_loss, np.float64) * np.asarray(alphas, np.float64), 0.0)
     grad_n = -g[..., None] * n_d
-    P, ray = _points(d, Ks)
+    P, ray, _ = _points(d, Ks, models, dists)
     A = P[:, 2:, 1:-1] - P[:, :-2, 1:-1]
     B = P[:, 1:-1, 2:] - P[:, 1:-1, :-2]
     c = np.cross(A, B)

@@ -322,6 +322,59 @@ def lens_project(model: int, dist, K, p):
     return np.where(ok[..., None], uv, 0.0), np.where(ok[..., None, None], J, 0.0), ok
 
 
+def lens_ray(model: int, dist, K, uv):
+    """The inverse of :func:`lens_project`: the camera-space ray [...,3] of pixel positions uv
+    [...,2], scaled as the lens measures depth along it (P = depth ray: PINHOLE and OPENCV
+    (x/z, y/z, 1), OPENCV_FISHEYE and EQUIRECTANGULAR a unit vector), and whether the lens's
+    valid domain reaches each (elsewhere the ray is +z). OPENCV by Newton's method on
+    :func:`lens_project`'s Jacobian (50 steps, float64), OPENCV_FISHEYE by bisection of the
+    increasing theta_d(theta) on [0, limit] (60 halvings), EQUIRECTANGULAR in closed form."""
+    uv = _f64(uv)
+    d = np.zeros(DIST_PARAMS) if dist is None else _f64(dist)
+    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+    mx, my = (uv[..., 0] - cx) / fx, (uv[..., 1] - cy) / fy
+    one = np.ones_like(mx)
+    if model == PINHOLE:
+        return np.stack([mx, my, one], -1), np.ones(mx.shape, bool)
+    if model == EQUIRECTANGULAR:
+        ok = (np.abs(mx) <= np.pi) & (np.abs(my) <= np.pi / 2)
+        ray = np.stack([np.cos(my) * np.sin(mx), np.sin(my), np.cos(my) * np.cos(mx)], -1)
+    elif model == OPENCV_FISHEYE:
+        limit = lens_limit(model, d)
+
+        def td_of(t):
+            t2 = t * t
+            return t * (1 + t2 * (d[0] + t2 * (d[1] + t2 * (d[2] + t2 * d[3]))))
+
+        td = np.hypot(mx, my)
+        ok = td <= td_of(limit)
+        lo, hi = np.zeros_like(td), np.full_like(td, limit)
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            below = td_of(mid) < td
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        t = 0.5 * (lo + hi)
+        s = np.where(td > 0, np.sin(t) / np.where(td > 0, td, 1.0), 1.0)
+        ray = np.stack([s * mx, s * my, np.cos(t)], -1)
+    elif model == OPENCV:
+        unit = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1]])
+        x, y = mx.copy(), my.copy()
+        with np.errstate(all="ignore"):
+            for _ in range(50):
+                q, J, _ = lens_project(model, d, unit, np.stack([x, y, one], -1))
+                rx, ry = q[..., 0] - mx, q[..., 1] - my
+                a, b, c, e = J[..., 0, 0], J[..., 0, 1], J[..., 1, 0], J[..., 1, 1]
+                det = np.where(np.abs(a * e - b * c) > 1e-300, a * e - b * c, 1.0)
+                x = np.nan_to_num(x - (e * rx - b * ry) / det)
+                y = np.nan_to_num(y - (a * ry - c * rx) / det)
+            q, _, inside = lens_project(model, d, unit, np.stack([x, y, one], -1))
+        ok = inside & (np.hypot(q[..., 0] - mx, q[..., 1] - my) <= 1e-9 * (1 + np.hypot(mx, my)))
+        ray = np.stack([x, y, one], -1)
+    else:
+        raise ValueError("lens model %r" % (model,))
+    return np.where(ok[..., None], ray, [0.0, 0.0, 1.0]), ok
+
+
 def _sigma_points(mc, A):
     """[N,6,3]: point k = mc + (k even ? 1 : -1) A[:, :, k // 2]."""
     cols = np.swapaxes(A, -1, -2)  # [N,3 axes,3]
