@@ -226,7 +226,9 @@ def run_sfm(
     stages = _Stages(pycolmap, Path(log_file) if log_file is not None else work / "sfm.log", verbose)
     if camera_model == "EQUIRECTANGULAR":
         try:
-            return _panoramas(pycolmap, stages, images, out, names, num_threads, log or (lambda msg: None))
+            return _panoramas(
+                pycolmap, stages, images, out, names, num_threads, log or (lambda msg: None), (features, device, why)
+            )
         finally:
             stages.restore()
     try:
@@ -501,15 +503,20 @@ def _run(
     return result(n_masks)
 
 
-def _panoramas(pycolmap, stages, images, out, names, num_threads, say) -> SfmResult:
-    """run_sfm for equirectangular panoramas (spirula/sfm/panorama.py), gated as any model."""
+def _panoramas(pycolmap, stages, images, out, names, num_threads, say, front) -> SfmResult:
+    """run_sfm for equirectangular panoramas (spirula/sfm/panorama.py), gated as any model;
+    ``front``: front.choose's (features, device, why)."""
     from spirula.sfm import panorama
 
     def log(msg):
         say(msg)
         stages.note(msg)
 
-    got = panorama.run_panorama_sfm(images, out, names, log, num_threads, stages=stages, seed=RANDOM_SEED)
+    features, device, why = front
+    got = panorama.run_panorama_sfm(
+        images, out, names, log, num_threads, stages=stages, seed=RANDOM_SEED,
+        gpu=device if features == "gpu" else None, why=why,
+    )  # fmt: skip
     quality = got["quality"]
     failure = quality.failure("more overlap between panoramas")
     log("gate      %6.1f s  %s: %s" % (0.0, "FAILED" if failure else "passed", quality.line()))
@@ -519,7 +526,7 @@ def _panoramas(pycolmap, stages, images, out, names, num_threads, say) -> SfmRes
         "write     %6.1f s  EQUIRECTANGULAR (nerfstudio), %d panoramas -> %s"
         % (got["times"]["write"], quality.n_registered, out)
     )
-    return SfmResult(out, quality, got["model_sizes"], "exhaustive", "cpu", got["times"])
+    return SfmResult(out, quality, got["model_sizes"], "exhaustive", features, got["times"])
 
 
 def _match_listed(pycolmap, stages, db, listing, pairs, matching, verification, device, stage="match") -> None:

@@ -103,20 +103,26 @@ def _prefix(k: int) -> str:
     return "view%02d/" % k
 
 
-def run_panorama_sfm(images, out, names, log, num_threads: int = -1, stages=None, seed: int = 0) -> dict:
+def run_panorama_sfm(
+    images, out, names, log, num_threads: int = -1, stages=None, seed: int = 0, gpu=None, why: str = ""
+) -> dict:
     """SfM of the equirectangular ``names`` in the folder ``images`` into the nerfstudio
     dataset ``out`` (module docstring; ``out/colmap`` exists). ``stages``: colmap.py's
     stage runner (COLMAP's output into the log, progress bars), None to call directly;
-    ``seed``: RANSAC's and the mapper's. Returns ``{"quality", "model_sizes", "times"}``
-    (the quality in panoramas); a one-line :class:`~spirula.errors.DatasetError` for
-    panoramas that are not 2:1 or of different sizes."""
+    ``seed``: RANSAC's and the mapper's; ``gpu``: the device of the GPU front end
+    (spirula/sfm/front.py: the views' SIFT and matching on its kernels, ``why`` it was
+    chosen), None for pycolmap's on the CPU. Returns ``{"quality", "model_sizes",
+    "times"}`` (the quality in panoramas); a one-line
+    :class:`~spirula.errors.DatasetError` for panoramas that are not 2:1 or of different
+    sizes."""
     import pycolmap
     from PIL import Image
 
-    def run(name, fn, *args, **kwargs):
+    def run(name, fn, *args, total=None, unit="block", **kwargs):
         if stages is None:
+            kwargs.pop("own_bar", None)
             return fn(*args, **kwargs)
-        return stages.run(name, fn, *args, total=None, unit="block", **kwargs)
+        return stages.run(name, fn, *args, total=total, unit=unit, **kwargs)
 
     images, out = Path(images), Path(out)
     work = out / "colmap"
@@ -125,6 +131,7 @@ def run_panorama_sfm(images, out, names, log, num_threads: int = -1, stages=None
     t0 = time.perf_counter()
     size = None
     rotations = view_rotations()
+    view_names = []
     for name in names:
         with Image.open(images / name) as im:
             pano = np.asarray(im.convert("RGB"))
@@ -141,6 +148,7 @@ def run_panorama_sfm(images, out, names, log, num_threads: int = -1, stages=None
                 % (images / name, w, h, shape[1], shape[0])
             )
         views, masks = cut_views(pano, rotations, size)
+        view_names += [_prefix(k) + name for k in range(VIRTUAL)]
         for k in range(VIRTUAL):
             # COLMAP finds an image's mask as MASKS/<image name>.png
             for path, arr in (
@@ -172,25 +180,41 @@ def run_panorama_sfm(images, out, names, log, num_threads: int = -1, stages=None
     t0 = time.perf_counter()
     db = work / "database.db"
     reader = pycolmap.ImageReaderOptions()
-    reader.mask_path = str(masks_dir)
     extraction = pycolmap.FeatureExtractionOptions()
     extraction.num_threads = num_threads
-    run(
-        "extract",
-        pycolmap.extract_features,
-        db,
-        views_dir,
-        camera_mode=pycolmap.CameraMode.PER_FOLDER,
-        reader_options=reader,
-        extraction_options=extraction,
-        device=pycolmap.Device.cpu,
-    )
+    if gpu is not None:
+        from spirula.sfm import front
+
+        masks = {v: masks_dir / (v + ".png") for v in view_names}
+        calls = [(view_names, pycolmap.CameraMode.PER_FOLDER)]
+        descriptors = run(
+            "extract", front.extract, pycolmap, gpu, db, views_dir, calls, reader, masks,
+            extraction.eff_max_image_size(), total=len(view_names), unit="view", own_bar=True,
+        )  # fmt: skip
+        where = "on the GPU (%s; %s), %s features" % (
+            front.device_name(gpu),
+            why,
+            format(sum(len(d) for d in descriptors.values()), ","),
+        )
+    else:
+        reader.mask_path = str(masks_dir)
+        run(
+            "extract",
+            pycolmap.extract_features,
+            db,
+            views_dir,
+            camera_mode=pycolmap.CameraMode.PER_FOLDER,
+            reader_options=reader,
+            extraction_options=extraction,
+            device=pycolmap.Device.cpu,
+        )
+        where = "on the CPU (pycolmap%s)" % ("; " + why if why else "")
     with pycolmap.Database.open(str(db)) as database:
         run("rig", pycolmap.apply_rig_config, [rig], database)
     times["extract"] = time.perf_counter() - t0
     log(
-        "extract   %6.1f s  SIFT in %d views, one rig of %d views a panorama"
-        % (times["extract"], VIRTUAL * len(names), VIRTUAL)
+        "extract   %6.1f s  SIFT in %d views %s, one rig of %d views a panorama"
+        % (times["extract"], VIRTUAL * len(names), where, VIRTUAL)
     )
 
     t0 = time.perf_counter()
@@ -198,16 +222,41 @@ def run_panorama_sfm(images, out, names, log, num_threads: int = -1, stages=None
     matching.num_threads = num_threads
     verification = pycolmap.TwoViewGeometryOptions()
     verification.ransac.random_seed = seed
-    run(
-        "match",
-        pycolmap.match_exhaustive,
-        db,
-        matching_options=matching,
-        verification_options=verification,
-        device=pycolmap.Device.cpu,
-    )
+    if gpu is not None:
+        from spirula.features import release
+
+        # the views of one panorama see disjoint parts of it (the masks): no pair to match
+        pairs = [(a, b) for a, b in front.exhaustive_pairs(view_names) if _pano_name(a) != _pano_name(b)]
+        try:
+            got = run("match", front.match, pycolmap, gpu, db, descriptors, pairs, total=len(pairs), unit="pair",
+                      own_bar=True)  # fmt: skip
+        finally:
+            release(gpu)  # the extractors' and matchers' buffers
+        t1 = time.perf_counter()
+        run("verify", front.verify, pycolmap, db, verification, num_threads)
+        times["verify"] = time.perf_counter() - t1
+        how = (
+            "exhaustive over other panoramas' views, %s pairs on the GPU (%.1f s, %s matches), "
+            "verified by pycolmap (%.1f s)"
+            % (
+                format(got["pairs"], ","),
+                got["seconds"],
+                format(got["matches"], ","),
+                times["verify"],
+            )
+        )
+    else:
+        run(
+            "match",
+            pycolmap.match_exhaustive,
+            db,
+            matching_options=matching,
+            verification_options=verification,
+            device=pycolmap.Device.cpu,
+        )
+        how = "exhaustive over the views"
     times["match"] = time.perf_counter() - t0
-    log("match     %6.1f s  exhaustive over the views" % times["match"])
+    log("match     %6.1f s  %s" % (times["match"], how))
 
     t0 = time.perf_counter()
     sparse = work / "sparse"
