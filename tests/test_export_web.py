@@ -105,6 +105,64 @@ def test_spirula_reads_the_glb_splat_transform_writes(tmp_path):
     np.testing.assert_allclose(_covariance(r), _covariance(p), atol=1e-6)
 
 
+def _three_reads(path) -> dict:
+    """three.js's own KHR_gaussian_splatting reader (tests/web/read_gltf_three.mjs: GLTFLoader
+    with GLTFGaussianSplatLoaderExtension, three 0.187.0 under node) on ``path``: what it
+    builds the splats' GPU buffers from, as numpy arrays."""
+    if shutil.which("node") is None:
+        pytest.skip("needs node (scripts/install_system_deps.sh --browser-tests)")
+    if not (
+        WEB / "node_modules" / "three" / "examples" / "jsm" / "loaders" / "GLTFGaussianSplatLoaderExtension.js"
+    ).exists():
+        pytest.skip("needs three: npm ci in tests/web (make test does)")
+    res = subprocess.run(
+        ["node", "read_gltf_three.mjs", str(path)], cwd=WEB, capture_output=True, text=True, timeout=300
+    )
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    out = {"type": got["type"], "matrix": np.array(got["matrix"])}
+    for name, value in got.items():
+        if isinstance(value, dict):
+            out[name] = np.array(value["array"]).reshape(-1, value["itemSize"])
+    return out
+
+
+def test_three_reads_the_gltf_spirula_wrote(tmp_path):
+    """three.js's GLTFLoader with its KHR_gaussian_splatting extension, an implementation
+    written against the specification by others, reads Spirula's `.glb` into the splats it
+    draws: centres and covariances in glTF's axes (Spirula's world with x and y negated, a
+    half turn about z), RGBA bytes from SH degree 0 and the sigmoid opacity, and each SH
+    band's coefficients as its bytes (v 128 + 128), each multiplied by (-1)^|m| (the half
+    turn, on a real SH basis function of order m: (x, y) appear |m| times). Bytes within one
+    level (float32 rounding at .5), the rest to float32 rounding."""
+    from spirula.export import common as c
+
+    p = _scene(300, 3)
+    path = tmp_path / "s.glb"
+    write_splats(path, p, "gltf")
+    got = _three_reads(path)
+    assert got["type"] == "GaussianSplat"
+    np.testing.assert_array_equal(got["matrix"], np.eye(4).ravel())  # no node transform
+    half_turn = np.array([-1.0, -1.0, 1.0])
+    np.testing.assert_allclose(got["position"], p["means"] * half_turn, rtol=1e-6, atol=1e-6)
+    cov = _covariance(p) * np.outer(half_turn, half_turn)
+    want = cov[:, [0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]
+    np.testing.assert_allclose(got["covariance"], want, rtol=1e-5, atol=1e-7 * np.abs(want).max())
+    dc = p["sh_coeffs"][:, 0].astype(np.float64)
+    rgba = np.concatenate(
+        [(dc * c.SH_C0 + 0.5) * 255, c.sigmoid(p["opacity_logits"].astype(np.float64))[:, None] * 255], 1
+    )
+    assert np.abs(got["color"] - np.clip(rgba, 0, 255)).max() <= 1.0
+    words = {1: 3, 2: 4, 3: 6}  # three's SH_BAND_WORDS: a band's bytes, four a word
+    for degree in (1, 2, 3):
+        band = got["sphericalHarmonics%d" % degree].astype(np.uint32)
+        raw = band.astype("<u4").view(np.uint8).reshape(len(band), 4 * words[degree])[:, : 3 * (2 * degree + 1)]
+        m = np.arange(-degree, degree + 1)
+        coefs = p["sh_coeffs"][:, degree * degree : (degree + 1) ** 2].astype(np.float64)  # [N, 2l+1, 3]
+        want = np.clip((coefs * ((-1.0) ** np.abs(m))[None, :, None]).reshape(len(band), -1) * 128 + 128, 0, 255)
+        assert np.abs(raw - want).max() <= 1.0, degree
+
+
 def _covariance(p):
     from spirula.reference.projection import quat_to_rotmat
 
