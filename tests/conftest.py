@@ -185,6 +185,26 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 def browser():
     """Headless chromium (Debian's, through selenium, nothing downloaded) with WebGL on the
     CPU (swiftshader: viser's three.js canvas) and the page's console kept (goog:loggingPrefs)."""
+    yield from _chromium()
+
+
+# WebGPU on the CPU: Dawn on SwiftShader's Vulkan (a secure context: file:// or 127.0.0.1)
+WEBGPU_ARGS = (
+    "--enable-unsafe-webgpu",
+    "--enable-features=Vulkan",
+    "--use-vulkan=swiftshader",
+    "--use-webgpu-adapter=swiftshader",
+    "--disable-vulkan-surface",
+)
+
+
+@pytest.fixture
+def webgpu_browser():
+    """:func:`browser` with WebGPU too (three.js's WebGPURenderer)."""
+    yield from _chromium(WEBGPU_ARGS)
+
+
+def _chromium(extra=()):
     import shutil
 
     chromium = shutil.which("chromium") or CHROMIUM
@@ -204,6 +224,7 @@ def browser():
         "--window-size=640,480",
         "--use-angle=swiftshader",
         "--enable-unsafe-swiftshader",
+        *extra,
     ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(options=opts, service=Service(executable_path=chromedriver))
