@@ -959,7 +959,8 @@ def check_nn(dev):
     """The neural-network runtime's kernels (spirula/nn/) in one recorded sequence against the
     float64 reference (spirula/reference/nn.py), each within its derived float bound:
     nn_linear (fp16 weights), nn_layer_norm, nn_gelu, nn_softmax, nn_matmul inside
-    global multi-head attention, nn_upsample_bilinear, nn_conv2d and nn_conv_transpose2d."""
+    global multi-head attention, nn_upsample_bilinear, nn_conv2d, nn_conv_transpose2d and
+    nn_window_partition inside Hiera's windowed attention."""
     from spirula import nn
     from spirula.reference import nn as ref
 
@@ -975,6 +976,7 @@ def check_nn(dev):
     xa, b1, b2 = f32(rng.normal(size=(T, C))), f32(rng.normal(0.0, 0.1, 3 * C)), f32(rng.normal(0.0, 0.1, C))
     w1, w2 = rng.normal(0.0, C**-0.5, (3 * C, C)), rng.normal(0.0, C**-0.5, (C, C))
     xu = f32(rng.normal(size=(2, 5, 6)))
+    xw = f32(rng.normal(size=(1, 5, 4, C)))  # windows of 3: padded to 6 x 6
     xc, wc, wt = (
         f32(rng.normal(size=(1, 4, 9, 10))),
         rng.normal(0.0, 0.2, (6, 2, 3, 3)),
@@ -1001,6 +1003,7 @@ def check_nn(dev):
             nn.upsample_bilinear(rec, t(xu), (9, 13)),
             nn.conv2d(rec, t(xc), hw(wc.reshape(6, -1)), 3, stride=2, padding=1, groups=2),
             nn.conv_transpose2d(rec, t(xc), hw(nn.conv_transpose_weight(wt)), 2, stride=2),
+            nn.windowed_attention(rec, t(xw), 3, hw(w1), t(b1), hw(w2), t(b2), heads),
         ]
         made.extend(outs)
         rec.finish().run()
@@ -1041,6 +1044,13 @@ def check_nn(dev):
             ref.conv_transpose2d(xc, ref.half(wt), None, (2, 2)),
             ref.conv_transpose2d_bound(xc, wt, None, (2, 2)),
             "f32 sum",
+        ),  # fmt: skip
+        _within(
+            "nn_window_partition (windowed attention)",
+            got[8],
+            ref.windowed_attention(xw, 3, *attn[1:]),
+            ref.windowed_attention_bound(xw, 3, *attn[1:]),
+            "f32 bound",
         ),  # fmt: skip
     ]
 

@@ -30,6 +30,8 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
         xg=_f32(np.concatenate([rng.normal(0.0, 3.0, 200), np.linspace(-12.0, 12.0, 97), [0.0, -0.0]])),
         xs=_f32(rng.normal(0.0, 4.0, (rows, width))),
         xa=_f32(rng.normal(size=(T, C))),
+        xb=_f32(rng.normal(size=(3, 5, C))),
+        xw=_f32(rng.normal(size=(2, 7, 5, C))),
         w_qkv=rng.normal(0.0, C**-0.5, (3 * C, C)),
         b_qkv=_f32(rng.normal(0.0, 0.1, 3 * C)),
         w_proj=rng.normal(0.0, C**-0.5, (C, C)),
@@ -47,6 +49,7 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
 
 
 SOFTMAX_SCALE = 0.7
+WINDOW = 3  # nn_window_partition on 2 x 7 x 5 grids: padded to 9 x 6, six windows a grid
 # nn_upsample_bilinear: (size, align_corners) of 5 x 7 planes: up by non-integer factors, and down
 UPSAMPLES = {"upsample": ((11, 16), False), "upsample_ac": ((11, 16), True), "downsample": ((3, 4), False)}
 # nn_conv2d on 4 x 9 x 11 inputs: (out channels, in channels a group, kernel, stride, padding, groups):
@@ -85,6 +88,14 @@ def run_layers(dev, c):
             attention=nn.multi_head_attention(
                 rec, t(c["xa"]), hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
             ),
+            attention_batched=nn.multi_head_attention(
+                rec, t(c["xb"]), hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
+            ),
+            windowed=nn.windowed_attention(
+                rec, t(c["xw"]), WINDOW, hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
+            ),
+            partition=nn.window_partition(rec, t(c["xw"]), WINDOW),
+            unpartition=nn.window_unpartition(rec, t(ref.window_partition(c["xw"], WINDOW)), WINDOW, (7, 5)),
             **{name: nn.upsample_bilinear(rec, t(c["xu"]), size, ac) for name, (size, ac) in UPSAMPLES.items()},
             **{
                 name: nn.conv2d(
@@ -139,6 +150,18 @@ def expected(c):
         attention=[
             (ref.multi_head_attention(*args), ref.multi_head_attention_bound(c["xa"], *args[1:])),
         ],
+        attention_batched=[
+            (ref.multi_head_attention(c["xb"], *args[1:]), ref.multi_head_attention_bound(c["xb"], *args[1:])),
+        ],
+        windowed=[
+            (
+                ref.windowed_attention(c["xw"], WINDOW, *args[1:]),
+                ref.windowed_attention_bound(c["xw"], WINDOW, *args[1:]),
+            )
+        ],
+        # a copy: exact
+        partition=[(ref.window_partition(c["xw"], WINDOW), np.zeros((12, WINDOW, WINDOW, c["xw"].shape[-1])))],
+        unpartition=[(c["xw"], np.zeros(c["xw"].shape))],
         **{
             name: [(ref.upsample_bilinear(c["xu"], size, ac), ref.upsample_bilinear_bound(c["xu"], size, ac))]
             for name, (size, ac) in UPSAMPLES.items()
@@ -264,6 +287,44 @@ def test_conv2d_of_a_centred_one_is_the_input(device):
         wt.free()
 
 
+def test_window_partition_is_hieras_layout(device):
+    """The kernel on a grid of its own coordinates: window k = (b nh + a) nw + c holds grid rows
+    a w .. a w + w - 1 and columns c w .. (Hiera's view, permute (0, 1, 3, 2, 4, 5), view), the
+    padding zeros; unpartition puts every element back. And a window covering the whole grid
+    is global attention over it."""
+    B, H, W, w = 2, 5, 7, 3
+    grid = np.zeros((B, H, W, 3))
+    grid[..., 0] = np.arange(B)[:, None, None] + 1
+    grid[..., 1] = np.arange(H)[None, :, None] + 1
+    grid[..., 2] = np.arange(W)[None, None, :] + 1
+    x = nn.Tensor.from_numpy(device, grid)
+    rec = device.recorder("test.windows")
+    win = nn.window_partition(rec, x, w)
+    back = nn.window_unpartition(rec, win, w, (H, W))
+    rec.finish().run()
+    got = win.numpy()
+    nh, nw = 2, 3
+    assert got.shape == (B * nh * nw, w, w, 3)
+    for k in range(B * nh * nw):
+        b, a, c = k // (nh * nw), (k // nw) % nh, k % nw
+        for i in range(w):
+            for j in range(w):
+                y, xx = a * w + i, c * w + j
+                want = [b + 1, y + 1, xx + 1] if y < H and xx < W else [0, 0, 0]
+                assert list(got[k, i, j]) == want, (k, i, j)
+    np.testing.assert_array_equal(back.numpy(), grid)
+    for tensor in (x, win, back):
+        tensor.free()
+    c = _case()
+    xg = c["xw"][:, :3, :3]  # one 3 x 3 window a grid
+    args = (ref.half(c["w_qkv"]), c["b_qkv"], ref.half(c["w_proj"]), c["b_proj"], c["heads"])
+    np.testing.assert_allclose(
+        ref.windowed_attention(xg, 3, *args),
+        ref.multi_head_attention(xg.reshape(2, 9, -1), *args).reshape(xg.shape),
+        atol=1e-12,
+    )
+
+
 def test_pack_half_is_numpys_fp16_two_per_word():
     w = np.array([[1.0, -2.0, 0.5], [65504.0, 2.0**-24, 3.0]])
     words = nn.pack_half(w)
@@ -305,11 +366,12 @@ from spirula.backends import open_device
 t.run_layers(open_device(sys.argv[1]), t._case())
 """
 NN_KERNELS = {
-    "nn_linear": 4,
+    "nn_linear": 8,
     "nn_layer_norm": 1,
     "nn_gelu": 1,
-    "nn_softmax": 2,
-    "nn_matmul": 2,
+    "nn_softmax": 4,
+    "nn_matmul": 6,
+    "nn_window_partition": 4,
     "nn_upsample_bilinear": 3,
     "nn_conv2d": 4,
     "nn_conv_transpose2d": 2,
@@ -321,8 +383,9 @@ def _profile_rows(backend_name):
 
 
 def test_profiler_rows_name_the_nn_kernels():
-    """One row per kernel under its name: linear twice plus attention's two, softmax once
-    plus attention's, attention's two products."""
+    """One row per kernel under its name: linear twice plus two in each of the three
+    attentions, softmax once plus one in each, their two products each, the window kernel
+    twice alone and twice in the windowed attention."""
     rows = _profile_rows("vulkan")
     for name, count in NN_KERNELS.items():
         assert rows.get(name) == count, (name, rows.get(name))

@@ -250,26 +250,81 @@ def matmul(rec, a: Buffer, b: Buffer, c: Buffer, shape, a_strides=None, b_stride
 def multi_head_attention(
     rec, x: Tensor, w_qkv: HalfWeight, b_qkv: Tensor | None, w_proj: HalfWeight, b_proj: Tensor | None, heads: int
 ) -> Tensor:
-    """Global self-attention of x [T, C] (SAM's and ViT's): qkv = linear(x) laid out
-    [T, 3, heads, d]; per head softmax(q k^T / sqrt(d)) v, read from qkv through strides and
-    written side by side as [T, heads, d]; then the output projection. Five dispatches. The
-    intermediate tensors must live as long as the recorded sequence: they hang on the
-    output's ``scratch`` and its ``free`` frees them."""
-    T, C = x.shape
+    """Global self-attention of x [T, C] (SAM's and ViT's), or of each of B sequences x
+    [B, T, C] within itself: qkv = linear(x) laid out [B, T, 3, heads, d]; per sequence and
+    head softmax(q k^T / sqrt(d)) v, read from qkv through strides (the matmuls' outer batch
+    the sequence, inner the head) and written side by side as [B, T, heads, d]; then the
+    output projection. Five dispatches. The intermediate tensors must live as long as the
+    recorded sequence: they hang on the output's ``scratch`` and its ``free`` frees them."""
+    if len(x.shape) not in (2, 3):
+        raise ValueError("attention: x is [T, C] or [B, T, C], got shape %s" % (x.shape,))
+    B, T, C = (1,) + x.shape if len(x.shape) == 2 else x.shape
     if C % heads:
         raise ValueError("attention: %d features do not split into %d heads" % (C, heads))
     d = C // heads
-    qkv = linear(rec, x, w_qkv, b_qkv)  # [T, 3C]
-    scores = Tensor.empty(rec.device, (heads, T, T), "nn.attention.scores")
-    # q at (0, h, i, c) = qkv[i, 0, h, c]; k^T at (0, h, c, j) = qkv[j, 1, h, c]
+    qkv = linear(rec, x, w_qkv, b_qkv)  # [B, T, 3C]
+    scores = Tensor.empty(rec.device, (B, heads, T, T), "nn.attention.scores")
+    # q at (b, h, i, c) = qkv[b, i, 0, h, c]; k^T at (b, h, c, j) = qkv[b, j, 1, h, c]
     row = 3 * C
-    matmul(rec, qkv.buffer, qkv.buffer, scores.buffer, (1, heads, T, T, d),
-           a_strides=(0, d, row, 1), b_strides=(0, d, 1, row), offsets=(0, C, 0))  # fmt: skip
+    matmul(rec, qkv.buffer, qkv.buffer, scores.buffer, (B, heads, T, T, d),
+           a_strides=(T * row, d, row, 1), b_strides=(T * row, d, 1, row), offsets=(0, C, 0))  # fmt: skip
     probs = softmax(rec, scores, 1.0 / math.sqrt(d))
-    heads_out = Tensor.empty(rec.device, (T, C), "nn.attention.heads")
-    # v at (0, h, j, c) = qkv[j, 2, h, c]; out at (0, h, i, c) = heads_out[i, h, c]
-    matmul(rec, probs.buffer, qkv.buffer, heads_out.buffer, (1, heads, T, d, T),
-           b_strides=(0, d, row, 1), c_strides=(0, d, C, 1), offsets=(0, 2 * C, 0))  # fmt: skip
+    heads_out = Tensor.empty(rec.device, x.shape, "nn.attention.heads")
+    # v at (b, h, j, c) = qkv[b, j, 2, h, c]; out at (b, h, i, c) = heads_out[b, i, h, c]
+    matmul(rec, probs.buffer, qkv.buffer, heads_out.buffer, (B, heads, T, d, T),
+           b_strides=(T * row, d, row, 1), c_strides=(T * C, d, C, 1), offsets=(0, 2 * C, 0))  # fmt: skip
     y = linear(rec, heads_out, w_proj, b_proj)
     y.scratch = [qkv, scores, probs, heads_out]
     return y
+
+
+def _windows(x: Tensor, window: int, size=None) -> tuple:
+    """(batch, H, W, C, nh, nw) of a window (un)partition (size: the grid's (H, W))."""
+    if window < 1:
+        raise ValueError("window partition: window %d < 1" % window)
+    if size is None:
+        if len(x.shape) != 4:
+            raise ValueError("window partition: x is [B, H, W, C], got shape %s" % (x.shape,))
+        B, H, W, C = x.shape
+        return B, H, W, C, -(-H // window), -(-W // window)
+    H, W = (int(s) for s in size)
+    nh, nw = -(-H // window), -(-W // window)
+    if len(x.shape) != 4 or x.shape[1:3] != (window, window) or x.shape[0] % (nh * nw):
+        raise ValueError("window unpartition: %s is not windows of %d of a %dx%d grid" % (x.shape, window, H, W))
+    return x.shape[0] // (nh * nw), H, W, x.shape[3], nh, nw
+
+
+def window_partition(rec, x: Tensor, window: int, out: Tensor | None = None) -> Tensor:
+    """Hiera's window_partition (SAM 2): x [B, H, W, C] padded with zeros to multiples of
+    ``window`` and cut into windows [B nh nw, window, window, C] (kernel nn_window_partition)."""
+    B, H, W, C, nh, nw = _windows(x, window)
+    y = _out(rec, out, (B * nh * nw, window, window, C), "nn.windows")
+    push = dict(batch=B, height=H, width=W, channels=C, window=window, unpartition=0)
+    rec.dispatch("nn_window_partition", Threads(y.size), dict(x=x.buffer, y=y.buffer), push=push)
+    return y
+
+
+def window_unpartition(rec, x: Tensor, window: int, size, out: Tensor | None = None) -> Tensor:
+    """Hiera's window_unpartition: windows [B nh nw, window, window, C] back to the grid
+    [B, H, W, C] of ``size`` (H, W), the padding cropped (kernel nn_window_partition)."""
+    B, H, W, C, _, _ = _windows(x, window, size)
+    y = _out(rec, out, (B, H, W, C), "nn.grid")
+    push = dict(batch=B, height=H, width=W, channels=C, window=window, unpartition=1)
+    rec.dispatch("nn_window_partition", Threads(y.size), dict(x=x.buffer, y=y.buffer), push=push)
+    return y
+
+
+def windowed_attention(
+    rec, x: Tensor, window: int, w_qkv: HalfWeight, b_qkv, w_proj: HalfWeight, b_proj, heads: int
+) -> Tensor:
+    """Hiera's windowed self-attention of x [B, H, W, C]: the zero-padded grid cut into windows
+    of ``window`` x ``window`` tokens, each attending within itself
+    (:func:`multi_head_attention`, the windows its batch), the grid put back. Seven
+    dispatches; the intermediates hang on the output's ``scratch``."""
+    B, H, W, C = x.shape
+    win = window_partition(rec, x, window)
+    seqs = Tensor(rec.device, win.buffer, (win.shape[0], window * window, C))  # the same buffer, viewed
+    att = multi_head_attention(rec, seqs, w_qkv, b_qkv, w_proj, b_proj, heads)
+    grid = window_unpartition(rec, Tensor(rec.device, att.buffer, (win.shape[0], window, window, C)), window, (H, W))
+    grid.scratch = [win, att]
+    return grid

@@ -51,7 +51,10 @@ def softmax(x, scale=1.0) -> np.ndarray:
 
 def multi_head_attention(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndarray:
     """SAM's (and ViT's) self-attention of x [T, C]: qkv = linear(x) as [T, 3, heads, d],
-    softmax(q k^T / sqrt(d)) v per head, the heads side by side [T, C], then the projection."""
+    softmax(q k^T / sqrt(d)) v per head, the heads side by side [T, C], then the projection.
+    x [B, T, C]: each of the B sequences attends within itself."""
+    if np.ndim(x) == 3:
+        return np.stack([multi_head_attention(s, w_qkv, b_qkv, w_proj, b_proj, heads) for s in x])
     T, C = np.shape(x)
     d = C // heads
     qkv = linear(x, w_qkv, b_qkv).reshape(T, 3, heads, d).transpose(1, 2, 0, 3)  # [3, heads, T, d]
@@ -59,6 +62,39 @@ def multi_head_attention(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndar
     p = softmax(matmul(q, k.transpose(0, 2, 1)), 1.0 / math.sqrt(d))
     o = matmul(p, v).transpose(1, 0, 2).reshape(T, C)
     return linear(o, w_proj, b_proj)
+
+
+def window_partition(x, window: int) -> np.ndarray:
+    """Hiera's window_partition (SAM 2): x [B, H, W, C] padded with zeros to multiples of the
+    window, cut into [B * nh * nw, window, window, C] (view, permute (0, 1, 3, 2, 4, 5), view)."""
+    x = np.asarray(x, np.float64)
+    B, H, W, C = x.shape
+    nh, nw = -(-H // window), -(-W // window)
+    padded = np.zeros((B, nh * window, nw * window, C))
+    padded[:, :H, :W] = x
+    w = padded.reshape(B, nh, window, nw, window, C).transpose(0, 1, 3, 2, 4, 5)
+    return w.reshape(B * nh * nw, window, window, C)
+
+
+def window_unpartition(windows, window: int, size) -> np.ndarray:
+    """Hiera's window_unpartition: [B * nh * nw, window, window, C] back to [B, H, W, C] (size =
+    (H, W)), the padding cropped."""
+    windows = np.asarray(windows, np.float64)
+    H, W = size
+    nh, nw = -(-H // window), -(-W // window)
+    C = windows.shape[-1]
+    B = windows.shape[0] // (nh * nw)
+    x = windows.reshape(B, nh, nw, window, window, C).transpose(0, 1, 3, 2, 4, 5)
+    return x.reshape(B, nh * window, nw * window, C)[:, :H, :W]
+
+
+def windowed_attention(x, window: int, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndarray:
+    """Hiera's windowed self-attention of x [B, H, W, C]: each window of the zero-padded grid
+    attends within itself (padding tokens included, as Hiera's), the grid put back."""
+    B, H, W, C = np.shape(x)
+    win = window_partition(x, window).reshape(-1, window * window, C)
+    out = multi_head_attention(win, w_qkv, b_qkv, w_proj, b_proj, heads)
+    return window_unpartition(out.reshape(-1, window, window, C), window, (H, W))
 
 
 def _source(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
@@ -231,8 +267,11 @@ def multi_head_attention_bound(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> n
     """The composed layer against multi_head_attention(x, half(w_qkv), ..., half(w_proj), ...):
     each stage's own bound (above) plus its inputs' bounds carried through it to first order:
     a product's |da| |b| + |a| |db|; softmax's Jacobian dy_j = y_j (dz_j - sum_k y_k dz_k),
-    so |dy_j| <= y_j c (|ds_j| + sum_k y_k |ds_k|) for scores s scaled by c."""
+    so |dy_j| <= y_j c (|ds_j| + sum_k y_k |ds_k|) for scores s scaled by c. x [B, T, C]: each
+    sequence's own."""
     x = np.asarray(x, np.float64)
+    if x.ndim == 3:
+        return np.stack([multi_head_attention_bound(s, w_qkv, b_qkv, w_proj, b_proj, heads) for s in x])
     T, C = x.shape
     d = C // heads
     c = 1.0 / math.sqrt(d)
@@ -288,3 +327,11 @@ def conv_transpose2d_bound(x, w, b=None, stride=(1, 1), padding=(0, 0), output_p
     bias = None if b is None else np.abs(np.asarray(b, np.float64))
     x = np.abs(np.asarray(x, np.float64))
     return gamma(k + 1) * conv_transpose2d(x, w16, bias, stride, padding, output_padding, groups)
+
+
+def windowed_attention_bound(x, window: int, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndarray:
+    """windowed_attention's: each window's multi_head_attention_bound (the partition is exact)."""
+    B, H, W, C = np.shape(x)
+    win = window_partition(x, window).reshape(-1, window * window, C)
+    e = multi_head_attention_bound(win, w_qkv, b_qkv, w_proj, b_proj, heads)
+    return window_unpartition(e.reshape(-1, window, window, C), window, (H, W))
