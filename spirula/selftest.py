@@ -960,7 +960,8 @@ def check_nn(dev):
     float64 reference (spirula/reference/nn.py), each within its derived float bound:
     nn_linear (fp16 weights), nn_layer_norm, nn_gelu, nn_softmax, nn_matmul inside
     global multi-head attention, nn_upsample_bilinear, nn_conv2d, nn_conv_transpose2d and
-    nn_window_partition inside Hiera's windowed attention."""
+    nn_window_partition inside Hiera's windowed attention, nn_max_pool2d inside its q-pooled
+    multiscale attention."""
     from spirula import nn
     from spirula.reference import nn as ref
 
@@ -977,6 +978,7 @@ def check_nn(dev):
     w1, w2 = rng.normal(0.0, C**-0.5, (3 * C, C)), rng.normal(0.0, C**-0.5, (C, C))
     xu = f32(rng.normal(size=(2, 5, 6)))
     xw = f32(rng.normal(size=(1, 5, 4, C)))  # windows of 3: padded to 6 x 6
+    xm, w3 = f32(rng.normal(size=(1, 4, 5, C // 2))), rng.normal(0.0, (C // 2) ** -0.5, (3 * C, C // 2))
     xc, wc, wt = (
         f32(rng.normal(size=(1, 4, 9, 10))),
         rng.normal(0.0, 0.2, (6, 2, 3, 3)),
@@ -1004,6 +1006,7 @@ def check_nn(dev):
             nn.conv2d(rec, t(xc), hw(wc.reshape(6, -1)), 3, stride=2, padding=1, groups=2),
             nn.conv_transpose2d(rec, t(xc), hw(nn.conv_transpose_weight(wt)), 2, stride=2),
             nn.windowed_attention(rec, t(xw), 3, hw(w1), t(b1), hw(w2), t(b2), heads),
+            nn.multiscale_attention(rec, t(xm), hw(w3), t(b1), hw(w2), t(b2), heads, 2),
         ]
         made.extend(outs)
         rec.finish().run()
@@ -1050,6 +1053,13 @@ def check_nn(dev):
             got[8],
             ref.windowed_attention(xw, 3, *attn[1:]),
             ref.windowed_attention_bound(xw, 3, *attn[1:]),
+            "f32 bound",
+        ),  # fmt: skip
+        _within(
+            "nn_max_pool2d (multiscale attention)",
+            got[9],
+            ref.multiscale_attention(xm, ref.half(w3), b1, ref.half(w2), b2, heads, 2),
+            ref.multiscale_attention_bound(xm, w3, b1, w2, b2, heads, 2),
             "f32 bound",
         ),  # fmt: skip
     ]

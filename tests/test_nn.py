@@ -32,6 +32,12 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
         xa=_f32(rng.normal(size=(T, C))),
         xb=_f32(rng.normal(size=(3, 5, C))),
         xw=_f32(rng.normal(size=(2, 7, 5, C))),
+        xp=_f32(rng.normal(size=(2, 7, 5, 6))),
+        xm=_f32(rng.normal(size=(2, 6, 4, C // 2))),
+        w_qkv_ms=rng.normal(0.0, (C // 2) ** -0.5, (3 * C, C // 2)),  # a stage change: C / 2 -> C
+        b_qkv_ms=_f32(rng.normal(0.0, 0.1, 3 * C)),
+        w_proj_ms=rng.normal(0.0, C**-0.5, (C, C)),
+        b_proj_ms=_f32(rng.normal(0.0, 0.1, C)),
         w_qkv=rng.normal(0.0, C**-0.5, (3 * C, C)),
         b_qkv=_f32(rng.normal(0.0, 0.1, 3 * C)),
         w_proj=rng.normal(0.0, C**-0.5, (C, C)),
@@ -50,6 +56,9 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
 
 SOFTMAX_SCALE = 0.7
 WINDOW = 3  # nn_window_partition on 2 x 7 x 5 grids: padded to 9 x 6, six windows a grid
+# Hiera's MultiScaleAttention on 2 x 6 x 4 grids, 8 -> 16 channels: with q pooled 2 x 2 (a stage
+# change) and without
+MULTISCALE = {"multiscale_pooled": 2, "multiscale": 0}
 # nn_upsample_bilinear: (size, align_corners) of 5 x 7 planes: up by non-integer factors, and down
 UPSAMPLES = {"upsample": ((11, 16), False), "upsample_ac": ((11, 16), True), "downsample": ((3, 4), False)}
 # nn_conv2d on 4 x 9 x 11 inputs: (out channels, in channels a group, kernel, stride, padding, groups):
@@ -95,6 +104,21 @@ def run_layers(dev, c):
                 rec, t(c["xw"]), WINDOW, hw(c["w_qkv"]), t(c["b_qkv"]), hw(c["w_proj"]), t(c["b_proj"]), c["heads"]
             ),
             partition=nn.window_partition(rec, t(c["xw"]), WINDOW),
+            max_pool=nn.max_pool2d(rec, t(c["xp"]), 2),
+            max_pool_slice=nn.max_pool2d(rec, t(c["xp"]), 3, channels=3, offset=2),
+            **{
+                name: nn.multiscale_attention(
+                    rec,
+                    t(c["xm"]),
+                    hw(c["w_qkv_ms"]),
+                    t(c["b_qkv_ms"]),
+                    hw(c["w_proj_ms"]),
+                    t(c["b_proj_ms"]),
+                    c["heads"],
+                    q_stride,
+                )  # fmt: skip
+                for name, q_stride in MULTISCALE.items()
+            },
             unpartition=nn.window_unpartition(rec, t(ref.window_partition(c["xw"], WINDOW)), WINDOW, (7, 5)),
             **{name: nn.upsample_bilinear(rec, t(c["xu"]), size, ac) for name, (size, ac) in UPSAMPLES.items()},
             **{
@@ -138,6 +162,7 @@ def expected(c):
     (the f32 sum's bound alone) and against the exact ones (plus fp16's rounding)."""
     w16 = ref.half(c["w"])
     args = (c["xa"], ref.half(c["w_qkv"]), c["b_qkv"], ref.half(c["w_proj"]), c["b_proj"], c["heads"])
+    ms_args = (ref.half(c["w_qkv_ms"]), c["b_qkv_ms"], ref.half(c["w_proj_ms"]), c["b_proj_ms"], c["heads"])
     return dict(
         linear=[
             (ref.linear(c["x"], w16, c["b"]), ref.linear_bound(c["x"], c["w"], c["b"])),
@@ -159,6 +184,17 @@ def expected(c):
                 ref.windowed_attention_bound(c["xw"], WINDOW, *args[1:]),
             )
         ],
+        **{
+            name: [
+                (
+                    ref.multiscale_attention(c["xm"], *ms_args, q_stride),
+                    ref.multiscale_attention_bound(c["xm"], c["w_qkv_ms"], *ms_args[1:], q_stride),
+                )
+            ]
+            for name, q_stride in MULTISCALE.items()
+        },
+        max_pool=[(ref.max_pool2d(c["xp"], 2), np.zeros((2, 3, 2, 6)))],  # exact
+        max_pool_slice=[(ref.max_pool2d(c["xp"][..., 2:5], 3), np.zeros((2, 2, 1, 3)))],
         # a copy: exact
         partition=[(ref.window_partition(c["xw"], WINDOW), np.zeros((12, WINDOW, WINDOW, c["xw"].shape[-1])))],
         unpartition=[(c["xw"], np.zeros(c["xw"].shape))],
@@ -325,6 +361,23 @@ def test_window_partition_is_hieras_layout(device):
     )
 
 
+def test_multiscale_attention_is_hieras():
+    """The reference of Hiera's MultiScaleAttention: unpooled, it is multi-head attention over
+    the flattened grid; pooled, its queries are the 2 x 2 maxima of q (an odd row or column
+    dropped, as MaxPool2d's floor), so its output grid is halved and each output token is
+    the attention of its pooled query over every key."""
+    c = _case()
+    x = c["xm"]
+    args = (ref.half(c["w_qkv_ms"]), c["b_qkv_ms"], ref.half(c["w_proj_ms"]), c["b_proj_ms"], c["heads"])
+    B, H, W, _ = x.shape
+    flat = ref.multi_head_attention(x.reshape(B, H * W, -1), *args).reshape(B, H, W, -1)
+    np.testing.assert_allclose(ref.multiscale_attention(x, *args, 0), flat, atol=1e-12)
+    pooled = ref.multiscale_attention(x, *args, 2)
+    assert pooled.shape == (B, H // 2, W // 2, 16)
+    grid = np.arange(2 * 5 * 3 * 2, dtype=np.float64).reshape(2, 5, 3, 2)
+    np.testing.assert_array_equal(ref.max_pool2d(grid, 2), grid[:, 1:4:2, 1:2:2])  # increasing: the corner
+
+
 def test_pack_half_is_numpys_fp16_two_per_word():
     w = np.array([[1.0, -2.0, 0.5], [65504.0, 2.0**-24, 3.0]])
     words = nn.pack_half(w)
@@ -366,12 +419,13 @@ from spirula.backends import open_device
 t.run_layers(open_device(sys.argv[1]), t._case())
 """
 NN_KERNELS = {
-    "nn_linear": 8,
+    "nn_linear": 12,
     "nn_layer_norm": 1,
     "nn_gelu": 1,
-    "nn_softmax": 4,
-    "nn_matmul": 6,
+    "nn_softmax": 6,
+    "nn_matmul": 10,
     "nn_window_partition": 4,
+    "nn_max_pool2d": 3,
     "nn_upsample_bilinear": 3,
     "nn_conv2d": 4,
     "nn_conv_transpose2d": 2,
@@ -383,9 +437,10 @@ def _profile_rows(backend_name):
 
 
 def test_profiler_rows_name_the_nn_kernels():
-    """One row per kernel under its name: linear twice plus two in each of the three
+    """One row per kernel under its name: linear twice plus two in each of the five
     attentions, softmax once plus one in each, their two products each, the window kernel
-    twice alone and twice in the windowed attention."""
+    twice alone and twice in the windowed attention, the pool twice alone and once in the
+    pooled attention."""
     rows = _profile_rows("vulkan")
     for name, count in NN_KERNELS.items():
         assert rows.get(name) == count, (name, rows.get(name))

@@ -258,23 +258,71 @@ def multi_head_attention(
     recorded sequence: they hang on the output's ``scratch`` and its ``free`` frees them."""
     if len(x.shape) not in (2, 3):
         raise ValueError("attention: x is [T, C] or [B, T, C], got shape %s" % (x.shape,))
-    B, T, C = (1,) + x.shape if len(x.shape) == 2 else x.shape
+    B, T, _ = (1,) + x.shape if len(x.shape) == 2 else x.shape
+    qkv = linear(rec, x, w_qkv, b_qkv)  # [B, T, 3C]
+    return _attend(rec, qkv, None, B, T, T, heads, x.shape[:-1], w_proj, b_proj)
+
+
+def multiscale_attention(
+    rec, x: Tensor, w_qkv: HalfWeight, b_qkv, w_proj: HalfWeight, b_proj, heads: int, q_stride: int = 0
+) -> Tensor:
+    """Hiera's MultiScaleAttention (SAM 2) of x [B, H, W, C]: qkv = linear(x) (C -> 3 C_out),
+    with ``q_stride`` its q max-pooled over q_stride x q_stride tokens in place
+    (:func:`max_pool2d` of qkv's first C_out channels), each of the B grids attending within
+    itself, [B, H', W', C_out] through the projection. Five dispatches, six with the pool."""
+    if len(x.shape) != 4:
+        raise ValueError("multiscale attention: x is [B, H, W, C], got shape %s" % (x.shape,))
+    B, H, W, _ = x.shape
+    qkv = linear(rec, x, w_qkv, b_qkv)  # [B, H, W, 3 C_out]
+    q, shape = None, (B, H, W)
+    if q_stride:
+        q = max_pool2d(rec, qkv, q_stride, channels=qkv.shape[-1] // 3)
+        shape = q.shape[:3]
+    return _attend(rec, qkv, q, B, H * W, shape[1] * shape[2], heads, shape, w_proj, b_proj)
+
+
+def _attend(rec, qkv: Tensor, q: Tensor | None, B: int, T: int, Tq: int, heads: int, shape, w_proj, b_proj):
+    """The attention of :func:`multi_head_attention` and :func:`multiscale_attention` from qkv
+    [B, T, 3 C] (and q [B, Tq, C] when pooled, else qkv's own), into [*shape, C] through
+    the projection."""
+    C = qkv.shape[-1] // 3
     if C % heads:
         raise ValueError("attention: %d features do not split into %d heads" % (C, heads))
     d = C // heads
-    qkv = linear(rec, x, w_qkv, b_qkv)  # [B, T, 3C]
-    scores = Tensor.empty(rec.device, (B, heads, T, T), "nn.attention.scores")
-    # q at (b, h, i, c) = qkv[b, i, 0, h, c]; k^T at (b, h, c, j) = qkv[b, j, 1, h, c]
     row = 3 * C
-    matmul(rec, qkv.buffer, qkv.buffer, scores.buffer, (B, heads, T, T, d),
-           a_strides=(T * row, d, row, 1), b_strides=(T * row, d, 1, row), offsets=(0, C, 0))  # fmt: skip
+    scores = Tensor.empty(rec.device, (B, heads, Tq, T), "nn.attention.scores")
+    # k^T at (b, h, c, j) = qkv[b, j, 1, h, c]; q at (b, h, i, c) = qkv[b, i, 0, h, c] or q[b, i, h, c]
+    if q is None:
+        matmul(rec, qkv.buffer, qkv.buffer, scores.buffer, (B, heads, Tq, T, d),
+               a_strides=(T * row, d, row, 1), b_strides=(T * row, d, 1, row), offsets=(0, C, 0))  # fmt: skip
+    else:
+        matmul(rec, q.buffer, qkv.buffer, scores.buffer, (B, heads, Tq, T, d),
+               a_strides=(Tq * C, d, C, 1), b_strides=(T * row, d, 1, row), offsets=(0, C, 0))  # fmt: skip
     probs = softmax(rec, scores, 1.0 / math.sqrt(d))
-    heads_out = Tensor.empty(rec.device, x.shape, "nn.attention.heads")
+    heads_out = Tensor.empty(rec.device, tuple(shape) + (C,), "nn.attention.heads")
     # v at (b, h, j, c) = qkv[b, j, 2, h, c]; out at (b, h, i, c) = heads_out[b, i, h, c]
-    matmul(rec, probs.buffer, qkv.buffer, heads_out.buffer, (B, heads, T, d, T),
-           b_strides=(T * row, d, row, 1), c_strides=(T * C, d, C, 1), offsets=(0, 2 * C, 0))  # fmt: skip
+    matmul(rec, probs.buffer, qkv.buffer, heads_out.buffer, (B, heads, Tq, d, T),
+           b_strides=(T * row, d, row, 1), c_strides=(Tq * C, d, C, 1), offsets=(0, 2 * C, 0))  # fmt: skip
     y = linear(rec, heads_out, w_proj, b_proj)
-    y.scratch = [qkv, scores, probs, heads_out]
+    y.scratch = [qkv, scores, probs, heads_out] + ([q] if q is not None else [])
+    return y
+
+
+def max_pool2d(rec, x: Tensor, stride: int, channels: int | None = None, offset: int = 0,
+               out: Tensor | None = None) -> Tensor:  # fmt: skip
+    """torch's nn.MaxPool2d(kernel_size=stride, stride=stride) over the spatial axes of a
+    channels-last x [B, H, W, X] -> [B, H // stride, W // stride, channels] (Hiera's
+    do_pool): ``channels`` of each pixel's X floats from ``offset`` on (default all of them;
+    kernel nn_max_pool2d)."""
+    if len(x.shape) != 4 or stride < 1:
+        raise ValueError("max_pool2d: x is [B, H, W, C] and stride >= 1, got %s, %d" % (x.shape, stride))
+    B, H, W, X = x.shape
+    C = X - offset if channels is None else int(channels)
+    if offset < 0 or C < 1 or offset + C > X:
+        raise ValueError("max_pool2d: channels %d from %d of %d" % (C, offset, X))
+    y = _out(rec, out, (B, H // stride, W // stride, C), "nn.max_pool")
+    push = dict(batch=B, height=H, width=W, channels=C, stride=int(stride), in_stride=X, in_offset=int(offset))
+    rec.dispatch("nn_max_pool2d", Threads(y.size), dict(x=x.buffer, y=y.buffer), push=push)
     return y
 
 

@@ -55,12 +55,44 @@ def multi_head_attention(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> np.ndar
     x [B, T, C]: each of the B sequences attends within itself."""
     if np.ndim(x) == 3:
         return np.stack([multi_head_attention(s, w_qkv, b_qkv, w_proj, b_proj, heads) for s in x])
-    T, C = np.shape(x)
+    T = np.shape(x)[0]
+    C = np.shape(w_qkv)[0] // 3  # the output's width (Hiera's stage changes widen it)
     d = C // heads
     qkv = linear(x, w_qkv, b_qkv).reshape(T, 3, heads, d).transpose(1, 2, 0, 3)  # [3, heads, T, d]
     q, k, v = qkv
     p = softmax(matmul(q, k.transpose(0, 2, 1)), 1.0 / math.sqrt(d))
     o = matmul(p, v).transpose(1, 0, 2).reshape(T, C)
+    return linear(o, w_proj, b_proj)
+
+
+def max_pool2d(x, stride: int) -> np.ndarray:
+    """nn.MaxPool2d(kernel_size=stride, stride=stride) over the spatial axes of a channels-last
+    x [B, H, W, C] (Hiera's do_pool): [B, H // stride, W // stride, C]."""
+    x = np.asarray(x, np.float64)
+    B, H, W, C = x.shape
+    oh, ow = H // stride, W // stride
+    return x[:, : oh * stride, : ow * stride].reshape(B, oh, stride, ow, stride, C).max(axis=(2, 4))
+
+
+def multiscale_attention(x, w_qkv, b_qkv, w_proj, b_proj, heads: int, q_stride: int = 0) -> np.ndarray:
+    """Hiera's MultiScaleAttention (SAM 2) of x [B, H, W, C]: qkv = linear(x) as
+    [B, H W, 3, heads, d]; with q_stride, q max-pooled over q_stride x q_stride tokens
+    (do_pool); softmax(q k^T / sqrt(d)) v per head; [B, H', W', heads d]; the projection."""
+    x = np.asarray(x, np.float64)
+    B, H, W, _ = x.shape
+    qkv = linear(x, w_qkv, b_qkv)
+    Co = qkv.shape[-1] // 3
+    d = Co // heads
+    q, k, v = qkv[..., :Co], qkv[..., Co : 2 * Co], qkv[..., 2 * Co :]
+    if q_stride:
+        q = max_pool2d(q, q_stride)
+    Hq, Wq = q.shape[1:3]
+
+    def split(a):  # [B, h, w, Co] -> [B, heads, h w, d]
+        return a.reshape(B, -1, heads, d).transpose(0, 2, 1, 3)
+
+    p = softmax(matmul(split(q), split(k).transpose(0, 1, 3, 2)), 1.0 / math.sqrt(d))
+    o = matmul(p, split(v)).transpose(0, 2, 1, 3).reshape(B, Hq, Wq, Co)
     return linear(o, w_proj, b_proj)
 
 
@@ -272,7 +304,7 @@ def multi_head_attention_bound(x, w_qkv, b_qkv, w_proj, b_proj, heads: int) -> n
     x = np.asarray(x, np.float64)
     if x.ndim == 3:
         return np.stack([multi_head_attention_bound(s, w_qkv, b_qkv, w_proj, b_proj, heads) for s in x])
-    T, C = x.shape
+    T, C = x.shape[0], np.shape(w_qkv)[0] // 3
     d = C // heads
     c = 1.0 / math.sqrt(d)
     w1, w2 = half(w_qkv), half(w_proj)
@@ -335,3 +367,35 @@ def windowed_attention_bound(x, window: int, w_qkv, b_qkv, w_proj, b_proj, heads
     win = window_partition(x, window).reshape(-1, window * window, C)
     e = multi_head_attention_bound(win, w_qkv, b_qkv, w_proj, b_proj, heads)
     return window_unpartition(e.reshape(-1, window, window, C), window, (H, W))
+
+
+def multiscale_attention_bound(x, w_qkv, b_qkv, w_proj, b_proj, heads: int, q_stride: int = 0) -> np.ndarray:
+    """multiscale_attention's against multiscale_attention(x, half(w_qkv), ..., half(w_proj),
+    ...), composed as multi_head_attention_bound's; the max pool is exact on its inputs and
+    moves each by at most the largest bound in its window (|max(a + e) - max(a)| <= max |e|)."""
+    x = np.asarray(x, np.float64)
+    B, H, W, _ = x.shape
+    w1, w2 = half(w_qkv), half(w_proj)
+    qkv, e_qkv = linear(x, w1, b_qkv), linear_bound(x, w_qkv, b_qkv)
+    Co = qkv.shape[-1] // 3
+    d = Co // heads
+    c = 1.0 / math.sqrt(d)
+    q, k, v = qkv[..., :Co], qkv[..., Co : 2 * Co], qkv[..., 2 * Co :]
+    eq, ek, ev = e_qkv[..., :Co], e_qkv[..., Co : 2 * Co], e_qkv[..., 2 * Co :]
+    if q_stride:
+        q, eq = max_pool2d(q, q_stride), max_pool2d(eq, q_stride)
+    Hq, Wq = q.shape[1:3]
+
+    def split(a):
+        return a.reshape(B, -1, heads, d).transpose(0, 2, 1, 3)
+
+    q, k, v, eq, ek, ev = (split(a) for a in (q, k, v, eq, ek, ev))
+    kt, ekt = k.transpose(0, 1, 3, 2), ek.transpose(0, 1, 3, 2)
+    s = matmul(q, kt)
+    e_s = matmul_bound(q, kt) + matmul(eq, np.abs(kt)) + matmul(np.abs(q), ekt)
+    p = softmax(s, c)
+    e_p = softmax_bound(s, c) + p * c * (e_s + (p * e_s).sum(-1, keepdims=True))
+    o = matmul(p, v)
+    e_o = matmul_bound(p, v) + matmul(e_p, np.abs(v)) + matmul(p, ev)
+    o, e_o = (a.transpose(0, 2, 1, 3).reshape(B, Hq, Wq, Co) for a in (o, e_o))
+    return linear_bound(o, w_proj, b_proj) + e_o @ np.abs(w2).T
