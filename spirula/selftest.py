@@ -961,7 +961,8 @@ def check_nn(dev):
     nn_linear (fp16 weights), nn_layer_norm, nn_gelu, nn_softmax, nn_matmul inside
     global multi-head attention, nn_upsample_bilinear, nn_conv2d, nn_conv_transpose2d and
     nn_window_partition inside Hiera's windowed attention, nn_max_pool2d inside its q-pooled
-    multiscale attention."""
+    multiscale attention, nn_upsample_bicubic, nn_add and nn_transpose inside its position
+    embedding."""
     from spirula import nn
     from spirula.reference import nn as ref
 
@@ -979,6 +980,7 @@ def check_nn(dev):
     xu = f32(rng.normal(size=(2, 5, 6)))
     xw = f32(rng.normal(size=(1, 5, 4, C)))  # windows of 3: padded to 6 x 6
     xm, w3 = f32(rng.normal(size=(1, 4, 5, C // 2))), rng.normal(0.0, (C // 2) ** -0.5, (3 * C, C // 2))
+    pos, win = f32(rng.normal(size=(C, 3, 4))), f32(rng.normal(size=(C, 2, 2)))
     xc, wc, wt = (
         f32(rng.normal(size=(1, 4, 9, 10))),
         rng.normal(0.0, 0.2, (6, 2, 3, 3)),
@@ -1007,6 +1009,7 @@ def check_nn(dev):
             nn.conv_transpose2d(rec, t(xc), hw(nn.conv_transpose_weight(wt)), 2, stride=2),
             nn.windowed_attention(rec, t(xw), 3, hw(w1), t(b1), hw(w2), t(b2), heads),
             nn.multiscale_attention(rec, t(xm), hw(w3), t(b1), hw(w2), t(b2), heads, 2),
+            nn.hiera_pos_embed(rec, t(pos), t(win), (6, 8)),
         ]
         made.extend(outs)
         rec.finish().run()
@@ -1060,6 +1063,13 @@ def check_nn(dev):
             got[9],
             ref.multiscale_attention(xm, ref.half(w3), b1, ref.half(w2), b2, heads, 2),
             ref.multiscale_attention_bound(xm, w3, b1, w2, b2, heads, 2),
+            "f32 bound",
+        ),  # fmt: skip
+        _within(
+            "nn_upsample_bicubic, nn_add, nn_transpose (position embedding)",
+            got[10],
+            ref.hiera_pos_embed(pos, win, (6, 8)),
+            ref.hiera_pos_embed_bound(pos, win, (6, 8)),
             "f32 bound",
         ),  # fmt: skip
     ]

@@ -33,6 +33,11 @@ def _case(seed=0, rows=5, n_in=37, n_out=11, width=48, T=9, C=16, heads=2):
         xb=_f32(rng.normal(size=(3, 5, C))),
         xw=_f32(rng.normal(size=(2, 7, 5, C))),
         xp=_f32(rng.normal(size=(2, 7, 5, 6))),
+        xr=_f32(rng.normal(size=(2, 7, 5, C))),
+        pos=_f32(rng.normal(size=(7, 5, C))),
+        grid=_f32(rng.normal(size=(C, 6, 9))),
+        win=_f32(rng.normal(size=(C, 3, 3))),
+        pos_bkg=_f32(rng.normal(size=(C, 4, 5))),
         xm=_f32(rng.normal(size=(2, 6, 4, C // 2))),
         w_qkv_ms=rng.normal(0.0, (C // 2) ** -0.5, (3 * C, C // 2)),  # a stage change: C / 2 -> C
         b_qkv_ms=_f32(rng.normal(0.0, 0.1, 3 * C)),
@@ -105,6 +110,15 @@ def run_layers(dev, c):
             ),
             partition=nn.window_partition(rec, t(c["xw"]), WINDOW),
             max_pool=nn.max_pool2d(rec, t(c["xp"]), 2),
+            **{
+                "bicubic_" + name: nn.upsample_bicubic(rec, t(c["xu"]), size, ac)
+                for name, (size, ac) in UPSAMPLES.items()
+            },
+            add_residual=nn.add(rec, t(c["xw"]), t(c["xr"])),
+            add_batch=nn.add(rec, t(c["xw"]), t(c["pos"])),
+            add_tiled=nn.add(rec, t(c["grid"]), t(c["win"])),
+            transpose=nn.transpose(rec, t(c["grid"])),
+            pos_embed=nn.hiera_pos_embed(rec, t(c["pos_bkg"]), t(c["win"]), (6, 9)),
             max_pool_slice=nn.max_pool2d(rec, t(c["xp"]), 3, channels=3, offset=2),
             **{
                 name: nn.multiscale_attention(
@@ -194,6 +208,23 @@ def expected(c):
             for name, q_stride in MULTISCALE.items()
         },
         max_pool=[(ref.max_pool2d(c["xp"], 2), np.zeros((2, 3, 2, 6)))],  # exact
+        **{
+            "bicubic_" + name: [
+                (ref.upsample_bicubic(c["xu"], size, ac), ref.upsample_bicubic_bound(c["xu"], size, ac))
+            ]
+            for name, (size, ac) in UPSAMPLES.items()
+        },
+        # one f32 add, a copy: exact
+        add_residual=[(ref.add(c["xw"], c["xr"]), np.zeros(c["xw"].shape))],
+        add_batch=[(ref.add(c["xw"], c["pos"][None]), np.zeros(c["xw"].shape))],
+        add_tiled=[(ref.add(c["grid"], c["win"]), np.zeros(c["grid"].shape))],
+        transpose=[(c["grid"].transpose(0, 2, 1), np.zeros((16, 9, 6)))],
+        pos_embed=[
+            (
+                ref.hiera_pos_embed(c["pos_bkg"], c["win"], (6, 9)),
+                ref.hiera_pos_embed_bound(c["pos_bkg"], c["win"], (6, 9)),
+            )
+        ],
         max_pool_slice=[(ref.max_pool2d(c["xp"][..., 2:5], 3), np.zeros((2, 2, 1, 3)))],
         # a copy: exact
         partition=[(ref.window_partition(c["xw"], WINDOW), np.zeros((12, WINDOW, WINDOW, c["xw"].shape[-1])))],
@@ -378,6 +409,21 @@ def test_multiscale_attention_is_hieras():
     np.testing.assert_array_equal(ref.max_pool2d(grid, 2), grid[:, 1:4:2, 1:2:2])  # increasing: the corner
 
 
+def test_bicubic_is_keys_with_torchs_source_index():
+    """torch's bicubic by hand: two pixels [0, 1] to four (align_corners False): the first
+    output's source is (0 + 0.5) 2 / 4 - 0.5 = -0.25, floor -1, t = 0.75; the taps -2, -1, 0, 1
+    clamp to pixels 0, 0, 0, 1 with Keys' weights (A = -0.75) far(1.75), near(0.75),
+    near(0.25), far(1.25): the second pixel's weight far(1.25) = -27/256 is the output. The
+    weights sum to 1 (a constant stays), an unchanged size is the identity, and the kernel
+    is not linear-exact (A = -0.5 would be)."""
+    y = ref.upsample_bicubic(np.array([[0.0, 1.0]]), (1, 4))
+    assert y[0, 0] == pytest.approx(-27 / 256, abs=1e-15)
+    np.testing.assert_allclose(y[0], 1 - y[0, ::-1], atol=1e-15)  # symmetric about the middle
+    x = np.random.default_rng(0).normal(size=(2, 5, 7))
+    np.testing.assert_allclose(ref.upsample_bicubic(x, (5, 7)), x, atol=1e-14)
+    np.testing.assert_allclose(ref.upsample_bicubic(np.ones((1, 4, 6)), (9, 13)), 1.0, atol=1e-14)
+
+
 def test_pack_half_is_numpys_fp16_two_per_word():
     w = np.array([[1.0, -2.0, 0.5], [65504.0, 2.0**-24, 3.0]])
     words = nn.pack_half(w)
@@ -426,6 +472,9 @@ NN_KERNELS = {
     "nn_matmul": 10,
     "nn_window_partition": 4,
     "nn_max_pool2d": 3,
+    "nn_upsample_bicubic": 4,
+    "nn_add": 4,
+    "nn_transpose": 2,
     "nn_upsample_bilinear": 3,
     "nn_conv2d": 4,
     "nn_conv_transpose2d": 2,
@@ -440,7 +489,8 @@ def test_profiler_rows_name_the_nn_kernels():
     """One row per kernel under its name: linear twice plus two in each of the five
     attentions, softmax once plus one in each, their two products each, the window kernel
     twice alone and twice in the windowed attention, the pool twice alone and once in the
-    pooled attention."""
+    pooled attention, the bicubic resize, the add and the transpose each once more in the
+    position embedding."""
     rows = _profile_rows("vulkan")
     for name, count in NN_KERNELS.items():
         assert rows.get(name) == count, (name, rows.get(name))

@@ -199,14 +199,75 @@ def upsample_bilinear(rec, x: Tensor, size, align_corners: bool = False, out: Te
     """torch's F.interpolate(x, size=size, mode="bilinear", align_corners=align_corners) over
     x's last two axes [..., H, W] -> [..., size[0], size[1]] (kernel nn_upsample_bilinear;
     no antialiasing, as torch's default)."""
+    return _resize(rec, "nn_upsample_bilinear", x, size, align_corners, out)
+
+
+def upsample_bicubic(rec, x: Tensor, size, align_corners: bool = False, out: Tensor | None = None) -> Tensor:
+    """torch's F.interpolate(x, size=size, mode="bicubic", align_corners=align_corners) over
+    x's last two axes (kernel nn_upsample_bicubic: Keys' A = -0.75, taps clamped into the
+    image, no antialiasing): Hiera's position embedding."""
+    return _resize(rec, "nn_upsample_bicubic", x, size, align_corners, out)
+
+
+def _resize(rec, kernel: str, x: Tensor, size, align_corners: bool, out) -> Tensor:
     if len(x.shape) < 2 or min(x.shape[-2:]) < 1 or min(size) < 1:
-        raise ValueError("upsample_bilinear: x [..., H, W] and size (h, w) >= 1, got %s -> %s" % (x.shape, size))
+        raise ValueError("%s: x [..., H, W] and size (h, w) >= 1, got %s -> %s" % (kernel, x.shape, size))
     out_h, out_w = int(size[0]), int(size[1])
     planes = math.prod(x.shape[:-2])
     y = _out(rec, out, x.shape[:-2] + (out_h, out_w), "nn.upsample")
     push = dict(planes=planes, in_h=x.shape[-2], in_w=x.shape[-1], out_h=out_h, out_w=out_w,
                 align_corners=int(bool(align_corners)))  # fmt: skip
-    rec.dispatch("nn_upsample_bilinear", Threads(planes * out_h * out_w), dict(x=x.buffer, y=y.buffer), push=push)
+    rec.dispatch(kernel, Threads(planes * out_h * out_w), dict(x=x.buffer, y=y.buffer), push=push)
+    return y
+
+
+def _planes(shape) -> tuple:
+    """(planes, rows, cols) of a shape: its last two axes and everything before them."""
+    shape = (1, 1) + tuple(shape)
+    return math.prod(shape[:-2]), shape[-2], shape[-1]
+
+
+def add(rec, a: Tensor, b: Tensor, out: Tensor | None = None) -> Tensor:
+    """a + b, b repeated to a's shape: a and b viewed as [planes, rows, cols] (their last two
+    axes and the rest), each of b's sizes dividing a's (a residual connection: b shaped as a;
+    an embedding over a batch: b with 1 plane; a window's embedding tiled over a grid; kernel
+    nn_add, one f32 add)."""
+    pa, pb = _planes(a.shape), _planes(b.shape)
+    if any(m < 1 or n % m for n, m in zip(pa, pb)):
+        raise ValueError("add: b %s does not tile a %s (as [planes, rows, cols])" % (b.shape, a.shape))
+    y = _out(rec, out, a.shape, "nn.add")
+    push = dict(planes=pa[0], rows=pa[1], cols=pa[2], b_planes=pb[0], b_rows=pb[1], b_cols=pb[2])
+    rec.dispatch("nn_add", Threads(a.size), dict(a=a.buffer, b=b.buffer, y=y.buffer), push=push)
+    return y
+
+
+def transpose(rec, x: Tensor, out: Tensor | None = None) -> Tensor:
+    """x's last two axes swapped, [..., R, S] -> [..., S, R] (kernel nn_transpose): channels-first
+    [C, H W] to channels-last [H W, C] and back."""
+    if len(x.shape) < 2:
+        raise ValueError("transpose: x has fewer than two axes: %s" % (x.shape,))
+    planes, rows, cols = _planes(x.shape)
+    y = _out(rec, out, x.shape[:-2] + (cols, rows), "nn.transpose")
+    rec.dispatch("nn_transpose", Threads(x.size), dict(x=x.buffer, y=y.buffer),
+                 push=dict(planes=planes, rows=rows, cols=cols))  # fmt: skip
+    return y
+
+
+def hiera_pos_embed(rec, pos_embed: Tensor, window_embed: Tensor, size) -> Tensor:
+    """Hiera's windowed position embedding (SAM 2's _get_pos_embed) for a grid of ``size``
+    (H, W): the background embedding ``pos_embed`` [C, h, w] resized bicubically to [C, H, W],
+    the window's ``window_embed`` [C, w0, w0] tiled over it (H, W multiples of w0), laid out
+    channels-last [H, W, C] to add to the patch embedding. Three dispatches; the
+    intermediates hang on the output's ``scratch``."""
+    C = pos_embed.shape[0]
+    H, W = (int(s) for s in size)
+    if window_embed.shape[0] != C or H % window_embed.shape[1] or W % window_embed.shape[2]:
+        raise ValueError("hiera_pos_embed: window %s does not tile %s x %d x %d" % (window_embed.shape, C, H, W))
+    resized = upsample_bicubic(rec, pos_embed, (H, W))
+    summed = add(rec, resized, window_embed)
+    y = transpose(rec, Tensor(rec.device, summed.buffer, (C, H * W)))
+    y.shape = (H, W, C)
+    y.scratch = [resized, summed]
     return y
 
 

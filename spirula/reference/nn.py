@@ -152,6 +152,54 @@ def upsample_bilinear(x, size, align_corners=False) -> np.ndarray:
     return (1 - ly) * top + ly * bottom
 
 
+def _cubic_weights(t) -> np.ndarray:
+    """[..., 4] Keys' cubic convolution weights (A = -0.75, torch's) of the taps at floor - 1 ..
+    floor + 2 for the fraction t."""
+    A = -0.75
+
+    def near(x):  # |x| <= 1
+        return ((A + 2) * x - (A + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], -1)
+
+
+def _cubic_source(n_in: int, n_out: int, align_corners: bool) -> np.ndarray:
+    d = np.arange(n_out, dtype=np.float64)
+    if align_corners:
+        return d * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+    return (d + 0.5) * (n_in / n_out) - 0.5  # not clamped at 0 (torch's cubic = true)
+
+
+def upsample_bicubic(x, size, align_corners=False) -> np.ndarray:
+    """F.interpolate(x, size=size, mode="bicubic", align_corners=align_corners) over the last
+    two axes of x (no antialiasing): separable Keys cubic (A = -0.75) over the 4 x 4 taps from
+    floor(s) - 1, each index clamped into the image."""
+    x = np.asarray(x, np.float64)
+    (h, w), (oh, ow) = x.shape[-2:], size
+
+    def axis(n_in, n_out):  # [n_out, n_in]: the resampling matrix along one axis
+        s = _cubic_source(n_in, n_out, align_corners)
+        f = np.floor(s)
+        m = np.zeros((n_out, n_in))
+        for k, wk in enumerate(np.moveaxis(_cubic_weights(s - f), -1, 0)):
+            np.add.at(m, (np.arange(n_out), np.clip(f.astype(np.int64) - 1 + k, 0, n_in - 1)), wk)
+        return m
+
+    return np.einsum("ih,...hw,jw->...ij", axis(h, oh), x, axis(w, ow))
+
+
+def add(a, b) -> np.ndarray:
+    """nn_add's a + b with b repeated over a's [planes, rows, cols] (b's sizes dividing a's),
+    rounded to float32 as one f32 add is: the kernel is exact against it."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    reps = [n // m for n, m in zip(a.shape, b.shape)]
+    return (a + np.tile(b, reps)).astype(np.float64)
+
+
 def conv2d(x, w, b=None, stride=(1, 1), padding=(0, 0), groups=1) -> np.ndarray:
     """F.conv2d(x [N, C, H, W], w [O, C / groups, kh, kw], b, stride, padding, groups), zero
     padding, dilation 1."""
@@ -399,3 +447,48 @@ def multiscale_attention_bound(x, w_qkv, b_qkv, w_proj, b_proj, heads: int, q_st
     e_o = matmul_bound(p, v) + matmul(e_p, np.abs(v)) + matmul(p, ev)
     o, e_o = (a.transpose(0, 2, 1, 3).reshape(B, Hq, Wq, Co) for a in (o, e_o))
     return linear_bound(o, w_proj, b_proj) + e_o @ np.abs(w2).T
+
+
+def upsample_bicubic_bound(x, size, align_corners=False) -> np.ndarray:
+    """nn_upsample_bicubic. The source coordinate s = (d + 0.5) (in / out) - 0.5 takes three f32
+    roundings (|ds| <= 3 u (n_in + 1), u = 2^-24), which move each tap weight by at most the
+    Keys kernel's largest slope (1.35 for A = -0.75; 1.5 here) times |ds| (the interpolant is
+    continuous, so a floor that flips changes nothing more); each weight's own f32 evaluation
+    is ~7 operations on values below 8: 64 u. The products and the two 4-term sums: gamma(10)
+    of sum |w_y| |w_x| |x|; the weights' errors: 4 dw times the other axis's sum of |w|, times
+    max |x| of the plane."""
+    x = np.asarray(x, np.float64)
+    (h, w), (oh, ow) = x.shape[-2:], size
+    u = 2.0**-24
+
+    def axis(n_in, n_out):  # the |weights| matrix and one weight's error along an axis
+        s = _cubic_source(n_in, n_out, align_corners)
+        f = np.floor(s)
+        m = np.zeros((n_out, n_in))
+        for k, wk in enumerate(np.moveaxis(np.abs(_cubic_weights(s - f)), -1, 0)):
+            np.add.at(m, (np.arange(n_out), np.clip(f.astype(np.int64) - 1 + k, 0, n_in - 1)), wk)
+        return m, 1.5 * 3 * u * (n_in + 1) + 64 * u
+
+    (my, dwy), (mx, dwx) = axis(h, oh), axis(w, ow)
+    ax = np.abs(x)
+    weighted = np.einsum("ih,...hw,jw->...ij", my, ax, mx)
+    amax = ax.max(axis=(-2, -1), keepdims=True)
+    sy, sx = my.sum(1)[:, None], mx.sum(1)[None, :]  # [oh, 1], [1, ow]
+    taps = (4 * dwy * sx + 4 * dwx * sy + 16 * dwy * dwx) * amax
+    return taps + gamma(10) * weighted
+
+
+def hiera_pos_embed(pos_embed, window_embed, size) -> np.ndarray:
+    """Hiera's _get_pos_embed (SAM 2) without its batch axis: pos_embed [C, h, w] resized
+    bicubically to size (H, W), plus window_embed [C, w0, w0] tiled, permuted to [H, W, C]."""
+    H, W = size
+    w = np.asarray(window_embed, np.float64)
+    p = upsample_bicubic(pos_embed, (H, W)) + np.tile(w, (1, H // w.shape[1], W // w.shape[2]))
+    return p.transpose(1, 2, 0)
+
+
+def hiera_pos_embed_bound(pos_embed, window_embed, size) -> np.ndarray:
+    """hiera_pos_embed's: the resize's bound e, then the f32 add's rounding of the sum,
+    e + u (|exact sum| + e), u = 2^-24 (the transpose is a copy)."""
+    e = upsample_bicubic_bound(pos_embed, size).transpose(1, 2, 0)
+    return e + 2.0**-24 * (np.abs(hiera_pos_embed(pos_embed, window_embed, size)) + e)
