@@ -962,7 +962,7 @@ def check_nn(dev):
     global multi-head attention, nn_upsample_bilinear, nn_conv2d, nn_conv_transpose2d and
     nn_window_partition inside Hiera's windowed attention, nn_max_pool2d inside its q-pooled
     multiscale attention, nn_upsample_bicubic, nn_add and nn_transpose inside its position
-    embedding."""
+    embedding, nn_upsample_nearest (SAM 2's FPN)."""
     from spirula import nn
     from spirula.reference import nn as ref
 
@@ -1010,6 +1010,7 @@ def check_nn(dev):
             nn.windowed_attention(rec, t(xw), 3, hw(w1), t(b1), hw(w2), t(b2), heads),
             nn.multiscale_attention(rec, t(xm), hw(w3), t(b1), hw(w2), t(b2), heads, 2),
             nn.hiera_pos_embed(rec, t(pos), t(win), (6, 8)),
+            nn.upsample_nearest(rec, t(xu), (10, 13)),
         ]
         made.extend(outs)
         rec.finish().run()
@@ -1072,6 +1073,7 @@ def check_nn(dev):
             ref.hiera_pos_embed_bound(pos, win, (6, 8)),
             "f32 bound",
         ),  # fmt: skip
+        _exact("nn_upsample_nearest", got[11], ref.upsample_nearest(xu, (10, 13))),
     ]
 
 

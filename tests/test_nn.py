@@ -114,6 +114,8 @@ def run_layers(dev, c):
                 "bicubic_" + name: nn.upsample_bicubic(rec, t(c["xu"]), size, ac)
                 for name, (size, ac) in UPSAMPLES.items()
             },
+            nearest_up=nn.upsample_nearest(rec, t(c["xu"]), (10, 14)),
+            nearest_odd=nn.upsample_nearest(rec, t(c["xu"]), (11, 16)),
             add_residual=nn.add(rec, t(c["xw"]), t(c["xr"])),
             add_batch=nn.add(rec, t(c["xw"]), t(c["pos"])),
             add_tiled=nn.add(rec, t(c["grid"]), t(c["win"])),
@@ -215,6 +217,8 @@ def expected(c):
             for name, (size, ac) in UPSAMPLES.items()
         },
         # one f32 add, a copy: exact
+        nearest_up=[(np.repeat(np.repeat(c["xu"], 2, -2), 2, -1), np.zeros((2, 3, 10, 14)))],
+        nearest_odd=[(ref.upsample_nearest(c["xu"], (11, 16)), np.zeros((2, 3, 11, 16)))],
         add_residual=[(ref.add(c["xw"], c["xr"]), np.zeros(c["xw"].shape))],
         add_batch=[(ref.add(c["xw"], c["pos"][None]), np.zeros(c["xw"].shape))],
         add_tiled=[(ref.add(c["grid"], c["win"]), np.zeros(c["grid"].shape))],
@@ -475,6 +479,7 @@ NN_KERNELS = {
     "nn_upsample_bicubic": 4,
     "nn_add": 4,
     "nn_transpose": 2,
+    "nn_upsample_nearest": 2,
     "nn_upsample_bilinear": 3,
     "nn_conv2d": 4,
     "nn_conv_transpose2d": 2,

@@ -10,6 +10,7 @@ from spirula import nn
 from spirula.reference import nn as ref_nn
 from spirula.reference import sam as ref
 from spirula.sam.hiera import SAM21_TINY, BlockSpec, Hiera, HieraConfig, block_specs, stage_ends
+from spirula.sam.neck import FpnNeck
 
 
 def test_sam21_tiny_blocks_are_hieradets():
@@ -86,33 +87,50 @@ def _fp16(weights: dict) -> dict:
     return {k: ref_nn.half(v) if k.endswith("weight") and v.ndim >= 2 else v for k, v in weights.items()}
 
 
-def test_tiny_hiera_matches_its_reference(backend):
-    """The whole trunk in one recorded sequence against the float64 reference on the same
-    fp16-rounded weights, at each stage's end. Each layer's kernel is held to its own float
-    bound in tests/test_nn.py (below 2e-4 of the layer's largest output); this checks how they
-    are put together: measured 3.6e-7 to 7.3e-7 of each output's largest value on lavapipe,
-    held to 1e-4, the per-layer bounds' order, while a layout mistake moves the outputs by
-    more than 1e-2 (the next test)."""
-    w = tiny_weights(TINY)
+def neck_weights(config: HieraConfig, d_model: int = 16, seed: int = 2) -> dict:
+    """The FPN neck's 1x1 convolutions, coarsest level first (SAM 2's reversed channel list)."""
+    rng = np.random.default_rng(seed)
+    specs = block_specs(config)
+    channels = [specs[e].dim_out for e in stage_ends(config)][::-1]
+    out = {}
+    for k, c in enumerate(channels):
+        out["convs.%d.conv.weight" % k] = rng.normal(0, c**-0.5, (d_model, c, 1, 1)).astype(np.float32)
+        out["convs.%d.conv.bias" % k] = rng.normal(0, 0.1, d_model).astype(np.float32)
+    return out
+
+
+def test_tiny_hiera_and_neck_match_their_reference(backend):
+    """The whole trunk and the FPN neck in one recorded sequence against the float64 reference
+    on the same fp16-rounded weights, at each stage's end and each neck level. Each layer's
+    kernel is held to its own float bound in tests/test_nn.py (below 2e-4 of the layer's
+    largest output); this checks how they are put together: measured 3.6e-7 to 7.3e-7 of each
+    output's largest value on lavapipe, held to 1e-4, the per-layer bounds' order, while a
+    layout mistake moves the outputs by more than 1e-2 (the next test)."""
+    w, wn = tiny_weights(TINY), neck_weights(TINY)
     image = np.random.default_rng(1).normal(size=(2, 3, 64, 64)).astype(np.float32)
-    model = Hiera(backend, TINY, w)
+    model, neck = Hiera(backend, TINY, w), FpnNeck(backend, wn)
     x = nn.Tensor.from_numpy(backend, image)
     try:
         rec = backend.recorder("test.hiera")
         outs = model.forward(rec, x)
+        levels = neck.forward(rec, outs)
         rec.finish().run()
-        got = [o.numpy().astype(np.float64) for o in outs]
-        for o in outs:
+        got = [o.numpy().astype(np.float64) for o in outs + levels]
+        for o in outs + levels:
             o.free()
     finally:
         x.free()
         model.free()
+        neck.free()
     blocks = [(b.dim, b.dim_out, b.heads, b.q_stride, b.window) for b in block_specs(TINY)]
     want = ref.hiera(image.astype(np.float64), _fp16(w), blocks, set(stage_ends(TINY)))
-    assert [g.shape for g in got] == [(2, 16, 16, 8), (2, 8, 8, 16), (2, 4, 4, 32), (2, 2, 2, 64)]
+    want += ref.fpn_neck(want, _fp16(wn))
+    assert [g.shape for g in got] == [(2, 16, 16, 8), (2, 8, 8, 16), (2, 4, 4, 32), (2, 2, 2, 64)] + [
+        (2, 16, 16, 16), (2, 16, 8, 8), (2, 16, 4, 4), (2, 16, 2, 2)
+    ]  # fmt: skip
     for k, (g, r) in enumerate(zip(got, want)):
         err = np.abs(g - r).max() / np.abs(r).max()
-        print("stage %d: largest error %.2e of the largest output" % (k, err))
+        print("%s %d: largest error %.2e of the largest output" % ("stage" if k < 4 else "level", k % 4, err))
         assert err < 1e-4, (k, err)
 
 

@@ -209,6 +209,12 @@ def upsample_bicubic(rec, x: Tensor, size, align_corners: bool = False, out: Ten
     return _resize(rec, "nn_upsample_bicubic", x, size, align_corners, out)
 
 
+def upsample_nearest(rec, x: Tensor, size, out: Tensor | None = None) -> Tensor:
+    """torch's F.interpolate(x, size=size, mode="nearest") over x's last two axes (kernel
+    nn_upsample_nearest: source floor(d in / out), a copy): SAM 2's FPN top-down path."""
+    return _resize(rec, "nn_upsample_nearest", x, size, False, out)
+
+
 def _resize(rec, kernel: str, x: Tensor, size, align_corners: bool, out) -> Tensor:
     if len(x.shape) < 2 or min(x.shape[-2:]) < 1 or min(size) < 1:
         raise ValueError("%s: x [..., H, W] and size (h, w) >= 1, got %s -> %s" % (kernel, x.shape, size))

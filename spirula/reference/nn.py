@@ -152,6 +152,21 @@ def upsample_bilinear(x, size, align_corners=False) -> np.ndarray:
     return (1 - ly) * top + ly * bottom
 
 
+def upsample_nearest(x, size) -> np.ndarray:
+    """F.interpolate(x, size=size, mode="nearest") over the last two axes: source index
+    floor(d in / out) (torch's legacy nearest), clamped to the last."""
+    x = np.asarray(x, np.float64)
+    (h, w), (oh, ow) = x.shape[-2:], size
+    # the product in f32, as torch's nearest_idx (and the kernel) take it
+    rows = np.minimum(
+        np.floor(np.arange(oh, dtype=np.float32) * (np.float32(h) / np.float32(oh))).astype(np.int64), h - 1
+    )
+    cols = np.minimum(
+        np.floor(np.arange(ow, dtype=np.float32) * (np.float32(w) / np.float32(ow))).astype(np.int64), w - 1
+    )
+    return x[..., rows[:, None], cols[None, :]]
+
+
 def _cubic_weights(t) -> np.ndarray:
     """[..., 4] Keys' cubic convolution weights (A = -0.75, torch's) of the taps at floor - 1 ..
     floor + 2 for the fraction t."""

@@ -49,3 +49,18 @@ def _block(x, w, p, dim, dim_out, heads, q_stride, window):
     x = shortcut + a
     m = ref.linear(_layer_norm(x, w, p + "norm2"), w[p + "mlp.layers.0.weight"], w[p + "mlp.layers.0.bias"])
     return x + ref.linear(ref.gelu(m), w[p + "mlp.layers.1.weight"], w[p + "mlp.layers.1.bias"])
+
+
+def fpn_neck(xs, weights: dict, top_down_levels=(2, 3)) -> list:
+    """FpnNeck.forward of the trunk's outputs ``xs`` (finest first, channels-last [B, H, W, C]):
+    channels-first [B, d_model, H, W] outputs, finest first (spirula/sam/neck.py)."""
+    w = {k: np.asarray(v, np.float64) for k, v in weights.items()}
+    n = len(xs) - 1
+    out, prev = [None] * len(xs), None
+    for i in range(n, -1, -1):
+        x = np.asarray(xs[i], np.float64).transpose(0, 3, 1, 2)
+        lateral = ref.conv2d(x, w["convs.%d.conv.weight" % (n - i)], w["convs.%d.conv.bias" % (n - i)])
+        if i in top_down_levels and prev is not None:
+            lateral = lateral + ref.upsample_nearest(prev, lateral.shape[-2:])
+        out[i] = prev = lateral
+    return out
