@@ -434,3 +434,62 @@ def test_three_draws_the_gltf_as_spirula_renders(tmp_path, spark_modules, webgpu
     assert shot.mean() > 0.05 and mad < THREE_MAX_MAD and psnr > THREE_MIN_PSNR, (mad, psnr)
     for wrong in (ours[:, ::-1], ours[::-1]):
         assert mad_psnr(shot, wrong)[0] > 2.5 * THREE_MAX_MAD
+
+
+def _trained_splats(root, steps=300):
+    """The tiny scene (tests/train_cases.py, 64 x 48) trained ``steps`` MCMC steps with the SH
+    degree raised every 50 (to 3 by step 150), as Spirula exports a run: the splats and the
+    scene (for its cameras)."""
+    from train_cases import tiny_scene
+
+    from spirula.backends import get_device
+    from spirula.train.config import TrainConfig
+    from spirula.train.trainer import Trainer
+
+    scene = tiny_scene(root)
+    cfg = TrainConfig.from_settings(iterations=steps, cap_max=4000, sh_every=50, seed=0)
+    trainer = Trainer(scene, cfg, get_device())
+    try:
+        for _ in range(steps):
+            trainer.train_step()
+        a = trainer.splat_arrays()
+    finally:
+        trainer.free()
+    splats = dict(means=a["means"], quats=a["quats"], log_scales=a["scales"], opacity_logits=a["opacities"],
+                  sh_coeffs=a["sh"], sh_degree=3)  # fmt: skip
+    return splats, scene
+
+
+# Spark on a trained scene against Spirula, measured on SwiftShader against lavapipe (the tiny
+# scene trained 300 steps, its first test camera): 33.8 dB (SPZ), 33.3 dB (PLY), mean abs 0.012
+# and 0.013; mirrored 10.6 dB. Lower than the synthetic scene's 44-48 dB: trained splats reach
+# off screen (Spark drops a centre past 1.4 frustums, Spirula clamps the Jacobian) and carry
+# base colours outside [0, 1] (Spark's 8 bits over [0, 1]): docs/export.md
+SPARK_TRAINED_MIN_PSNR = 30.0
+
+
+@pytest.mark.parametrize("fmt,suffix,axes", [("spz", ".spz", "RUB"), ("ply", ".ply", "RDF")])
+def test_spark_draws_a_trained_scene_as_spirula_renders(tmp_path, spark_modules, browser, device, fmt, suffix, axes):
+    """A trained scene, not a synthetic one: splats grown and relocated by MCMC, SH to degree 3,
+    some large and some off screen. Spark draws it from one of the scene's own cameras as
+    Spirula renders the splats read back from the file, within the bound above; mirrored, not."""
+    splats, scene = _trained_splats(tmp_path / "scene")
+    name = "s" + suffix
+    write_splats(tmp_path / name, splats, fmt)
+    shutil.copy(WEB / "spark.html", tmp_path / "spark.html")
+    (tmp_path / "node_modules").symlink_to(spark_modules, target_is_directory=True)
+    f = scene.frames[scene.test[0] if scene.test else 0]
+    V, K, W, H = np.asarray(f.viewmat, np.float64), np.asarray(f.K, np.float64), f.width, f.height
+    camera = list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H]
+    query = urllib.parse.quote(json.dumps(dict(file=name, axes=axes, camera=camera)))
+    with _served(tmp_path) as base:
+        shot = _spark_frame(browser, base + "spark.html?" + query)
+    ours = _spirula_render(read_splats(tmp_path / name), V, K, W, H)
+
+    def psnr(a, b):
+        return -10 * np.log10(np.mean((a - b) ** 2))
+
+    print("%s, trained: Spark vs Spirula mean abs %.4f, PSNR %.1f dB (mirrored %.1f dB)"
+          % (fmt, np.abs(shot - ours).mean(), psnr(shot, ours), psnr(shot, ours[:, ::-1])))  # fmt: skip
+    assert shot.mean() > 0.05 and psnr(shot, ours) > SPARK_TRAINED_MIN_PSNR
+    assert psnr(shot, ours[:, ::-1]) < SPARK_TRAINED_MIN_PSNR - 6
