@@ -53,6 +53,7 @@ demo: install shaders
 test: install shaders
 	@bash scripts/install_system_deps.sh --browser-tests
 	@bash scripts/install_blender.sh
+	@bash scripts/install_sam2_reference.sh
 	@# the independent readers and renderer (Spark) of the share formats
 	@# (tests/test_export_web.py), pinned by the lock file; installed again only
 	@# when it changes (without them those tests skip)
