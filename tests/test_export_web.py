@@ -275,25 +275,46 @@ def _served(folder):
         server.server_close()
 
 
+def _wait_for(browser, url, name, timeout):
+    """Load ``url`` and wait for the page's ``window.<name>Ready`` (its ``<name>Error``, or
+    the timeout: the test fails with the page's console)."""
+    import time
+
+    browser.get(url)
+    end = time.time() + timeout
+    script = "return [window.%sReady === true, window.%sError || null]" % (name, name)
+    while True:
+        done, error = browser.execute_script(script)
+        if done:
+            return
+        if error or time.time() > end:
+            pytest.fail("the page drew nothing: %s %s" % (error, browser.get_log("browser")))
+        time.sleep(0.1)
+
+
 def _spark_frame(browser, url, timeout=60.0):
     """tests/web/spark.html's canvas as [H,W,3] floats in [0, 1], once it says it is drawn."""
     import base64
     import io
-    import time
 
     from PIL import Image
 
-    browser.get(url)
-    end = time.time() + timeout
-    while True:
-        done, error = browser.execute_script("return [window.sparkReady === true, window.sparkError || null]")
-        if done:
-            break
-        if error or time.time() > end:
-            pytest.fail("the page drew nothing: %s %s" % (error, browser.get_log("browser")))
-        time.sleep(0.1)
+    _wait_for(browser, url, "spark", timeout)
     data = browser.execute_script("return document.querySelector('canvas').toDataURL('image/png')")
     return np.asarray(Image.open(io.BytesIO(base64.b64decode(data.split(",")[1]))).convert("RGB")) / 255.0
+
+
+def _draw(tmp_path, modules, page, query, frame):
+    """tests/web/``page`` served from 127.0.0.1 with tmp_path's files and ``modules`` (as
+    node_modules), opened with the JSON ``query`` (its ``camera`` given as (V, K, W, H), sent
+    as the pages read it); returns ``frame(url)``."""
+    for name in (page, "camera.mjs"):  # the page, and the camera both pages place
+        shutil.copy(WEB / name, tmp_path / name)
+    (tmp_path / "node_modules").symlink_to(modules, target_is_directory=True)
+    V, K, W, H = query["camera"]
+    query = dict(query, camera=list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H])
+    with _served(tmp_path) as base:
+        return frame(base + page + "?" + urllib.parse.quote(json.dumps(query)))
 
 
 def _spirula_render(p, V, K, W, H):
@@ -353,14 +374,14 @@ def test_spark_draws_what_spirula_renders(tmp_path, spark_modules, browser, devi
     counted twice), and the bound must reject that render mirrored or upside down."""
     name = "s" + suffix
     write_splats(tmp_path / name, _spark_scene(), fmt)
-    shutil.copy(WEB / "spark.html", tmp_path / "spark.html")
-    (tmp_path / "node_modules").symlink_to(spark_modules, target_is_directory=True)
     V, K, W, H = _spark_camera()
-    camera = list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H]
-    query = urllib.parse.quote(json.dumps(dict(file=name, axes=axes, camera=camera)))
-    with _served(tmp_path) as base:
-        shot = _spark_frame(browser, base + "spark.html?" + query)
-        projection = np.array(browser.execute_script("return window.sparkProjection")).reshape(4, 4).T
+
+    def frame(url):
+        shot = _spark_frame(browser, url)
+        return shot, np.array(browser.execute_script("return window.sparkProjection")).reshape(4, 4).T
+
+    query = dict(file=name, axes=axes, camera=(V, K, W, H))
+    shot, projection = _draw(tmp_path, spark_modules, "spark.html", query, frame)
     # the three.js camera's projection is OpenCV's K on OpenGL's axes (near 0.01, far 1000)
     n, f = 0.01, 1000.0
     expected = [
@@ -385,17 +406,7 @@ def test_spark_draws_what_spirula_renders(tmp_path, spark_modules, browser, devi
 
 def _three_frame(browser, url, W, H, timeout=120.0):
     """tests/web/three_gltf.html's frame as [H,W,3] floats in [0, 1], once it is read."""
-    import time
-
-    browser.get(url)
-    end = time.time() + timeout
-    while True:
-        done, error = browser.execute_script("return [window.threeReady === true, window.threeError || null]")
-        if done:
-            break
-        if error or time.time() > end:
-            pytest.fail("the page drew nothing: %s %s" % (error, browser.get_log("browser")))
-        time.sleep(0.2)
+    _wait_for(browser, url, "three", timeout)
     px = np.array(browser.execute_script("return window.threePixels"), np.float64).reshape(H, W, 4)
     return px[..., :3] / 255.0
 
@@ -417,13 +428,9 @@ def test_three_draws_the_gltf_as_spirula_renders(tmp_path, spark_modules, webgpu
     Spirula's `.glb` from one of Spirula's cameras as Spirula renders the same splats, within
     the bounds above, and the bound rejects that frame mirrored either way."""
     write_splats(tmp_path / "s.glb", _spark_scene(), "gltf")
-    shutil.copy(WEB / "three_gltf.html", tmp_path / "three_gltf.html")
-    (tmp_path / "node_modules").symlink_to(spark_modules, target_is_directory=True)
     V, K, W, H = _spark_camera()
-    camera = list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H]
-    query = urllib.parse.quote(json.dumps(dict(file="s.glb", camera=camera)))
-    with _served(tmp_path) as base:
-        shot = _three_frame(webgpu_browser, base + "three_gltf.html?" + query, W, H)
+    query = dict(file="s.glb", camera=(V, K, W, H))
+    shot = _draw(tmp_path, spark_modules, "three_gltf.html", query, lambda url: _three_frame(webgpu_browser, url, W, H))
     ours = _spirula_render(read_splats(tmp_path / "s.glb"), V, K, W, H)
 
     def mad_psnr(a, b):
@@ -476,14 +483,10 @@ def test_spark_draws_a_trained_scene_as_spirula_renders(tmp_path, spark_modules,
     splats, scene = _trained_splats(tmp_path / "scene")
     name = "s" + suffix
     write_splats(tmp_path / name, splats, fmt)
-    shutil.copy(WEB / "spark.html", tmp_path / "spark.html")
-    (tmp_path / "node_modules").symlink_to(spark_modules, target_is_directory=True)
     f = scene.frames[scene.test[0] if scene.test else 0]
     V, K, W, H = np.asarray(f.viewmat, np.float64), np.asarray(f.K, np.float64), f.width, f.height
-    camera = list(V.ravel()) + [K[0, 0], K[1, 1], K[0, 2], K[1, 2], W, H]
-    query = urllib.parse.quote(json.dumps(dict(file=name, axes=axes, camera=camera)))
-    with _served(tmp_path) as base:
-        shot = _spark_frame(browser, base + "spark.html?" + query)
+    query = dict(file=name, axes=axes, camera=(V, K, W, H))
+    shot = _draw(tmp_path, spark_modules, "spark.html", query, lambda url: _spark_frame(browser, url))
     ours = _spirula_render(read_splats(tmp_path / name), V, K, W, H)
 
     def psnr(a, b):
