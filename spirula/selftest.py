@@ -962,7 +962,7 @@ def check_nn(dev):
     global multi-head attention, nn_upsample_bilinear, nn_conv2d, nn_conv_transpose2d and
     nn_window_partition inside Hiera's windowed attention, nn_max_pool2d inside its q-pooled
     multiscale attention, nn_upsample_bicubic, nn_add and nn_transpose inside its position
-    embedding, nn_upsample_nearest (SAM 2's FPN)."""
+    embedding, nn_upsample_nearest (SAM 2's FPN), nn_pos_sine (its position encoding)."""
     from spirula import nn
     from spirula.reference import nn as ref
 
@@ -1011,6 +1011,7 @@ def check_nn(dev):
             nn.multiscale_attention(rec, t(xm), hw(w3), t(b1), hw(w2), t(b2), heads, 2),
             nn.hiera_pos_embed(rec, t(pos), t(win), (6, 8)),
             nn.upsample_nearest(rec, t(xu), (10, 13)),
+            nn.pos_sine(rec, 16, (6, 9)),
         ]
         made.extend(outs)
         rec.finish().run()
@@ -1074,6 +1075,7 @@ def check_nn(dev):
             "f32 bound",
         ),  # fmt: skip
         _exact("nn_upsample_nearest", got[11], ref.upsample_nearest(xu, (10, 13))),
+        _within("nn_pos_sine", got[12], ref.pos_sine(16, (6, 9)), ref.pos_sine_bound(16, (6, 9)), "sin 2^-11"),
     ]
 
 

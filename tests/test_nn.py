@@ -428,6 +428,26 @@ def test_bicubic_is_keys_with_torchs_source_index():
     np.testing.assert_allclose(ref.upsample_bicubic(np.ones((1, 4, 6)), (9, 13)), 1.0, atol=1e-14)
 
 
+def test_pos_sine_is_sam2s_encoding(backend):
+    """nn_pos_sine against the float64 reference within its bound (Vulkan's 2^-11 for sin and
+    cos dominates it, so it stays out of the tightness test above); measured on lavapipe:
+    a few 1e-7. The reference's layout by hand: channel 0 is sin of the row's t, channel 1
+    the cos of the same t (dim_t pairs), the second half the columns."""
+    rec = backend.recorder("test.pos_sine")
+    y = nn.pos_sine(rec, 16, (5, 7))
+    rec.finish().run()
+    got = y.numpy().astype(np.float64)
+    y.free()
+    want, bound = ref.pos_sine(16, (5, 7)), ref.pos_sine_bound(16, (5, 7))
+    assert_near(got, want, bound, 0.0, "nn_pos_sine")
+    assert np.abs(got - want).max() < 1e-5  # what lavapipe's sin and cos reach
+    t = np.arange(1, 6) / (5 + 1e-6) * 2 * np.pi
+    np.testing.assert_allclose(want[0, :, 3], np.sin(t), atol=1e-15)
+    np.testing.assert_allclose(want[1, :, 3], np.cos(t), atol=1e-15)
+    t = np.arange(1, 8) / (7 + 1e-6) * 2 * np.pi
+    np.testing.assert_allclose(want[8, 2], np.sin(t), atol=1e-15)
+
+
 def test_pack_half_is_numpys_fp16_two_per_word():
     w = np.array([[1.0, -2.0, 0.5], [65504.0, 2.0**-24, 3.0]])
     words = nn.pack_half(w)

@@ -98,3 +98,25 @@ def test_hiera_and_fpn_neck_match_sam2(backend):
         err = float(np.abs(g - w).max() / np.abs(w).max())
         print("%s %d: largest difference %.2e of the largest value" % ("stage" if k < 4 else "level", k % 4, err))
         assert err < 1e-4, (k, err)
+
+
+def test_pos_sine_matches_sam2(backend):
+    """nn_pos_sine against SAM 2's PositionEmbeddingSine(256) (float32 torch) at SAM 2's four
+    neck sizes for a 1024 image (256, 128, 64, 32 across; here a quarter of each): within
+    the reference's bound (Vulkan's 2^-11 for sin and cos); measured on lavapipe ~1e-6."""
+    from sam2.modeling.position_encoding import PositionEmbeddingSine
+
+    from spirula.reference import nn as ref_nn
+
+    enc = PositionEmbeddingSine(256)
+    for side in (64, 32, 16, 8):
+        with torch.no_grad():
+            want = enc(torch.zeros(1, 256, side, side))[0].numpy()
+        rec = backend.recorder("test.pos_sine")
+        y = nn.pos_sine(rec, 256, (side, side))
+        rec.finish().run()
+        got = y.numpy()
+        y.free()
+        bound = ref_nn.pos_sine_bound(256, (side, side)) + 1e-6  # torch's own f32 (sinf, powf)
+        assert (np.abs(got - want) <= bound).all(), side
+        print("%d x %d: largest difference %.1e" % (side, side, np.abs(got - want).max()))

@@ -259,6 +259,19 @@ def transpose(rec, x: Tensor, out: Tensor | None = None) -> Tensor:
     return y
 
 
+def pos_sine(rec, channels: int, size, temperature: float = 10000.0, out: Tensor | None = None) -> Tensor:
+    """SAM 2's PositionEmbeddingSine(channels, normalize=True) of a grid of ``size`` (H, W):
+    [channels, H, W], the rows' encoding in the first half (kernel nn_pos_sine)."""
+    if channels < 2 or channels % 2:
+        raise ValueError("pos_sine: channels must be even, got %d" % channels)
+    H, W = (int(s) for s in size)
+    y = _out(rec, out, (channels, H, W), "nn.pos_sine")
+    log2_t = float(np.float32(math.log2(temperature)))
+    push = dict(height=H, width=W, half_channels=channels // 2, log2_temperature=log2_t, scale=2 * math.pi)
+    rec.dispatch("nn_pos_sine", Threads(y.size), dict(y=y.buffer), push=push)
+    return y
+
+
 def hiera_pos_embed(rec, pos_embed: Tensor, window_embed: Tensor, size) -> Tensor:
     """Hiera's windowed position embedding (SAM 2's _get_pos_embed) for a grid of ``size``
     (H, W): the background embedding ``pos_embed`` [C, h, w] resized bicubically to [C, H, W],

@@ -507,3 +507,43 @@ def hiera_pos_embed_bound(pos_embed, window_embed, size) -> np.ndarray:
     e + u (|exact sum| + e), u = 2^-24 (the transpose is a copy)."""
     e = upsample_bicubic_bound(pos_embed, size).transpose(1, 2, 0)
     return e + 2.0**-24 * (np.abs(hiera_pos_embed(pos_embed, window_embed, size)) + e)
+
+
+def pos_sine(channels: int, size, temperature: float = 10000.0) -> np.ndarray:
+    """SAM 2's PositionEmbeddingSine(channels, normalize=True, scale 2 pi) of an H x W grid,
+    [channels, H, W]: rows in the first half, columns in the second; within each half, the
+    k-th channel sin (even k) or cos (odd k) of t / temperature^(2 floor(k / 2) / half),
+    t = (index + 1) / (n + 1e-6) 2 pi."""
+    H, W = size
+    half = channels // 2
+    k = np.arange(half)
+    dim_t = temperature ** (2 * (k // 2) / half)
+    ty = np.arange(1, H + 1) / (H + 1e-6) * 2 * np.pi
+    tx = np.arange(1, W + 1) / (W + 1e-6) * 2 * np.pi
+    vy = ty[None, :, None] / dim_t[:, None, None] * np.ones((1, 1, W))
+    vx = tx[None, None, :] / dim_t[:, None, None] * np.ones((1, H, 1))
+    even = (k % 2 == 0)[:, None, None]
+    return np.concatenate([np.where(even, np.sin(vy), np.cos(vy)), np.where(even, np.sin(vx), np.cos(vx))])
+
+
+def pos_sine_bound(channels: int, size, temperature: float = 10000.0) -> np.ndarray:
+    """nn_pos_sine: t takes three f32 roundings (3 u relative, u = 2^-24) and the 2 pi scale's
+    own; 1 / dim_t = exp2(-e log2 T) carries log2 T's f32 rounding times e (<= 2: 2 u of
+    |e log2 T|, absolute in the exponent) and exp2's error, 3 + 2 |x| ulp by Vulkan's
+    precision rules (|x| = e log2 T), so v is off by |v| (5 u + (3 + 2 |x|) u + 2 u |x| ln 2);
+    the kernel moves v > pi down by 2 pi (f32: 2 u of it) into [-pi, pi], where Vulkan bounds
+    sin and cos to 2^-11 absolute: that term dominates (lavapipe's and NVIDIA's are far
+    closer; a device may use all of it)."""
+    H, W = size
+    half = channels // 2
+    u = 2.0**-24
+    e = 2 * (np.arange(half) // 2) / half
+    x = e * np.log2(temperature)
+    v = pos_sine(channels, size, temperature)  # only its shape
+    ty = np.arange(1, H + 1) / H * 2 * np.pi
+    tx = np.arange(1, W + 1) / W * 2 * np.pi
+    rel = 5 * u + (3 + 2 * x) * u + 2 * u * x * np.log(2)  # [half]
+    vy = (ty[None, :, None] * 2.0 ** -x[:, None, None]) * np.ones((1, 1, W))
+    vx = (tx[None, None, :] * 2.0 ** -x[:, None, None]) * np.ones((1, H, 1))
+    dv = np.concatenate([vy * rel[:, None, None], vx * rel[:, None, None]])
+    return np.broadcast_to(dv + 4 * u * np.pi + 2.0**-11, v.shape).copy()
