@@ -43,3 +43,11 @@ def test_render_forward_and_backward_are_clean_under_sync_validation(validation_
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert validation_messages(proc) == []
+
+
+def test_network_layers_sam_and_lens_normals_are_clean_under_sync_validation(validation_layer_available):
+    """Every nn_* kernel in one sequence (and dependent chains of them: attention, the SAM 2
+    trunk and neck), and the normal consistency through a fisheye."""
+    proc = run_validated("import tests.workloads as w; w.network_and_lenses()")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert validation_messages(proc) == []

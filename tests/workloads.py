@@ -192,3 +192,32 @@ def train(strategy: str = "mcmc", shuffle_sums: bool = False, stream_images: boo
         trainer.evaluate()
         trainer.state_dict()
         trainer.free()
+
+
+def network_and_lenses():
+    """The neural-network runtime's layers (tests/test_nn.py's one sequence of every layer), the
+    SAM 2 trunk and neck in one sequence (tests/test_sam_hiera.py's tiny one), and the normal
+    consistency through a lens (the selftest's pinhole + fisheye case), each checked."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import test_nn
+    import test_sam_hiera as h
+
+    from spirula import nn, selftest
+    from spirula.backends import open_device
+    from spirula.sam.hiera import Hiera
+    from spirula.sam.neck import FpnNeck
+
+    dev = open_device("vulkan")
+    test_nn.run_layers(dev, test_nn._case())
+    model, neck = Hiera(dev, h.TINY, h.tiny_weights(h.TINY)), FpnNeck(dev, h.neck_weights(h.TINY))
+    x = nn.Tensor.from_numpy(dev, np.random.default_rng(1).normal(size=(1, 3, 64, 64)))
+    rec = dev.recorder("validation.sam")
+    outs = model.forward(rec, x)
+    levels = neck.forward(rec, outs)
+    rec.finish().run()
+    assert all(np.isfinite(o.numpy()).all() for o in outs + levels)
+    rows = selftest.check_nn(dev) + selftest.check_normal_consistency(dev)
+    assert all(r.ok for r in rows), [r for r in rows if not r.ok]
