@@ -35,8 +35,10 @@ def config(name):
     return HieraConfig(stages=stages, global_att_blocks=global_att, window_pos_embed_bkg_spatial_size=bkg)
 
 
-def random_weights(cfg, seed=0) -> tuple:
-    """(trunk weights, neck weights) by checkpoint name, unit-activation scales."""
+def random_weights(cfg, d_model: int = D_MODEL, seed: int = 0) -> tuple:
+    """(trunk weights, neck weights) of HieraConfig ``cfg`` and a ``d_model``-channel FPN neck,
+    by checkpoint name, float32, seeded, at a trained net's scales (unit activations);
+    tests/test_sam_hiera.py builds its tiny model from them too."""
     from spirula.sam.hiera import block_specs, stage_ends
 
     rng = np.random.default_rng(seed)
@@ -74,8 +76,8 @@ def random_weights(cfg, seed=0) -> tuple:
     channels = [specs[e].dim_out for e in stage_ends(cfg)][::-1]
     neck = {}
     for i, c in enumerate(channels):
-        neck["convs.%d.conv.weight" % i] = f32(D_MODEL, c, 1, 1, scale=c**-0.5)
-        neck["convs.%d.conv.bias" % i] = f32(D_MODEL, scale=0.1)
+        neck["convs.%d.conv.weight" % i] = f32(d_model, c, 1, 1, scale=c**-0.5)
+        neck["convs.%d.conv.bias" % i] = f32(d_model, scale=0.1)
     return trunk, neck
 
 

@@ -212,7 +212,8 @@ def network_and_lenses():
 
     dev = open_device("vulkan")
     test_nn.run_layers(dev, test_nn._case())
-    model, neck = Hiera(dev, h.TINY, h.tiny_weights(h.TINY)), FpnNeck(dev, h.neck_weights(h.TINY))
+    w, wn = h.tiny_weights(h.TINY)
+    model, neck = Hiera(dev, h.TINY, w), FpnNeck(dev, wn)
     x = nn.Tensor.from_numpy(dev, np.random.default_rng(1).normal(size=(1, 3, 64, 64)))
     rec = dev.recorder("validation.sam")
     outs = model.forward(rec, x)
